@@ -1,0 +1,33 @@
+"""Reference solutions for the chapter "Scaling laws & distributed training".
+
+The four exercise functions are importable from the package root with the
+exact semantics of the exercise text:
+
+>>> from solutions import chinchilla_loss, compute_optimal, memory_per_gpu, communication_time_per_step
+>>> round(chinchilla_loss(175e9, 300e9), 3)
+2.002
+
+Richer models live in the submodules: :mod:`solutions.scaling`,
+:mod:`solutions.memory`, :mod:`solutions.communication`,
+:mod:`solutions.pipeline`, :mod:`solutions.compute`, :mod:`solutions.layout`,
+and the cited tables in :mod:`solutions.facts`.
+"""
+
+from . import communication, compute, facts, layout, memory, pipeline, scaling
+from .communication import communication_time_per_step
+from .memory import memory_per_gpu
+from .scaling import chinchilla_loss, compute_optimal
+
+__all__ = [
+    "chinchilla_loss",
+    "compute_optimal",
+    "memory_per_gpu",
+    "communication_time_per_step",
+    "scaling",
+    "memory",
+    "communication",
+    "pipeline",
+    "compute",
+    "facts",
+    "layout",
+]

@@ -1,0 +1,143 @@
+"""Input checks shared by the reference solutions.
+
+Every public function in :mod:`solutions` validates its arguments with these
+helpers, so that bad input fails loudly with a ``ValueError`` that names the
+argument and says what is allowed, instead of returning a silently wrong
+number (a negative memory, a NaN loss, a fractional GPU count).
+
+Scalars come back as Python ``float``/``int``; arrays come back as numpy
+arrays of ``float64``/``int64``, so callers can do arithmetic without worrying
+about integer overflow or object dtypes.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+__all__ = [
+    "positive",
+    "positive_integer",
+    "nonnegative_integer",
+    "one_of",
+    "divides",
+    "ratios_array",
+    "is_scalar",
+]
+
+
+def is_scalar(value) -> bool:
+    """True for Python/numpy scalars and 0-d arrays."""
+    return np.ndim(value) == 0
+
+
+def _reject_non_numeric(name: str, value, what: str):
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be {what}, got a bool ({value!r})")
+    if isinstance(value, (str, bytes)) or value is None:
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:  # pragma: no cover - exotic objects
+        raise ValueError(f"{name} must be {what}, got {value!r}") from exc
+    if arr.dtype == bool:
+        raise ValueError(f"{name} must be {what}, got booleans ({value!r})")
+    if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    if arr.size == 0:
+        raise ValueError(f"{name} must be {what}, got an empty array")
+    return arr
+
+
+def positive(name: str, value):
+    """Return ``value`` as a float (or float64 array) after checking it is
+    finite and strictly positive everywhere.
+
+    >>> positive("N", 7e9)
+    7000000000.0
+    """
+    what = "a positive finite number (or array of them)"
+    arr = _reject_non_numeric(name, value, what).astype(np.float64)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be {what}, got {value!r} (NaN or infinite)")
+    if not np.all(arr > 0):
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    if arr.ndim == 0:
+        return float(arr)
+    return arr
+
+
+def _integer(name: str, value, minimum: int, what: str):
+    arr = _reject_non_numeric(name, value, what)
+    if np.issubdtype(arr.dtype, np.floating):
+        # Accept 8.0 (a float that happens to be whole) but not 2.5, NaN or inf.
+        if not np.all(np.isfinite(arr)) or not np.all(arr == np.floor(arr)):
+            raise ValueError(f"{name} must be {what}, got {value!r}")
+        if np.any(np.abs(arr) > 2**53):
+            raise ValueError(f"{name} must be {what} below 2**53, got {value!r}")
+    arr = arr.astype(np.int64)
+    if not np.all(arr >= minimum):
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    if arr.ndim == 0:
+        return int(arr)
+    return arr
+
+
+def positive_integer(name: str, value):
+    """Return ``value`` as an int (or int64 array) after checking it is a
+    whole number >= 1.  Booleans are rejected: ``True`` is not a GPU count.
+
+    >>> positive_integer("num_gpus", 8)
+    8
+    """
+    return _integer(name, value, 1, "a positive integer")
+
+
+def nonnegative_integer(name: str, value):
+    """Like :func:`positive_integer` but allows 0."""
+    return _integer(name, value, 0, "a non-negative integer")
+
+
+def one_of(name: str, value, allowed: Iterable):
+    """Return ``value`` if it is one of ``allowed`` (compared with ==)."""
+    allowed = tuple(allowed)
+    if isinstance(value, (bool, np.bool_)) and not any(isinstance(a, bool) for a in allowed):
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    try:
+        hashable_ok = value in allowed
+    except TypeError:
+        hashable_ok = False
+    if not hashable_ok:
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    return value
+
+
+def divides(divisor_name: str, divisor, dividend_name: str, dividend) -> None:
+    """Check that integer ``divisor`` divides ``dividend`` exactly.
+
+    ``dividend`` may be a float or array; the check applies only where it is
+    whole-valued (a parameter count written as ``7e9`` is whole; an average
+    like ``7.3e9/3`` is not and is not checked).  ``divisor`` may be an int or
+    an int array broadcastable against ``dividend``.
+    """
+    dividend_arr = np.asarray(dividend, dtype=np.float64)
+    divisor_arr = np.asarray(divisor, dtype=np.float64)
+    whole = dividend_arr == np.floor(dividend_arr)
+    remainder = np.fmod(dividend_arr, divisor_arr)  # exact for floats
+    bad = whole & (remainder != 0)
+    if np.any(bad):
+        raise ValueError(
+            f"{divisor_name} must divide {dividend_name} exactly, got "
+            f"{divisor_name}={divisor!r} and {dividend_name}={dividend!r}"
+        )
+
+
+def ratios_array(name: str, ratios) -> np.ndarray:
+    """A non-empty 1-D float64 array of positive finite D/N ratios."""
+    arr = positive(name, ratios)
+    arr = np.atleast_1d(np.asarray(arr, dtype=np.float64))
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D sequence of positive ratios, got shape {arr.shape}")
+    return arr
+

@@ -1,0 +1,193 @@
+"""Cited figures the chapter relies on: hardware, models, parallel layouts,
+utilisation, and the brief's claims that turned out wrong.
+
+Every entry carries ``cite``, a bibtex key in ``book/references.bib``. Figures
+are as reported by the sources; derived numbers (training time, ratios,
+memory) are computed elsewhere in :mod:`solutions`, never stored here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+__all__ = [
+    "GPU",
+    "GPUS",
+    "Interconnect",
+    "INTERCONNECTS",
+    "Model",
+    "MODELS",
+    "Layout",
+    "LAYOUTS",
+    "MFU",
+    "ZERO_EXAMPLE",
+    "Erratum",
+    "ERRATA",
+]
+
+
+@dataclass(frozen=True)
+class GPU:
+    """Peak dense 16-bit tensor throughput (FLOP/s) and memory (GB = 1e9 bytes)."""
+
+    name: str
+    peak_flops_per_s: float
+    precision: str
+    memory_gb: float
+    cite: str
+    note: str = ""
+
+
+GPUS = {
+    g.name: g
+    for g in (
+        GPU("T4", 65e12, "fp16 tensor", 16, "nvidia2018t4", "Colab and Kaggle (2x T4)"),
+        GPU("A100 40GB", 312e12, "bf16 dense", 40, "nvidia2020a100"),
+        GPU("A100 80GB", 312e12, "bf16 dense", 80, "nvidia2020a100"),
+        GPU("H100 SXM", 989.4e12, "bf16 dense", 80, "nvidia2022h100", "1,979 TFLOP/s with 2:4 sparsity"),
+        GPU("H100 PCIe", 756e12, "bf16 dense", 80, "nvidia2022h100"),
+        GPU("H200", 989.4e12, "bf16 dense", 141, "nvidia2024h200", "same compute as H100 SXM, HBM3e"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Interconnect:
+    """Link bandwidth per GPU in bytes/s (one direction unless noted)."""
+
+    name: str
+    bytes_per_s: float
+    cite: str
+    note: str = ""
+
+
+INTERCONNECTS = {
+    i.name: i
+    for i in (
+        Interconnect("NVLink (H100 SXM)", 450e9, "nvidia2022h100",
+                     "900 GB/s total bidirectional per GPU; 450 GB/s each way"),
+        Interconnect("400 Gb/s NIC", 50e9, "dubey2024llama3",
+                     "one 400 Gb/s RoCE/InfiniBand port per GPU = 50 GB/s"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Model:
+    """Parameters and training tokens as reported; ``training_flops`` only
+    where the source states it (otherwise compute 6ND)."""
+
+    name: str
+    params: float
+    tokens: float
+    cite: str
+    training_flops: Optional[float] = None
+
+
+MODELS = {
+    m.name: m
+    for m in (
+        Model("GPT-3", 175e9, 300e9, "brown2020gpt3"),
+        Model("Gopher", 280e9, 300e9, "rae2021gopher"),
+        Model("MT-NLG", 530e9, 270e9, "smith2022mtnlg"),
+        Model("Chinchilla", 70e9, 1.4e12, "hoffmann2022chinchilla"),
+        Model("PaLM", 540e9, 780e9, "chowdhery2022palm"),
+        Model("Llama 3 405B", 405e9, 15.6e12, "dubey2024llama3", training_flops=3.8e25),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One reported 3D-parallel configuration. ``cp`` is context parallelism.
+    ``tflops_per_gpu`` and ``mfu`` as reported (None where not reported)."""
+
+    model: str
+    num_gpus: int
+    tp: int
+    pp: int
+    dp: int
+    cite: str
+    cp: int = 1
+    tflops_per_gpu: Optional[float] = None
+    mfu: Optional[float] = None
+    note: str = ""
+
+    def __post_init__(self):
+        if self.tp * self.cp * self.pp * self.dp != self.num_gpus:
+            raise ValueError(f"layout {self} does not multiply out to num_gpus")
+
+
+LAYOUTS = (
+    # Smith et al. 2022: each replica is 8-way TP within a DGX A100 node x
+    # 35-way PP across nodes = 280 GPUs; throughput on 280/350/420 nodes.
+    Layout("MT-NLG", 2240, 8, 35, 8, "smith2022mtnlg", tflops_per_gpu=126),
+    Layout("MT-NLG", 2800, 8, 35, 10, "smith2022mtnlg", tflops_per_gpu=121),
+    Layout("MT-NLG", 3360, 8, 35, 12, "smith2022mtnlg", tflops_per_gpu=113),
+    # Dubey et al. 2024, Table 4 (Llama 3 405B on H100s).
+    Layout("Llama 3 405B", 8192, 8, 16, 64, "dubey2024llama3", cp=1, mfu=0.43),
+    Layout("Llama 3 405B", 16384, 8, 16, 128, "dubey2024llama3", cp=1, mfu=0.41),
+    Layout("Llama 3 405B", 16384, 8, 16, 8, "dubey2024llama3", cp=16, mfu=0.38,
+           note="long-context stage"),
+)
+
+#: Reported model FLOPs utilisation, as fractions (Chowdhery et al. 2022,
+#: Table 3 for PaLM, MT-NLG, Gopher, GPT-3; Dubey et al. 2024 Table 4 for Llama 3).
+MFU = {
+    "PaLM": {"mfu": 0.462, "cite": "chowdhery2022palm"},
+    "MT-NLG": {"mfu": 0.302, "cite": "chowdhery2022palm"},
+    "Gopher": {"mfu": 0.325, "cite": "chowdhery2022palm"},
+    "GPT-3": {"mfu": 0.213, "cite": "chowdhery2022palm"},
+    "Llama 3 405B": {"mfu": (0.38, 0.43), "cite": "dubey2024llama3"},
+}
+
+#: ZeRO's worked example (Rajbhandari et al. 2020, Fig. 1): 7.5B parameters,
+#: data-parallel degree 64, 16 bytes/param; reported GB per GPU by stage.
+ZERO_EXAMPLE = {
+    "params": 7.5e9,
+    "dp_degree": 64,
+    "convention": "zero_16",
+    "reported_gb": {0: 120.0, 1: 31.4, 2: 16.6, 3: 1.9},
+    "cite": "rajbhandari2020zero",
+}
+
+
+@dataclass(frozen=True)
+class Erratum:
+    """A claim in the chapter's brief, what is actually true, and the source."""
+
+    claim: str
+    correction: str
+    cite: str
+
+
+ERRATA = {
+    "mtnlg_17920": Erratum(
+        claim="Megatron-Turing NLG 530B trained with 8-way TP x 35-way PP x 64-way DP across 17,920 GPUs",
+        correction=(
+            "Each replica spans 280 A100s (8-way TP within a node x 35-way PP across nodes). "
+            "Selene has 560 DGX A100 nodes = 4,480 GPUs; throughput is reported on 2,240 / "
+            "2,800 / 3,360 GPUs, i.e. data-parallel degree 8 / 10 / 12, at 126 / 121 / 113 "
+            "TFLOP/s per GPU. 8 x 35 x 64 = 17,920 would exceed the machine four times over."
+        ),
+        cite="smith2022mtnlg",
+    ),
+    "llama3_24k": Erratum(
+        claim="Llama 3 was trained on a 24,000-GPU H100 cluster",
+        correction=(
+            "The cluster has about 24K GPUs, but 405B pre-training used at most 16,384: "
+            "TP8 x CP1 x PP16 x DP64 on 8,192 GPUs (43% MFU), TP8 x PP16 x DP128 on 16,384 "
+            "(41%), and TP8 x CP16 x PP16 x DP8 on 16,384 for long context (38%)."
+        ),
+        cite="dubey2024llama3",
+    ),
+    "exercise_constants": Erratum(
+        claim="Chinchilla fit A=406.0, B=410.0 (Exercise 1)",
+        correction=(
+            "The paper prints A=406.4, B=410.7; the exercise's 2.002 and 1.936 hold only for "
+            "406.0/410.0 (406.4/410.7 give 1.937 for Chinchilla)."
+        ),
+        cite="hoffmann2022chinchilla",
+    ),
+}

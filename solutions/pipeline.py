@@ -1,0 +1,170 @@
+"""Pipeline parallelism: the bubble, and small event simulations of the GPipe
+and 1F1B (PipeDream-Flush) schedules.
+
+Two definitions of "bubble fraction" are in use, and they differ:
+
+* share of total time (GPipe, Huang et al. 2019): ``(p-1) / (m + p - 1)``;
+* relative to ideal compute time (Narayanan et al. 2021, sec. 2.2):
+  ``(p-1) / m``.
+
+Interleaving ``v`` model chunks per GPU divides the bubble time by ``v``
+(at ``v`` times the pipeline communication).
+
+References: huang2019gpipe, narayanan2019pipedream, narayanan2021megatron.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._validate import nonnegative_integer, one_of, positive, positive_integer
+
+__all__ = [
+    "BUBBLE_DEFINITIONS",
+    "bubble_fraction",
+    "PipelineEvent",
+    "SCHEDULE_KINDS",
+    "pipeline_schedule",
+    "makespan",
+    "idle_fraction",
+    "peak_in_flight",
+]
+
+BUBBLE_DEFINITIONS = ("share_of_total", "relative_to_ideal")
+
+
+def bubble_fraction(p, m, definition="share_of_total", interleave=1):
+    """Pipeline bubble for ``p`` stages and ``m`` micro-batches.
+
+    With ``v = interleave`` model chunks per GPU the idle time shrinks to
+    ``(p-1)/v`` micro-batch slots:
+
+    * ``"share_of_total"`` (GPipe): idle / total = ``(p-1) / (v m + p - 1)``;
+    * ``"relative_to_ideal"`` (Narayanan et al. 2021, eq. in sec. 2.2.1 and
+      2.2.2): idle / ideal compute = ``(p-1) / (v m)``.
+
+    Elementwise over integer arrays.
+    """
+    p = positive_integer("p", p)
+    m = positive_integer("m", m)
+    one_of("definition", definition, BUBBLE_DEFINITIONS)
+    v = positive_integer("interleave", interleave)
+    p_ = np.asarray(p, dtype=np.float64)
+    m_ = np.asarray(m, dtype=np.float64)
+    if definition == "share_of_total":
+        out = (p_ - 1) / (v * m_ + p_ - 1)
+    else:
+        out = (p_ - 1) / (v * m_)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+@dataclass(frozen=True)
+class PipelineEvent:
+    """Stage ``stage`` runs phase ``'F'`` (forward) or ``'B'`` (backward) of
+    ``microbatch`` from ``start`` to ``end``."""
+
+    stage: int
+    microbatch: int
+    phase: str
+    start: float
+    end: float
+
+
+SCHEDULE_KINDS = ("gpipe", "1f1b")
+
+
+def _stage_order(kind, p, m, stage):
+    """The order in which ``stage`` runs its forward and backward passes."""
+    if kind == "gpipe":
+        # All forwards, then all backwards (activations of all m micro-batches stashed).
+        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+    # 1F1B / PipeDream-Flush (Narayanan et al. 2021, Fig. 4 top): warm up with
+    # p-stage-1 forwards, then alternate one forward and one backward, then drain.
+    warmup = min(p - stage - 1, m)
+    order = [("F", i) for i in range(warmup)]
+    for i in range(m - warmup):
+        order += [("F", warmup + i), ("B", i)]
+    order += [("B", i) for i in range(m - warmup, m)]
+    return order
+
+
+def pipeline_schedule(p, m, kind="gpipe", t_fwd=1.0, t_bwd=2.0):
+    """Simulate one training step of a ``p``-stage pipeline on ``m``
+    micro-batches and return its :class:`PipelineEvent` list, sorted by start.
+
+    Each stage runs its passes in the order the schedule prescribes, each as
+    early as its dependencies allow: ``F(s, i)`` after ``F(s-1, i)``;
+    ``B(s, i)`` after ``B(s+1, i)`` and after ``F(s, i)``. Communication time
+    is ignored. ``kind`` is ``'gpipe'`` (Huang et al. 2019) or ``'1f1b'``
+    (PipeDream-Flush, Narayanan et al. 2019, 2021).
+    """
+    p = positive_integer("p", p)
+    m = positive_integer("m", m)
+    one_of("kind", kind, SCHEDULE_KINDS)
+    t_fwd = positive("t_fwd", t_fwd)
+    t_bwd = positive("t_bwd", t_bwd)
+    if np.ndim(t_fwd) or np.ndim(t_bwd):
+        raise ValueError("t_fwd and t_bwd must be scalars")
+
+    orders = [_stage_order(kind, p, m, s) for s in range(p)]
+    pos = [0] * p  # next op index per stage
+    free = [0.0] * p  # time each stage becomes free
+    done = {}  # (phase, stage, mb) -> end time
+    events = []
+    remaining = sum(len(o) for o in orders)
+    while remaining:
+        progressed = False
+        for s in range(p):
+            while pos[s] < len(orders[s]):
+                phase, i = orders[s][pos[s]]
+                if phase == "F":
+                    deps = [("F", s - 1, i)] if s > 0 else []
+                    dur = t_fwd
+                else:
+                    deps = [("F", s, i)] + ([("B", s + 1, i)] if s < p - 1 else [])
+                    dur = t_bwd
+                if not all(d in done for d in deps):
+                    break
+                start = max([free[s]] + [done[d] for d in deps])
+                end = start + dur
+                done[(phase, s, i)] = end
+                free[s] = end
+                events.append(PipelineEvent(s, i, phase, start, end))
+                pos[s] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:  # pragma: no cover - the orders above never deadlock
+            raise RuntimeError("pipeline schedule deadlocked")
+    events.sort(key=lambda e: (e.start, e.stage))
+    return events
+
+
+def makespan(schedule):
+    """Time from the first event's start to the last event's end."""
+    return max(e.end for e in schedule) - min(e.start for e in schedule)
+
+
+def idle_fraction(schedule):
+    """Share of ``stages x makespan`` that the stages spend idle."""
+    stages = {e.stage for e in schedule}
+    busy = sum(e.end - e.start for e in schedule)
+    return 1.0 - busy / (len(stages) * makespan(schedule))
+
+
+def peak_in_flight(schedule, stage):
+    """Largest number of micro-batches whose forward has finished on
+    ``stage`` but whose backward has not: how many activation sets the stage
+    must stash. GPipe stashes all ``m``; 1F1B at most ``p - stage``."""
+    stage = nonnegative_integer("stage", stage)
+    evs = [e for e in schedule if e.stage == stage]
+    if not evs:
+        raise ValueError(f"stage must be a stage present in the schedule, got {stage}")
+    # Stash on forward end, release on backward end.
+    points = sorted([(e.end, 1 if e.phase == "F" else -1) for e in evs], key=lambda x: (x[0], x[1]))
+    level = peak = 0
+    for _, delta in points:
+        level += delta
+        peak = max(peak, level)
+    return peak
