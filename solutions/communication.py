@@ -36,6 +36,7 @@ __all__ = [
     "communication_time_per_step",
     "DEFAULT_INTRA_NODE_BW",
     "DEFAULT_INTER_NODE_BW",
+    "tensor_parallel_bytes_per_layer",
     "communication_breakdown",
 ]
 
@@ -216,6 +217,19 @@ DEFAULT_INTRA_NODE_BW = 450e9
 DEFAULT_INTER_NODE_BW = 50e9
 
 
+def tensor_parallel_bytes_per_layer(micro_batch, seq_len, d_model, tp, bytes_per_element=2):
+    """Bytes one GPU sends per transformer layer per micro-batch for Megatron
+    tensor parallelism: 4 ring all-reduces (2 forward, 2 backward) of
+    ``b s h`` elements, i.e. ``8 b s h (t-1)/t`` elements (Narayanan et al.
+    2021, sec. 3.2). Zero when ``tp == 1``."""
+    b = positive_integer("micro_batch", micro_batch)
+    s = positive_integer("seq_len", seq_len)
+    h = positive_integer("d_model", d_model)
+    nbytes = positive("bytes_per_element", bytes_per_element)
+    elems = 4 * np.asarray(b, dtype=np.float64) * s * h * ring_allreduce_factor(tp)
+    return _out(elems * nbytes)
+
+
 def communication_breakdown(
     model_params,
     dp,
@@ -284,7 +298,7 @@ def communication_breakdown(
 
     act_elems = float(b) * s * h
     layers_here = L // pp
-    tp_bytes = 4 * layers_here * m * act_elems * nbytes * ring_allreduce_factor(tp)
+    tp_bytes = layers_here * m * tensor_parallel_bytes_per_layer(b, s, h, tp, nbytes)
 
     if pp == 1:
         pp_sends = 0

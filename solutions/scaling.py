@@ -306,7 +306,8 @@ def loss_reduction_per_doubling(exponent):
     """Factor by which a power-law term ``X^-exponent`` shrinks when ``X``
     doubles: ``2^-exponent`` (e.g. 0.076 for Kaplan's L(N) gives 0.949)."""
     exponent = positive("exponent", exponent)
-    return 2.0 ** (-np.asarray(exponent)) if not is_scalar(exponent) else 2.0 ** (-exponent)
+    out = 2.0 ** (-np.asarray(exponent))
+    return float(out) if is_scalar(out) else out
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,123 @@
+"""Tests for solutions.pipeline: bubble formulas against an event simulation."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from solutions import pipeline as pl
+
+FAST = settings(max_examples=50, deadline=None)
+stages = st.integers(1, 8)
+micro = st.integers(1, 16)
+times = st.sampled_from([0.5, 1.0, 2.0, 3.0])
+
+
+def test_bubble_formulas_known_values():
+    # GPipe share of total time: (p-1)/(m+p-1) (Huang et al. 2019).
+    assert pl.bubble_fraction(4, 8) == pytest.approx(3 / 11)
+    # Narayanan et al. 2021: relative to ideal compute, (p-1)/m, and /v interleaved.
+    assert pl.bubble_fraction(4, 8, "relative_to_ideal") == pytest.approx(3 / 8)
+    assert pl.bubble_fraction(4, 8, "relative_to_ideal", interleave=2) == pytest.approx(3 / 16)
+    assert pl.bubble_fraction(1, 5) == 0
+    np.testing.assert_allclose(pl.bubble_fraction(np.array([2, 4]), 4), [1 / 5, 3 / 7])
+
+
+@FAST
+@given(p=stages, m=micro, v=st.integers(1, 4))
+def test_two_definitions_are_consistent(p, m, v):
+    # share = idle/(idle+ideal) and rel = idle/ideal, so share = rel/(1+rel).
+    share = pl.bubble_fraction(p, m, "share_of_total", v)
+    rel = pl.bubble_fraction(p, m, "relative_to_ideal", v)
+    assert share == pytest.approx(rel / (1 + rel))
+
+
+def _check_valid(events, p, m):
+    # Every pass exactly once.
+    assert Counter((e.stage, e.microbatch, e.phase) for e in events) == Counter(
+        (s, i, ph) for s in range(p) for i in range(m) for ph in "FB"
+    )
+    end = {(e.phase, e.stage, e.microbatch): e.end for e in events}
+    for e in events:
+        if e.phase == "F" and e.stage > 0:
+            assert e.start >= end[("F", e.stage - 1, e.microbatch)]
+        if e.phase == "B":
+            assert e.start >= end[("F", e.stage, e.microbatch)]
+            if e.stage < p - 1:
+                assert e.start >= end[("B", e.stage + 1, e.microbatch)]
+    # A stage runs one pass at a time.
+    for s in range(p):
+        evs = sorted((e for e in events if e.stage == s), key=lambda e: e.start)
+        for a, b in zip(evs, evs[1:]):
+            assert b.start >= a.end
+
+
+@FAST
+@given(p=stages, m=micro, kind=st.sampled_from(pl.SCHEDULE_KINDS), tf=times, tb=times)
+def test_schedules_respect_dependencies(p, m, kind, tf, tb):
+    _check_valid(pl.pipeline_schedule(p, m, kind, tf, tb), p, m)
+
+
+@FAST
+@given(p=stages, m=micro, tf=times, tb=times)
+def test_gpipe_idle_share_equals_formula(p, m, tf, tb):
+    # Derivation: forwards end on the last stage at (m+p-1) tf; the backward
+    # wave then takes (m+p-1) tb, so the makespan is (m+p-1)(tf+tb) while each
+    # stage is busy m(tf+tb): idle share (p-1)/(m+p-1) for any tf, tb.
+    sched = pl.pipeline_schedule(p, m, "gpipe", tf, tb)
+    assert pl.makespan(sched) == pytest.approx((m + p - 1) * (tf + tb))
+    assert pl.idle_fraction(sched) == pytest.approx(pl.bubble_fraction(p, m), abs=1e-12)
+    # Idle time per stage relative to its compute: Narayanan's (p-1)/m.
+    idle_per_stage = pl.makespan(sched) - m * (tf + tb)
+    assert idle_per_stage / (m * (tf + tb)) == pytest.approx(pl.bubble_fraction(p, m, "relative_to_ideal"))
+
+
+@FAST
+@given(p=stages, m=micro, tf=times, tb=times)
+def test_1f1b_same_bubble_less_memory(p, m, tf, tb):
+    # Narayanan et al. 2021: 1F1B has GPipe's bubble but stashes at most p micro-batches.
+    g = pl.pipeline_schedule(p, m, "gpipe", tf, tb)
+    o = pl.pipeline_schedule(p, m, "1f1b", tf, tb)
+    assert pl.makespan(o) == pytest.approx(pl.makespan(g))
+    for s in range(p):
+        assert pl.peak_in_flight(g, s) == m
+        assert pl.peak_in_flight(o, s) == min(p - s, m)
+        assert pl.peak_in_flight(o, s) <= p
+
+
+def test_small_gpipe_schedule_by_hand():
+    ev = pl.pipeline_schedule(2, 2, "gpipe", 1.0, 2.0)
+    got = [(e.stage, e.microbatch, e.phase, e.start, e.end) for e in ev]
+    assert got == [
+        (0, 0, "F", 0.0, 1.0),
+        (0, 1, "F", 1.0, 2.0),
+        (1, 0, "F", 1.0, 2.0),
+        (1, 1, "F", 2.0, 3.0),
+        (1, 0, "B", 3.0, 5.0),
+        (0, 0, "B", 5.0, 7.0),
+        (1, 1, "B", 5.0, 7.0),
+        (0, 1, "B", 7.0, 9.0),
+    ]
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: pl.bubble_fraction(0, 4), "p"),
+        (lambda: pl.bubble_fraction(4, 0), "m"),
+        (lambda: pl.bubble_fraction(4, 2.5), "m"),
+        (lambda: pl.bubble_fraction(4, 8, "ratio"), "definition"),
+        (lambda: pl.bubble_fraction(4, 8, interleave=0), "interleave"),
+        (lambda: pl.pipeline_schedule(4, 8, "zb"), "kind"),
+        (lambda: pl.pipeline_schedule(4, 8, t_fwd=0), "t_fwd"),
+        (lambda: pl.pipeline_schedule(4, 8, t_bwd=float("nan")), "t_bwd"),
+        (lambda: pl.pipeline_schedule(True, 8), "p"),
+        (lambda: pl.peak_in_flight(pl.pipeline_schedule(2, 2), 2), "stage"),
+        (lambda: pl.peak_in_flight(pl.pipeline_schedule(2, 2), -1), "stage"),
+    ],
+)
+def test_pipeline_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
