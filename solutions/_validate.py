@@ -12,6 +12,7 @@ about integer overflow or object dtypes.
 
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 import numpy as np
@@ -27,6 +28,15 @@ __all__ = [
 ]
 
 
+_FAST_SCALARS = (float, int, np.float64, np.float32)
+
+
+def _show(value, limit: int = 80) -> str:
+    """repr of ``value``, shortened so that error messages stay readable."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def is_scalar(value) -> bool:
     """True for Python/numpy scalars and 0-d arrays."""
     return np.ndim(value) == 0
@@ -34,17 +44,17 @@ def is_scalar(value) -> bool:
 
 def _reject_non_numeric(name: str, value, what: str):
     if isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name} must be {what}, got a bool ({value!r})")
+        raise ValueError(f"{name} must be {what}, got a bool ({_show(value)})")
     if isinstance(value, (str, bytes)) or value is None:
-        raise ValueError(f"{name} must be {what}, got {value!r}")
+        raise ValueError(f"{name} must be {what}, got {_show(value)}")
     try:
         arr = np.asarray(value)
     except Exception as exc:  # pragma: no cover - exotic objects
-        raise ValueError(f"{name} must be {what}, got {value!r}") from exc
+        raise ValueError(f"{name} must be {what}, got {_show(value)}") from exc
     if arr.dtype == bool:
-        raise ValueError(f"{name} must be {what}, got booleans ({value!r})")
+        raise ValueError(f"{name} must be {what}, got booleans ({_show(value)})")
     if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
-        raise ValueError(f"{name} must be {what}, got {value!r}")
+        raise ValueError(f"{name} must be {what}, got {_show(value)}")
     if arr.size == 0:
         raise ValueError(f"{name} must be {what}, got an empty array")
     return arr
@@ -58,11 +68,20 @@ def positive(name: str, value):
     7000000000.0
     """
     what = "a positive finite number (or array of them)"
+    # Fast path for plain Python and numpy scalars (bool is a subclass of int: excluded).
+    if type(value) in _FAST_SCALARS:
+        try:
+            ok = math.isfinite(value) and value > 0
+        except OverflowError:  # an int too large for a float
+            ok = False
+        if ok:
+            return float(value)
+        raise ValueError(f"{name} must be {what}, got {_show(value)}")
     arr = _reject_non_numeric(name, value, what).astype(np.float64)
     if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} must be {what}, got {value!r} (NaN or infinite)")
+        raise ValueError(f"{name} must be {what}, got {_show(value)} (NaN or infinite)")
     if not np.all(arr > 0):
-        raise ValueError(f"{name} must be {what}, got {value!r}")
+        raise ValueError(f"{name} must be {what}, got {_show(value)}")
     if arr.ndim == 0:
         return float(arr)
     return arr
@@ -73,12 +92,12 @@ def _integer(name: str, value, minimum: int, what: str):
     if np.issubdtype(arr.dtype, np.floating):
         # Accept 8.0 (a float that happens to be whole) but not 2.5, NaN or inf.
         if not np.all(np.isfinite(arr)) or not np.all(arr == np.floor(arr)):
-            raise ValueError(f"{name} must be {what}, got {value!r}")
+            raise ValueError(f"{name} must be {what}, got {_show(value)}")
         if np.any(np.abs(arr) > 2**53):
-            raise ValueError(f"{name} must be {what} below 2**53, got {value!r}")
+            raise ValueError(f"{name} must be {what} below 2**53, got {_show(value)}")
     arr = arr.astype(np.int64)
     if not np.all(arr >= minimum):
-        raise ValueError(f"{name} must be {what}, got {value!r}")
+        raise ValueError(f"{name} must be {what}, got {_show(value)}")
     if arr.ndim == 0:
         return int(arr)
     return arr
@@ -91,6 +110,10 @@ def positive_integer(name: str, value):
     >>> positive_integer("num_gpus", 8)
     8
     """
+    if type(value) is int:  # fast path; bool is excluded by the exact type check
+        if 1 <= value <= 2**53:
+            return value
+        raise ValueError(f"{name} must be a positive integer, got {_show(value)}")
     return _integer(name, value, 1, "a positive integer")
 
 
@@ -103,13 +126,13 @@ def one_of(name: str, value, allowed: Iterable):
     """Return ``value`` if it is one of ``allowed`` (compared with ==)."""
     allowed = tuple(allowed)
     if isinstance(value, (bool, np.bool_)) and not any(isinstance(a, bool) for a in allowed):
-        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+        raise ValueError(f"{name} must be one of {allowed}, got {_show(value)}")
     try:
         hashable_ok = value in allowed
     except TypeError:
         hashable_ok = False
     if not hashable_ok:
-        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+        raise ValueError(f"{name} must be one of {allowed}, got {_show(value)}")
     return value
 
 
@@ -129,7 +152,7 @@ def divides(divisor_name: str, divisor, dividend_name: str, dividend) -> None:
     if np.any(bad):
         raise ValueError(
             f"{divisor_name} must divide {dividend_name} exactly, got "
-            f"{divisor_name}={divisor!r} and {dividend_name}={dividend!r}"
+            f"{divisor_name}={_show(divisor)} and {dividend_name}={_show(dividend)}"
         )
 
 

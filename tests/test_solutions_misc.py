@@ -1,0 +1,199 @@
+"""Tests for solutions._validate, compute, facts, layout and the package root."""
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import solutions
+from solutions import _validate as v
+from solutions import compute, facts, layout, scaling
+
+FAST = settings(max_examples=50, deadline=None)
+BIB = Path(__file__).resolve().parents[1] / "book" / "references.bib"
+
+
+# -- package root -----------------------------------------------------------
+def test_package_exports_exercise_api():
+    for name in ("chinchilla_loss", "compute_optimal", "memory_per_gpu", "communication_time_per_step"):
+        assert name in solutions.__all__
+        assert callable(getattr(solutions, name))
+    for mod in ("scaling", "memory", "communication", "pipeline", "compute", "facts", "layout"):
+        assert getattr(solutions, mod).__name__ == f"solutions.{mod}"
+
+
+# -- validation helpers -----------------------------------------------------
+def test_positive_returns_floats_and_arrays():
+    assert v.positive("x", 3) == 3.0 and isinstance(v.positive("x", 3), float)
+    arr = v.positive("x", [1, 2])
+    assert arr.dtype == np.float64 and arr.tolist() == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), -float("inf"), True, np.bool_(True),
+                                 "1", None, [], [1.0, 0.0], {"a": 1}, 1j])
+def test_positive_rejects(bad):
+    with pytest.raises(ValueError, match="^x must be a positive finite number"):
+        v.positive("x", bad)
+
+
+@pytest.mark.parametrize("good, want", [(1, 1), (8.0, 8), (np.int32(4), 4), (np.float64(2.0), 2)])
+def test_positive_integer_accepts(good, want):
+    got = v.positive_integer("k", good)
+    assert got == want and isinstance(got, int)
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, False, float("nan"), float("inf"), "4", None, 2.0**60])
+def test_positive_integer_rejects(bad):
+    with pytest.raises(ValueError, match="^k must be a positive integer"):
+        v.positive_integer("k", bad)
+
+
+def test_nonnegative_integer_and_one_of_and_divides():
+    assert v.nonnegative_integer("s", 0) == 0
+    with pytest.raises(ValueError, match="s must be a non-negative integer"):
+        v.nonnegative_integer("s", -1)
+    assert v.one_of("mode", "a", ("a", "b")) == "a"
+    with pytest.raises(ValueError, match=r"mode must be one of \('a', 'b'\), got 'c'"):
+        v.one_of("mode", "c", ("a", "b"))
+    with pytest.raises(ValueError, match="mode must be one of"):
+        v.one_of("mode", ["a"], ("a", "b"))  # unhashable
+    v.divides("n", 4, "P", 8e9)
+    v.divides("n", 3, "P", 7.5)  # not whole: an average, not checked
+    with pytest.raises(ValueError, match="n must divide P exactly"):
+        v.divides("n", 3, "P", np.array([9e9, 1e9]))
+
+
+# -- compute ----------------------------------------------------------------
+def test_training_time_chapter_figures():
+    # FACTS: 7B on 1T tokens = 4.2e22 FLOPs, ~1.3 years on one ~1000 TFLOP/s GPU;
+    # 70B on 1.4T = 5.88e23 FLOPs, 18.6 years at 1e15 FLOP/s.
+    c7 = scaling.training_flops(7e9, 1e12)
+    assert c7 == pytest.approx(4.2e22)
+    assert compute.training_time_seconds(c7, 1e15) / compute.SECONDS_PER_YEAR == pytest.approx(1.33, abs=0.01)
+    c70 = scaling.training_flops(70e9, 1.4e12)
+    assert compute.training_time_seconds(c70, 1e15) / compute.SECONDS_PER_YEAR == pytest.approx(18.6, abs=0.05)
+    # More GPUs and lower MFU scale it as expected.
+    t1 = compute.training_time_seconds(c70, 989.4e12)
+    assert compute.training_time_seconds(c70, 989.4e12, mfu=0.4, num_gpus=1000) == pytest.approx(t1 / 400)
+
+
+def test_flops_per_token_and_mfu():
+    assert compute.flops_per_token(7e9) == 42e9
+    # PaLM App. B: 6N + 12 L s h.
+    assert compute.flops_per_token(1e9, n_layers=24, seq_len=2048, d_model=2048) == pytest.approx(
+        6e9 + 12 * 24 * 2048 * 2048)
+    # 1,000 tokens/s of a 1B model (6e12 FLOP/s) on 12e12 FLOP/s peak = 50%.
+    assert compute.model_flops_utilization(1000, 6e9, 12e12) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="together"):
+        compute.flops_per_token(1e9, n_layers=24)
+    with pytest.raises(ValueError, match="mfu"):
+        compute.training_time_seconds(1e20, 1e15, mfu=1.5)
+    with pytest.raises(ValueError, match="num_gpus"):
+        compute.training_time_seconds(1e20, 1e15, num_gpus=0)
+    with pytest.raises(ValueError, match="peak_flops_per_s"):
+        compute.model_flops_utilization(1000, 6e9, float("inf"))
+
+
+def test_mfu_recovers_mtnlg_throughput():
+    # Smith et al. 2022 report 126 TFLOP/s per A100 on 2,240 GPUs; against the
+    # A100's 312 TFLOP/s peak that is ~40% hardware FLOPs utilisation.
+    a100 = facts.GPUS["A100 80GB"].peak_flops_per_s
+    lay = facts.LAYOUTS[0]
+    tokens_per_s = lay.tflops_per_gpu * 1e12 * lay.num_gpus / (6 * 530e9)
+    util = compute.model_flops_utilization(tokens_per_s, 6 * 530e9, a100 * lay.num_gpus)
+    assert util == pytest.approx(126 / 312)
+
+
+# -- facts ------------------------------------------------------------------
+def _bib_keys():
+    return set(re.findall(r"@\w+\{([^,\s]+),", BIB.read_text(encoding="utf-8")))
+
+
+def _all_cites():
+    yield from (g.cite for g in facts.GPUS.values())
+    yield from (i.cite for i in facts.INTERCONNECTS.values())
+    yield from (m.cite for m in facts.MODELS.values())
+    yield from (lay.cite for lay in facts.LAYOUTS)
+    yield from (row["cite"] for row in facts.MFU.values())
+    yield facts.ZERO_EXAMPLE["cite"]
+    yield from (e.cite for e in facts.ERRATA.values())
+    yield from (c.cite for c in scaling.CONSTANT_SETS.values())
+    yield from (r.cite for r in scaling.HOFFMANN_APPROACH_EXPONENTS.values())
+    from solutions.memory import BYTE_CONVENTIONS
+    yield from (c.cite for c in BYTE_CONVENTIONS.values())
+
+
+@pytest.mark.skipif(not BIB.exists(), reason="bibliography not present")
+def test_every_cite_key_is_in_the_bibliography():
+    keys = _bib_keys()
+    missing = {c for c in _all_cites() if c not in keys}
+    assert not missing
+
+
+def test_fact_figures():
+    assert facts.GPUS["H100 SXM"].peak_flops_per_s == 989.4e12
+    assert facts.GPUS["H200"].peak_flops_per_s == facts.GPUS["H100 SXM"].peak_flops_per_s
+    assert facts.GPUS["H200"].memory_gb == 141
+    chinchilla = facts.MODELS["Chinchilla"]
+    assert chinchilla.tokens / chinchilla.params == 20
+    llama = facts.MODELS["Llama 3 405B"]
+    # 6ND = 3.79e25, consistent with the reported 3.8e25 FLOPs.
+    assert scaling.training_flops(llama.params, llama.tokens) == pytest.approx(llama.training_flops, rel=0.01)
+
+
+def test_mtnlg_layouts_and_the_17920_erratum():
+    mt = [lay for lay in facts.LAYOUTS if lay.model == "MT-NLG"]
+    assert [lay.dp for lay in mt] == [8, 10, 12]
+    assert all(lay.tp * lay.pp == 280 for lay in mt)
+    # Selene: 560 DGX A100 nodes x 8 GPUs = 4,480 < 8 * 35 * 64 = 17,920.
+    assert 8 * 35 * 64 == 17920 > 560 * 8
+    assert "17,920" in facts.ERRATA["mtnlg_17920"].claim
+
+
+def test_llama3_layouts_use_at_most_16k_gpus():
+    ll = [lay for lay in facts.LAYOUTS if lay.model.startswith("Llama 3")]
+    assert max(lay.num_gpus for lay in ll) == 16384
+    assert [lay.mfu for lay in ll] == [0.43, 0.41, 0.38]
+
+
+def test_layout_rejects_inconsistent_entry():
+    with pytest.raises(ValueError):
+        facts.Layout("x", 100, 8, 2, 2, "x")
+
+
+# -- layout -----------------------------------------------------------------
+@FAST
+@given(tp=st.integers(1, 4), pp=st.integers(1, 4), dp=st.integers(1, 4))
+def test_process_grid_groups_partition_the_world(tp, pp, dp):
+    world = tp * pp * dp
+    grid = layout.process_grid(world, tp, pp, dp)
+    assert grid.shape == (dp, pp, tp)
+    for groups, size in ((layout.tp_groups(grid), tp), (layout.pp_groups(grid), pp), (layout.dp_groups(grid), dp)):
+        assert all(len(g) == size for g in groups)
+        assert sorted(r for g in groups for r in g) == list(range(world))
+    # coordinates() inverts the grid.
+    for rank in range(world):
+        d, p, t = layout.coordinates(grid, rank)
+        assert grid[d, p, t] == rank
+
+
+def test_process_grid_tp_ranks_are_adjacent():
+    grid = layout.process_grid(16, tp=4, pp=2, dp=2)
+    assert layout.tp_groups(grid)[0] == [0, 1, 2, 3]
+    assert layout.pp_groups(grid)[0] == [0, 4]
+    assert layout.dp_groups(grid)[0] == [0, 8]
+    assert layout.coordinates(grid, 13) == (1, 1, 1)
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [((16, 4, 2, 3), "world_size"), ((0, 1, 1, 1), "world_size"), ((8, 0, 2, 4), "tp"), ((8, 2, True, 4), "pp")],
+)
+def test_process_grid_bad_input(args, match):
+    with pytest.raises(ValueError, match=match):
+        layout.process_grid(*args)
+    with pytest.raises(ValueError, match="rank"):
+        layout.coordinates(layout.process_grid(4, 2, 2, 1), 4)
