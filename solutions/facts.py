@@ -18,6 +18,10 @@ __all__ = [
     "INTERCONNECTS",
     "Model",
     "MODELS",
+    "Architecture",
+    "ARCHITECTURES",
+    "BatchSchedule",
+    "LLAMA3_405B_BATCH_SCHEDULE",
     "Layout",
     "LAYOUTS",
     "MFU",
@@ -96,6 +100,58 @@ MODELS = {
         Model("Llama 3 405B", 405e9, 15.6e12, "dubey2024llama3", training_flops=3.8e25),
     )
 }
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """Transformer shape as reported: layers, model width, attention heads
+    (``kv_heads`` for grouped-query attention) and training sequence length."""
+
+    name: str
+    params: float
+    layers: int
+    d_model: int
+    heads: int
+    seq_len: int
+    cite: str
+    kv_heads: Optional[int] = None
+
+
+ARCHITECTURES = {
+    a.name: a
+    for a in (
+        Architecture("GPT-3", 175e9, 96, 12288, 96, 2048, "brown2020gpt3"),  # Table 2.1
+        Architecture("Gopher", 280e9, 80, 16384, 128, 2048, "rae2021gopher"),  # Table 1
+        Architecture("MT-NLG", 530e9, 105, 20480, 128, 2048, "smith2022mtnlg"),
+        Architecture("Chinchilla", 70e9, 80, 8192, 64, 2048, "hoffmann2022chinchilla"),  # Table 4
+        Architecture("PaLM", 540e9, 118, 18432, 48, 2048, "chowdhery2022palm"),  # Table 1
+        # Dubey et al. 2024, Table 3; 8K-token sequences in standard pre-training.
+        Architecture("Llama 3 8B", 8e9, 32, 4096, 32, 8192, "dubey2024llama3", kv_heads=8),
+        Architecture("Llama 3 70B", 70e9, 80, 8192, 64, 8192, "dubey2024llama3", kv_heads=8),
+        Architecture("Llama 3 405B", 405e9, 126, 16384, 128, 8192, "dubey2024llama3", kv_heads=8),
+    )
+}
+
+
+@dataclass(frozen=True)
+class BatchSchedule:
+    """A batch-size ramp: ``stages`` is a tuple of ``(tokens_per_batch,
+    seq_len, from_tokens)``: from ``from_tokens`` tokens seen onwards, batches
+    of ``tokens_per_batch`` tokens in sequences of ``seq_len``."""
+
+    model: str
+    stages: tuple
+    cite: str
+
+
+#: Dubey et al. 2024, sec. 3.4.1: 4M-token batches of 4,096-token sequences,
+#: then 8M of 8,192 after 252M tokens, then 16M after 2.87T tokens.
+#: "M" here is 2**20 tokens (4,096 x 1,024 = 4,194,304).
+LLAMA3_405B_BATCH_SCHEDULE = BatchSchedule(
+    "Llama 3 405B",
+    ((4 * 2**20, 4096, 0.0), (8 * 2**20, 8192, 252e6), (16 * 2**20, 8192, 2.87e12)),
+    "dubey2024llama3",
+)
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,8 @@ def _all_cites():
     yield from (i.cite for i in facts.INTERCONNECTS.values())
     yield from (m.cite for m in facts.MODELS.values())
     yield from (lay.cite for lay in facts.LAYOUTS)
+    yield from (a.cite for a in facts.ARCHITECTURES.values())
+    yield facts.LLAMA3_405B_BATCH_SCHEDULE.cite
     yield from (row["cite"] for row in facts.MFU.values())
     yield facts.ZERO_EXAMPLE["cite"]
     yield from (e.cite for e in facts.ERRATA.values())
@@ -197,3 +199,25 @@ def test_process_grid_bad_input(args, match):
         layout.process_grid(*args)
     with pytest.raises(ValueError, match="rank"):
         layout.coordinates(layout.process_grid(4, 2, 2, 1), 4)
+
+
+def test_architectures_are_consistent_with_models():
+    for name, arch in facts.ARCHITECTURES.items():
+        assert arch.d_model % arch.heads == 0
+        if name in facts.MODELS:
+            assert facts.MODELS[name].params == arch.params
+        # 12 L h^2 (Kaplan et al. 2020, Table 1) approximates the non-embedding
+        # parameter count to within a factor of two for every model listed
+        # (GQA and gated MLPs change the constant).
+        approx = 12 * arch.layers * arch.d_model**2
+        assert 0.5 < approx / arch.params < 2, name
+    assert facts.ARCHITECTURES["Chinchilla"].layers == 80
+    sizes = [a.params for n, a in facts.ARCHITECTURES.items() if n.startswith("Llama 3")]
+    assert sizes == [8e9, 70e9, 405e9]
+
+
+def test_llama3_batch_schedule():
+    first, second, last = facts.LLAMA3_405B_BATCH_SCHEDULE.stages
+    assert first[0] == first[1] * 1024  # 1,024 sequences of 4,096 tokens
+    assert second[0] == 2 * first[0] and last[0] == 4 * first[0]
+    assert first[2] < second[2] < last[2] < facts.MODELS["Llama 3 405B"].tokens
