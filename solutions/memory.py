@@ -74,14 +74,16 @@ BYTE_CONVENTIONS = {
         ),
         ByteConvention(
             "fp32_grads_18", 2, 4, 12,
-            "bf16 weights (2) + fp32 grads (4) + fp32 master weights, m and v (12)",
+            "bf16 weights (2) + fp32 grads (4) + fp32 master weights, m and v (12): "
+            "ZeRO's 16 with gradients kept in fp32",
             "rajbhandari2020zero",
         ),
         ByteConvention(
             "fp32_accum_20", 2, 2 + 4, 12,
             "bf16 weights (2) + bf16 grads (2) + fp32 gradient accumulation buffer (4) "
-            "+ fp32 master weights, m and v (12), as in Megatron's distributed-optimizer accounting",
-            "narayanan2021megatron",
+            "+ fp32 master weights, m and v (12): the 20 bytes/param Megatron-DeepSpeed "
+            "counts for mixed-precision Adam (over 10 TB of model state for 530B)",
+            "smith2022mtnlg",
         ),
         ByteConvention(
             "adam8bit_10", 2, 2, 6,
@@ -267,5 +269,4 @@ def memory_breakdown(model_params, strategy, num_gpus, convention="chapter_12"):
     P = np.asarray(P, dtype=np.float64)
     stage = {"dp": 0, "zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3, "tp": 3, "pp": 3}[strategy]
     w, g, o = _sharded_state(P, stage, n, conv)
-    as_out = lambda x: float(x) if np.ndim(x) == 0 else x  # noqa: E731
-    return {"weights": as_out(w), "grads": as_out(g), "optimizer": as_out(o)}
+    return {k: float(x) if np.ndim(x) == 0 else x for k, x in (("weights", w), ("grads", g), ("optimizer", o))}

@@ -190,7 +190,10 @@ def compute_optimal_sweep(C, constants: ChinchillaConstants = HOFFMANN_ROUNDED, 
     D = r * N
     loss = parametric_loss(N, D, constants)
     best = np.argmin(loss, axis=-1)  # first minimum, as with strict '<'
-    pick = lambda a: np.take_along_axis(a, best[..., None], axis=-1)[..., 0]  # noqa: E731
+
+    def pick(a):
+        return np.take_along_axis(a, best[..., None], axis=-1)[..., 0]
+
     N_opt, D_opt, L_opt = pick(N), pick(D), pick(loss)
     r_opt = r[best]
     if is_scalar(C):
