@@ -1,0 +1,139 @@
+"""Command line: ``python -m autograde SUBMISSION... [options]``.
+
+Each SUBMISSION is a notebook (``.ipynb``), a Jupytext-paired MyST ``.md``, a ``.py`` file,
+or a folder (a class: every submission inside it, recursively). Prints the report for one
+submission, or a table for several; ``--json``, ``--csv`` and ``--gradescope`` write files.
+Exits 0 whenever grading finished, whatever the scores; 2 for bad arguments; 3 when the
+grader itself failed (a check crashed, or a sandbox could not be started).
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+
+from .sandbox import ISOLATION_MODES
+from .submission import SUFFIXES
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        prog="python -m autograde",
+        description="Grade exercise submissions (.ipynb, paired .md, .py, or folders of them) "
+                    "in a sandbox, with the public and hidden tests.")
+    parser.add_argument("submissions", nargs="+", metavar="SUBMISSION",
+                        help="a file or a folder of files (a class)")
+    parser.add_argument("--json", metavar="PATH", help="write the full report as JSON")
+    parser.add_argument("--csv", metavar="PATH", help="write one row per submission")
+    parser.add_argument("--gradescope", metavar="PATH",
+                        help="write Gradescope's results.json (one submission only)")
+    parser.add_argument("--hidden-visibility", default="after_published",
+                        choices=("visible", "hidden", "after_due_date", "after_published"),
+                        help="Gradescope visibility of hidden tests (default: after_published)")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="grade N submissions at once (default 1)")
+    parser.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                        help="seconds allowed per test, and per notebook cell (default 10)")
+    parser.add_argument("--memory", type=int, default=1024, metavar="MB",
+                        help="address-space limit of the student's process (default 1024)")
+    parser.add_argument("--seed", type=int, default=None, metavar="N",
+                        help="seed of the hidden tests' random inputs (default: a fresh one, "
+                             "recorded in the JSON report)")
+    parser.add_argument("--public-only", action="store_true",
+                        help="run only the public tests (what students can run themselves)")
+    parser.add_argument("--isolation", default="auto", choices=ISOLATION_MODES,
+                        help="sandbox strength; auto takes the strongest the system allows")
+    parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    if not args.timeout > 0:
+        parser.error(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    if args.memory < 256:
+        parser.error(f"--memory must be at least 256 (MB), got {args.memory}")
+    return parser, args
+
+
+def expand(parser, items) -> tuple[list, list]:
+    """(paths, labels): files as given; a folder's files labelled relative to the folder."""
+    from .grade import find_submissions
+
+    paths, labels = [], []
+    for item in items:
+        path = Path(item)
+        if path.is_dir():
+            for found in find_submissions(path):
+                paths.append(found)
+                labels.append(str(path / found.relative_to(path)))
+        elif path.is_file():
+            if path.suffix.lower() not in SUFFIXES:
+                parser.error(f"{item}: unsupported file type {path.suffix or '(none)'!r}; "
+                             f"expected one of {', '.join(SUFFIXES)} or a folder")
+            paths.append(path)
+            labels.append(str(path))
+        else:
+            parser.error(f"{item}: no such file or folder")
+    seen, unique = set(), []
+    for p, label in zip(paths, labels):
+        key = p.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append((p, label))
+    return [p for p, _ in unique], [label for _, label in unique]
+
+
+def main(argv=None) -> int:
+    parser, args = parse_args(sys.argv[1:] if argv is None else argv)
+    paths, labels = expand(parser, args.submissions)
+    if args.gradescope and len(paths) != 1:
+        parser.error(f"--gradescope grades exactly one submission, got {len(paths)}")
+
+    from tests.grading import load_checks
+
+    from . import reports
+    from .grade import grade_many
+    from .sandbox import protect_grader_memory
+
+    protect_grader_memory()
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    checks = load_checks(include_hidden=not args.public_only, seed=seed)
+    lock, done = threading.Lock(), [0]
+    started = time.monotonic()
+
+    def progress(report):
+        if len(paths) > 1 and not args.quiet and sys.stderr.isatty():
+            with lock:
+                done[0] += 1
+                print(f"[{done[0]}/{len(paths)}] {report.submission}: "
+                      f"{reports.fmt_points(report.score)}/{reports.fmt_points(report.max_score)}",
+                      file=sys.stderr)
+
+    results = grade_many(paths, checks, jobs=args.jobs, progress=progress, labels=labels,
+                         timeout=args.timeout, isolation=args.isolation, memory_mb=args.memory)
+    if not args.quiet:
+        if len(results) == 1:
+            report = results[0]
+            print(f"{report.submission} (sandbox: {report.isolation or 'none needed'}, "
+                  f"{report.seconds:.2f} s)\n")
+            print(reports.student_text(report))
+        else:
+            print(reports.table(results))
+            print(f"\nGraded {len(results)} submissions in {time.monotonic() - started:.1f} s "
+                  f"(hidden-test seed {seed}).")
+        if results and results[0].isolation == "rlimits":
+            print("Warning: this system allows no namespaces and the grader is not root, so "
+                  "student code ran with resource limits only (see book/instructors.md).",
+                  file=sys.stderr)
+    if args.json:
+        reports.write_json(args.json, results, seed)
+    if args.csv:
+        reports.write_csv(args.csv, results)
+    if args.gradescope:
+        reports.write_gradescope(args.gradescope, results[0], args.hidden_visibility)
+    errors = [(r.submission, e) for r in results for e in r.grader_errors]
+    for submission, error in errors:
+        print(f"autograde: grader error on {submission}: {error}", file=sys.stderr)
+    return 3 if errors else 0

@@ -1,0 +1,157 @@
+"""Grade submissions: run the exercise checks against sandboxed submissions.
+
+The checks (``tests.grading``) and every expected value stay in this process; a check talks
+to the submission only through ``call(*args)``, which :class:`autograde.sandbox.Sandbox`
+turns into a request to the confined worker. Points come only from the checks' own
+comparisons: nothing the submission prints, returns as an exit code or writes to a file
+takes part.
+"""
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .sandbox import Sandbox
+from .submission import SUFFIXES
+
+
+@dataclass
+class SubmissionReport:
+    """Everything known about one graded submission."""
+
+    submission: str
+    results: list = field(default_factory=list)  # [(Check, Result)] in check order
+    problems: list = field(default_factory=list)  # cells/statements that did not run
+    notes: list = field(default_factory=list)  # what the grader skipped, and why
+    isolation: str | None = None
+    seconds: float = 0.0
+    grader_errors: list = field(default_factory=list)  # not the student's fault
+
+    @property
+    def score(self) -> float:
+        return float(sum(c.points for c, r in self.results if r.passed))
+
+    @property
+    def max_score(self) -> float:
+        return float(sum(c.points for c, _ in self.results))
+
+    def exercises(self) -> list:
+        """The report's ``exercises`` list (schema in ``book/instructors.md``)."""
+        from tests.grading import EXERCISES
+
+        out = []
+        for exercise in EXERCISES:
+            group = [(c, r) for c, r in self.results if c.exercise == exercise.id]
+            if not group:
+                continue
+            tests = [{"name": c.name, "passed": bool(r.passed),
+                      "points": float(c.points if r.passed else 0), "max_points": float(c.points),
+                      "feedback": r.feedback, "hidden": bool(c.hidden)} for c, r in group]
+            out.append({"id": exercise.id, "name": exercise.title, "function": exercise.function,
+                        "score": sum(t["points"] for t in tests),
+                        "max_score": sum(t["max_points"] for t in tests), "tests": tests})
+        return out
+
+    def to_json(self) -> dict:
+        return {"submission": self.submission, "score": self.score, "max_score": self.max_score,
+                "exercises": self.exercises(), "problems": self.problems, "notes": self.notes,
+                "isolation": self.isolation, "seconds": round(self.seconds, 3),
+                "grader_errors": self.grader_errors}
+
+
+def grade_submission(path, checks, *, timeout: float = 10.0, isolation: str = "auto",
+                     memory_mb: int = 1024, label: str | None = None) -> SubmissionReport:
+    """Grade one file with ``checks``; never raises for anything the submission does."""
+    from tests.grading import Result, SubmissionError
+
+    started = time.monotonic()
+    report = SubmissionReport(submission=label or str(path))
+    try:
+        with Sandbox(path, timeout=timeout, isolation=isolation, memory_mb=memory_mb) as sandbox:
+            report.isolation = sandbox.isolation
+            report.notes = list(sandbox.submission.notes)
+            if sandbox.submission.problem:
+                report.problems.append(f"{Path(path).name}: {sandbox.submission.problem}.")
+            for check in checks:
+                try:
+                    with sandbox.deadline(timeout):
+                        result = check.run(_bound(sandbox, check.function))
+                    if not isinstance(result, Result):
+                        raise TypeError(f"the check returned {type(result).__name__}")
+                except SubmissionError as err:  # a check may let one through
+                    result = Result(False, err.message, err.not_implemented)
+                except Exception as exc:
+                    result = Result(False, "The grader could not run this test "
+                                           f"({type(exc).__name__}). Please tell your instructor.")
+                    report.grader_errors.append(f"{check.name}: {type(exc).__name__}: {exc}")
+                report.results.append((check, result))
+            report.problems += sandbox.problems
+            if sandbox.gave_up:
+                report.problems.append(sandbox.gave_up)
+    except RuntimeError as exc:  # the sandbox itself could not be built
+        report.grader_errors.append(str(exc))
+        report.results = [(c, Result(False, "Not graded: the grader failed to start. Please "
+                                            "tell your instructor.")) for c in checks]
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _bound(sandbox, function: str):
+    """The ``call(*args)`` a check receives: this function, in this submission's sandbox."""
+
+    def call(*args):
+        return sandbox.call(function, *args)
+
+    return call
+
+
+def grade_many(paths, checks, *, jobs: int = 1, progress=None, labels=None, **options) -> list:
+    """Grade every path (in parallel with ``jobs`` threads, each driving its own worker
+    process); reports come back in the order of ``paths``."""
+    labels = labels or [str(p) for p in paths]
+
+    def one(item):
+        path, label = item
+        report = grade_submission(path, checks, label=label, **options)
+        if progress:
+            progress(report)
+        return report
+
+    if jobs <= 1:
+        return [one(item) for item in zip(paths, labels)]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(one, zip(paths, labels)))
+
+
+# ----------------------------------------------------------------------------- finding files
+
+def is_notebook_markdown(path: Path) -> bool:
+    """A ``.md`` file is a submission only if it is a Jupytext notebook (front matter)."""
+    try:
+        head = path.read_text(encoding="utf-8", errors="replace")[:4000]
+    except OSError:
+        return False
+    return head.startswith("---") and "jupytext" in head.split("---", 2)[1]
+
+
+def find_submissions(folder: Path) -> list:
+    """Every submission in a class folder (recursively, e.g. one sub-folder per student).
+
+    Hidden folders, ``__pycache__`` and ``.ipynb_checkpoints`` are skipped; of a paired
+    ``x.ipynb`` / ``x.md``, only the notebook is graded; a ``.md`` file counts only if it is
+    a Jupytext notebook.
+    """
+    found = []
+    for path in sorted(folder.rglob("*")):
+        parts = path.relative_to(folder).parts
+        if any(p.startswith(".") or p in ("__pycache__",) for p in parts):
+            continue
+        if not path.is_file() or path.suffix.lower() not in SUFFIXES:
+            continue
+        if path.suffix.lower() == ".md":
+            if path.with_suffix(".ipynb").exists() or not is_notebook_markdown(path):
+                continue
+        found.append(path)
+    return found

@@ -1,0 +1,455 @@
+"""The grader's handle on one submission: a confined worker process and calls as data.
+
+    with Sandbox("alice.ipynb", timeout=10) as sandbox:
+        loss = sandbox.call("chinchilla_loss", 175e9, 300e9)   # a float, or SubmissionError
+
+One worker serves every call for one submission (starting Python and numpy once is most of
+the cost; a process per call would be ten times slower). The worker runs the submission's
+units (cells, or top-level statements of a ``.py``) when the sandbox opens; then each
+``call`` sends a function name and JSON arguments, and gets back plain data or an error.
+
+What the grader enforces from the outside, because nothing inside the worker can be
+trusted once student code has run there (:mod:`autograde.worker` builds the walls):
+
+* a wall-clock limit on every unit and every call: the worker is killed when it is late;
+* a crash, a kill, ``os._exit`` or a malformed frame ends that worker; the next call starts
+  a fresh one and replays the units, skipping any unit that itself killed or hung the
+  worker, so one bad cell or function costs only itself;
+* only strictly parsed plain data comes back (:mod:`autograde.protocol`).
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import protocol
+from .submission import Submission, Unit, read_submission
+
+WORKER = Path(__file__).with_name("worker.py")
+PLAIN_SOURCE = Path(__file__).with_name("plain.py").read_text(encoding="utf-8")
+
+#: Packages student code may import besides the standard library.
+ALLOWED_PACKAGES = ("numpy",)
+#: Replaced by silent stand-ins: plots are not graded, and a plotting line in a cell must not
+#: cost the exercise defined in the same cell.
+STUB_MODULES = ("matplotlib", "matplotlib.pyplot", "seaborn")
+ISOLATION_MODES = ("auto", "namespaces", "uid", "rlimits")
+SANDBOX_UID_BASE = 64000  # unprivileged uids for sandboxes when the grader is root
+SANDBOX_UID_COUNT = 1000
+START_TIMEOUT = 60.0  # starting Python and numpy; never the student's fault
+
+_fallback_lock = threading.Lock()
+_namespaces_refused: str | None = None  # set once the kernel says no; later workers skip it
+
+
+def _submission_error():
+    from tests.grading import SubmissionError  # the exercises' own error class
+
+    return SubmissionError
+
+
+def package_dirs(names=ALLOWED_PACKAGES) -> dict:
+    """Folders of the allowed packages, found explicitly (the worker runs without ``site``):
+    ``{"numpy": ".../site-packages/numpy", "numpy.libs": ...}``."""
+    found = {}
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise RuntimeError(f"package {name!r} is not installed for {sys.executable}")
+        folder = Path(list(spec.submodule_search_locations)[0])
+        found[name] = str(folder)
+        libs = folder.with_name(name + ".libs")  # vendored shared libraries of manylinux wheels
+        if libs.is_dir():
+            found[libs.name] = str(libs)
+    return found
+
+
+def protect_grader_memory() -> None:
+    """Make this (grading) process non-dumpable: then a sandbox running under the same uid
+    (the weakest isolation mode) cannot read the grader's memory through ``/proc/PID/mem``,
+    where expected values live."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    except (OSError, AttributeError):
+        pass  # not Linux
+
+
+class _UidLease:
+    """An unprivileged uid no other sandbox on this machine uses right now (a lock file per
+    uid), so that sandboxes cannot signal or share process limits with each other."""
+
+    def __init__(self):
+        self.uid, self._fd = None, None
+        folder = Path(tempfile.gettempdir()) / "autograde-uids"
+        folder.mkdir(mode=0o755, exist_ok=True)
+        start = (os.getpid() * 7) % SANDBOX_UID_COUNT
+        for i in range(SANDBOX_UID_COUNT):
+            uid = SANDBOX_UID_BASE + (start + i) % SANDBOX_UID_COUNT
+            fd = os.open(folder / str(uid), os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            self.uid, self._fd = uid, fd
+            return
+        raise RuntimeError("no free sandbox uid")
+
+    def release(self):
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+@dataclass
+class UnitResult:
+    unit: Unit
+    status: str  # "ok", "error", "timeout" or "crashed"
+    message: str = ""
+
+    def describe(self) -> str:
+        where = f"{self.unit.label} (`{self.unit.first_line}`)"
+        if self.status == "error":
+            return f"{where} raised {self.message}"
+        if self.status == "timeout":
+            return f"{where} did not finish within the time limit and was skipped"
+        if self.status == "crashed":
+            return f"{where} stopped the process running it ({self.message}) and was skipped"
+        return f"{where} ran"
+
+
+class _Fatal(Exception):
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+class Sandbox:
+    """A context manager that grades one submission file in a confined worker process.
+
+    ``timeout`` bounds each unit and each call, in seconds. ``memory_mb`` is the worker's
+    address-space limit, ``cpu_seconds`` its total CPU time. ``isolation`` is one of
+    :data:`ISOLATION_MODES` (see :mod:`autograde.worker`); after opening,
+    ``self.isolation`` says which was reached.
+    """
+
+    def __init__(self, path, timeout: float = 10.0, *, memory_mb: int = 1024,
+                 cpu_seconds: int = 120, max_processes: int = 16, isolation: str = "auto",
+                 max_starts: int = 8):
+        if not timeout or timeout <= 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if isolation not in ISOLATION_MODES:
+            raise ValueError(f"isolation must be one of {ISOLATION_MODES}, got {isolation!r}")
+        self.path = Path(path)
+        self.timeout = float(timeout)
+        self.limits = {"memory_mb": int(memory_mb), "cpu_seconds": int(cpu_seconds),
+                       "max_processes": int(max_processes), "file_mb": 16, "work_mb": 32}
+        self.wanted = isolation
+        self.max_starts = max_starts
+        self.submission: Submission = read_submission(self.path)
+        self.unit_results: dict = {}  # unit index -> UnitResult, from the first run
+        self.skipped: set = set()  # units that hung or killed a worker
+        self.isolation: str | None = None
+        self.starts = 0
+        self.gave_up: str | None = None
+        self._proc = None
+        self._reader = None
+        self._request_fd = None
+        self._next_id = 0
+        self._deadline: float | None = None
+        self._dir = None
+        self._lease = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self):
+        self.open()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def open(self) -> None:
+        if self.submission.problem is None:
+            self._dir = Path(tempfile.mkdtemp(prefix="autograde-"))
+            os.chmod(self._dir, 0o711)
+            (self._dir / "root").mkdir()
+            self._lib = self._dir / "lib"
+            self._lib.mkdir()
+            for name, folder in package_dirs().items():
+                (self._lib / name).symlink_to(folder)
+            self._load()
+
+    def close(self) -> None:
+        self._kill()
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    @property
+    def problems(self) -> list:
+        """Student-facing lines about units that did not run cleanly."""
+        return [r.describe() for r in self.unit_results.values() if r.status != "ok"]
+
+    # ------------------------------------------------------------------ worker process
+
+    def _fresh_work_dir(self) -> Path:
+        work = self._dir / f"work{self.starts}"
+        work.mkdir(mode=0o700)
+        copy = work / self.path.name
+        shutil.copyfile(self.path, copy)
+        if os.geteuid() == 0:
+            os.chown(work, self._lease.uid, self._lease.uid)
+            os.chmod(copy, 0o644)
+        return work
+
+    def _spawn(self) -> None:
+        global _namespaces_refused
+        if self.starts >= self.max_starts:
+            self.gave_up = (f"the grader gave up after restarting your code {self.starts} times "
+                            "(it kept crashing or hanging)")
+            raise _Fatal("crashed", self.gave_up)
+        if os.geteuid() == 0 and self._lease is None:
+            self._lease = _UidLease()
+        self.starts += 1
+        work = self._fresh_work_dir()
+        wanted = self.wanted
+        if wanted == "auto" and _namespaces_refused:
+            wanted = "uid" if os.geteuid() == 0 else "rlimits"
+        request_r, request_w = os.pipe()
+        response_r, response_w = os.pipe()
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+               "HOME": str(work), "TMPDIR": str(work), "OPENBLAS_NUM_THREADS": "1",
+               "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+        stderr = subprocess.DEVNULL
+        if os.environ.get("AUTOGRADE_DEBUG"):
+            stderr = None
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-B", str(WORKER), str(request_r), str(response_w)],
+                pass_fds=(request_r, response_w), stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=stderr, env=env, cwd=str(work),
+                start_new_session=True)
+        finally:
+            os.close(request_r)
+            os.close(response_w)
+        self._request_fd = request_w
+        self._reader = protocol.FrameReader(response_r)
+        config = {
+            "isolation": wanted, "packages": package_dirs(), "root_dir": str(self._dir / "root"),
+            "work_dir": str(work), "submission_copy": str(work / self.path.name),
+            "submission_name": self.path.name, "fallback_path": [str(self._lib), str(work)],
+            "sandbox_uid": self._lease.uid if self._lease else os.geteuid(),
+            "plain_source": PLAIN_SOURCE, "stub_modules": list(STUB_MODULES), **self.limits,
+        }
+        deadline = time.monotonic() + START_TIMEOUT
+        try:
+            protocol.write_all(self._request_fd, protocol.encode(config), deadline)
+            hello = self._reader.read(deadline)
+        except (protocol.WorkerTimeout, protocol.WorkerGone, protocol.ProtocolError) as exc:
+            self._kill()
+            raise RuntimeError(f"the sandbox worker did not start ({type(exc).__name__})") from None
+        if hello.get("op") == "fatal":
+            self._kill()
+            message = protocol.text(hello.get("message"))
+            if self.wanted == "auto" and "namespace" in message and not _namespaces_refused:
+                with _fallback_lock:
+                    _namespaces_refused = message
+                self.starts -= 1
+                return self._spawn()
+            raise RuntimeError(f"the sandbox could not be built: {message}")
+        if hello.get("op") != "ready":
+            self._kill()
+            raise RuntimeError("the sandbox worker sent an unexpected greeting")
+        self.isolation = hello.get("isolation")
+
+    def _kill(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            proc.wait()
+            if self.isolation == "uid" and self._lease is not None:
+                # Without a PID namespace, a process that left the group (setsid) survives
+                # killpg; everything running as this sandbox's own uid is the sandbox's.
+                with contextlib.suppress(OSError, subprocess.SubprocessError):
+                    subprocess.run(["kill", "-KILL", "-1"], user=self._lease.uid,
+                                   group=self._lease.uid, extra_groups=[],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   timeout=10)
+        if self._request_fd is not None:
+            os.close(self._request_fd)
+            self._request_fd = None
+        if self._reader is not None:
+            os.close(self._reader.fd)
+            self._reader = None
+
+    def _request(self, message: dict, timeout: float) -> dict:
+        """One round trip. Raises _Fatal("timeout"|"crashed") after killing the worker."""
+        self._next_id += 1
+        message["id"] = self._next_id
+        deadline = time.monotonic() + timeout
+        try:
+            protocol.write_all(self._request_fd, protocol.encode(message), deadline)
+            while True:
+                reply = self._reader.read(deadline)
+                if reply.get("id") == self._next_id:
+                    return reply
+                # A frame the grader did not ask for (student code writing to the pipe):
+                # ignore it; the real answer must still come before the deadline.
+        except protocol.WorkerTimeout:
+            self._kill()
+            raise _Fatal("timeout", f"no answer within {timeout:g} s") from None
+        except protocol.WorkerGone:
+            code = self._proc.wait() if self._proc else None
+            self._kill()
+            raise _Fatal("crashed", _exit_reason(code)) from None
+        except protocol.ProtocolError as exc:
+            self._kill()
+            raise _Fatal("crashed", f"it sent malformed data to the grader ({exc})") from None
+
+    # ------------------------------------------------------------------ units
+
+    def _load(self) -> None:
+        """Start a worker and run every unit not known to be fatal, in order."""
+        while True:
+            self._spawn()
+            try:
+                for unit in self.submission.units:
+                    if unit.index in self.skipped:
+                        continue
+                    reply = self._request({"op": "exec", "source": unit.source,
+                                           "filename": unit.filename}, self.timeout)
+                    if unit.index not in self.unit_results:
+                        if reply.get("ok") is True:
+                            self.unit_results[unit.index] = UnitResult(unit, "ok")
+                        else:
+                            self.unit_results[unit.index] = UnitResult(
+                                unit, "error", _error_text(reply))
+                return
+            except _Fatal as fatal:
+                if self.gave_up:
+                    return
+                self.skipped.add(unit.index)
+                self.unit_results.setdefault(unit.index, UnitResult(unit, fatal.status,
+                                                                    fatal.message))
+
+    # ------------------------------------------------------------------ calls
+
+    @contextlib.contextmanager
+    def deadline(self, seconds: float):
+        """Bound every call made inside the block by one shared budget (one test)."""
+        previous = self._deadline
+        self._deadline = time.monotonic() + seconds
+        try:
+            yield
+        finally:
+            self._deadline = previous
+
+    def call(self, function_name: str, *args):
+        """Call ``function_name(*args)`` in the submission; plain data or SubmissionError."""
+        SubmissionError = _submission_error()
+        if self.submission.problem is not None:
+            raise SubmissionError(f"the submission defines no function `{function_name}`: "
+                                  f"{self.submission.problem}", kind="missing")
+        timeout = self.timeout
+        if self._deadline is not None:
+            timeout = min(timeout, self._deadline - time.monotonic())
+            if timeout <= 0:
+                raise SubmissionError("the time limit for this test was used up by earlier calls",
+                                      kind="timeout")
+        if self._proc is None and not self.gave_up:
+            try:
+                self._load()
+            except _Fatal:
+                pass
+        if self.gave_up or self._proc is None:
+            raise SubmissionError(self.gave_up or "your code could not be run", kind="crashed")
+        try:
+            reply = self._request({"op": "call", "function": function_name, "args": list(args)},
+                                  timeout)
+        except _Fatal as fatal:
+            if fatal.status == "timeout":
+                raise SubmissionError(f"no answer within {timeout:g} s (an infinite loop?)",
+                                      kind="timeout") from None
+            raise SubmissionError(f"the process running your code stopped: {fatal.message}",
+                                  kind="crashed") from None
+        if reply.get("ok") is True:
+            try:
+                return protocol.plain(reply.get("value"))
+            except protocol.ProtocolError as exc:
+                raise SubmissionError(f"returned something that is not plain data ({exc})",
+                                      kind="not_plain") from None
+        if reply.get("missing") is True:
+            raise SubmissionError(self._missing_message(function_name,
+                                                        protocol.text(reply.get("message"))),
+                                  kind="missing")
+        if reply.get("not_plain") is True:
+            raise SubmissionError(protocol.text(reply.get("message")) or
+                                  "returned something that is not a number", kind="not_plain")
+        exception_type = reply.get("exception_type")
+        if type(exception_type) is not str or not exception_type.isidentifier():
+            exception_type = "Exception"
+        raise SubmissionError("raised " + _error_text(reply), kind="raised",
+                              exception_type=exception_type)
+
+    def _missing_message(self, name: str, why: str) -> str:
+        message = f"the submission defines no function `{name}`"
+        if why == "not a function":
+            return f"`{name}` in the submission is not a function"
+        broken = [self.unit_results[u.index] for u in self.submission.defining_units(name)
+                  if u.index in self.unit_results and self.unit_results[u.index].status != "ok"]
+        if broken:
+            return f"{message}: {broken[-1].describe()}"
+        if name in self.submission.markdown_defs:
+            return (f"{message}: `def {name}(` appears in a markdown cell; "
+                    "change that cell's type to Code")
+        return message
+
+
+def _error_text(reply: dict) -> str:
+    """'NameError: name 'np' is not defined (cell 4, line 2)' from a worker's error reply."""
+    name = protocol.text(reply.get("exception"), 80) or "Exception"
+    message = protocol.text(reply.get("message"), 300)
+    text = f"{name}: {message}" if message else name
+    where = reply.get("where")
+    if type(where) is dict and type(where.get("line")) is int:
+        place = protocol.text(where.get("file"), 80)
+        text += f" ({place}, line {where['line']})" if place.startswith("cell") else \
+            f" (line {where['line']})"
+    return text
+
+
+def _exit_reason(code) -> str:
+    if code is None:
+        return "it exited"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hints = {"SIGKILL": "killed, e.g. for too many processes or memory",
+                 "SIGXCPU": "it used up its CPU time", "SIGSEGV": "it crashed"}
+        return f"{name}: {hints.get(name, 'killed by a signal')}"
+    if code == 0:
+        return "it exited (sys.exit or os._exit inside your code?)"
+    return f"it exited with status {code}"

@@ -1,0 +1,250 @@
+"""Turn a submitted file into *units*: pieces of code the sandbox runs one after another.
+
+* A notebook (``.ipynb``, or a Jupytext-paired MyST ``.md``) gives one unit per code cell.
+  Stored outputs are ignored: the code is run again. Lines that only IPython understands
+  (``%magic``, ``!shell``) become ``pass``; cells in another language (``%%bash``...) and the
+  notebook's self-check cells (they import ``tests.grading``, which the sandbox does not
+  have) are dropped.
+* A ``.py`` file gives one unit per top-level statement (statements sharing a line stay
+  together), executed in order in one namespace, exactly like importing the module, except
+  that a statement that fails (``sys.exit(0)``, a ``NameError``, an infinite loop) costs only
+  itself: the definitions after it still exist. This is the notebook rule, applied to
+  statements, and it is what makes one broken exercise cost only that exercise. A file that
+  does not parse has no units at all, and every exercise gets the syntax error as feedback.
+
+Parsing happens in the grader, on text only: nothing here executes submitted code.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SUFFIXES = (".ipynb", ".md", ".py")
+MAX_BYTES = 20 * 1024 * 1024
+
+SELF_CHECK = re.compile(r"^\s*(from\s+tests(\.|\s)|import\s+tests(\.|\s|$))", re.M)
+DEF_LINE = re.compile(r"^(?:async\s+)?def\s+([A-Za-z_]\w*)\s*\(", re.M)
+#: Cell magics whose body is still Python: only the magic line goes.
+PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug"}
+
+
+@dataclass(frozen=True)
+class Unit:
+    index: int
+    label: str  # "cell 7" or "line 12": how the student finds it
+    filename: str  # the name compile() gives it, so tracebacks point at it
+    source: str  # padded with blank lines, so line numbers match the student's file
+    defines: frozenset = frozenset()
+
+    @property
+    def first_line(self) -> str:
+        for line in self.source.splitlines():
+            if line.strip():
+                line = line.strip()
+                return line if len(line) <= 60 else line[:57] + "..."
+        return ""
+
+
+@dataclass
+class Submission:
+    path: Path
+    kind: str  # "py", "ipynb" or "md"
+    units: list = field(default_factory=list)
+    problem: str | None = None  # why nothing at all can run
+    notes: list = field(default_factory=list)  # what was left out, for the report
+    markdown_defs: set = field(default_factory=set)  # "def f(" seen in markdown cells
+
+    def defining_units(self, name: str) -> list:
+        return [u for u in self.units if name in u.defines]
+
+
+# ----------------------------------------------------------------------------- names
+
+def _bound_names(nodes) -> set:
+    """Names bound at module level by these statements (not inside functions or classes)."""
+    names: set = set()
+    for node in nodes:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                names.add((alias.asname or alias.name).split(".")[0])
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.With)):
+            targets = getattr(node, "targets", None) or [
+                getattr(node, "target", None)] + [i.optional_vars for i in getattr(node, "items", [])]
+            for target in targets:
+                if target is not None:
+                    names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+        for attr in ("body", "orelse", "finalbody", "handlers"):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names |= _bound_names(getattr(node, attr, []) or [])
+    return names
+
+
+def names_defined(source: str) -> frozenset:
+    try:
+        return frozenset(_bound_names(ast.parse(source).body))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return frozenset(DEF_LINE.findall(source))
+
+
+# ----------------------------------------------------------------------------- text
+
+def _read_text(path: Path) -> tuple[str | None, str | None]:
+    """(text, problem)."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            return None, f"the file is {size / 1e6:.0f} MB, larger than the {MAX_BYTES // 10**6} MB allowed"
+        data = path.read_bytes()
+    except OSError as exc:
+        return None, f"the file could not be read ({exc.strerror or exc})"
+    if b"\x00" in data:
+        return None, "the file is binary, not text: submit the notebook (.ipynb) or a .py file"
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return None, "the file is not UTF-8 text: submit the notebook (.ipynb) or a .py file"
+    if not text.strip():
+        return None, "the file is empty"
+    return text, None
+
+
+# ----------------------------------------------------------------------------- .py
+
+def units_from_python(text: str, filename: str) -> tuple[list, str | None]:
+    """One unit per top-level statement (statements sharing a line stay together)."""
+    try:
+        tree = ast.parse(text, filename=filename)
+    except SyntaxError as exc:
+        where = f"line {exc.lineno}: " if exc.lineno else ""
+        return [], f"it has a syntax error ({where}{exc.msg}), so none of it could run"
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return [], f"it could not be parsed as Python ({type(exc).__name__})"
+    lines = text.splitlines(keepends=True)
+    spans: list = []  # [first line, last line, [statements]]
+    for node in tree.body:
+        start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        end = node.end_lineno or node.lineno
+        if spans and start <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], end)
+            spans[-1][2].append(node)
+        else:
+            spans.append([start, end, [node]])
+    units = []
+    for start, end, nodes in spans:
+        source = "\n" * (start - 1) + "".join(lines[start - 1:end])
+        if any(_imports_tests(n) for n in nodes):
+            continue  # the self-check of an exported notebook
+        units.append(Unit(len(units), f"line {start}", filename, source,
+                          frozenset(_bound_names(nodes))))
+    return units, None
+
+
+def _imports_tests(node) -> bool:
+    if isinstance(node, ast.Import):
+        return any(a.name == "tests" or a.name.startswith("tests.") for a in node.names)
+    if isinstance(node, ast.ImportFrom):
+        return bool(node.module) and (node.module == "tests" or node.module.startswith("tests."))
+    return False
+
+
+# ----------------------------------------------------------------------------- notebooks
+
+def clean_cell(source: str) -> tuple[str | None, bool]:
+    """(Python source, whether IPython-only lines were removed); None drops the cell."""
+    lines = source.split("\n")
+    first = lines[0].strip() if lines else ""
+    changed = False
+    if first.startswith("%%"):
+        magic = first[2:].split()[0] if first[2:].split() else ""
+        if magic not in PYTHON_CELL_MAGICS:
+            return None, True
+        lines[0], changed = "", True
+    for i, line in enumerate(lines):
+        stripped = line.lstrip()
+        if stripped.startswith(("%", "!")):
+            indent = line[: len(line) - len(stripped)]
+            lines[i] = indent + "pass" if indent else ""
+            changed = True
+    return "\n".join(lines), changed
+
+
+def units_from_cells(cells, label_prefix: str = "cell") -> tuple[list, list, set]:
+    units, notes, markdown_defs = [], [], set()
+    dropped_checks = dropped_other = cleaned = 0
+    for number, cell in enumerate(cells, start=1):
+        if not isinstance(cell, dict):
+            continue
+        source = cell.get("source", "")
+        if isinstance(source, list):
+            source = "".join(s for s in source if isinstance(s, str))
+        if not isinstance(source, str):
+            continue
+        if cell.get("cell_type") != "code":
+            markdown_defs |= set(DEF_LINE.findall(source))
+            continue
+        if SELF_CHECK.search(source):
+            dropped_checks += 1
+            continue
+        code, changed = clean_cell(source)
+        if code is None:
+            dropped_other += 1
+            continue
+        cleaned += changed
+        if not code.strip():
+            continue
+        label = f"{label_prefix} {number}"
+        units.append(Unit(len(units), label, label, code, names_defined(code)))
+    if dropped_checks:
+        notes.append(f"{dropped_checks} self-check cell(s) were skipped (the grader runs its own checks)")
+    if dropped_other:
+        notes.append(f"{dropped_other} cell(s) in another language (%%bash, ...) were skipped")
+    if cleaned:
+        notes.append(f"IPython-only lines (%magic, !shell) were skipped in {cleaned} cell(s)")
+    return units, notes, markdown_defs
+
+
+def _notebook_cells(text: str, kind: str):
+    """(cells, problem)."""
+    if kind == "md":
+        try:
+            import jupytext  # only needed for the paired MyST form
+            notebook = jupytext.reads(text, fmt="md:myst")
+        except Exception as exc:  # a malformed file is the student's problem, not a crash
+            return None, f"it could not be read as a MyST notebook ({type(exc).__name__})"
+        return [dict(c) for c in notebook.cells], None
+    try:
+        notebook = json.loads(text)
+    except (ValueError, RecursionError):
+        return None, "it is not a valid notebook (the .ipynb file is not JSON)"
+    if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
+        return None, "it is not a valid notebook (no list of cells)"
+    return notebook["cells"], None
+
+
+def read_submission(path) -> Submission:
+    path = Path(path)
+    kind = path.suffix.lower().lstrip(".")
+    submission = Submission(path=path, kind=kind)
+    if path.suffix.lower() not in SUFFIXES:
+        submission.problem = f"{path.name} is not a notebook (.ipynb, .md) or a .py file"
+        return submission
+    text, problem = _read_text(path)
+    if problem:
+        submission.problem = problem
+        return submission
+    if kind == "py":
+        submission.units, submission.problem = units_from_python(text, path.name)
+        return submission
+    cells, problem = _notebook_cells(text, kind)
+    if problem:
+        submission.problem = problem
+        return submission
+    submission.units, submission.notes, submission.markdown_defs = units_from_cells(cells)
+    if not submission.units:
+        submission.problem = "it has no code cells to run"
+    return submission
