@@ -28,7 +28,11 @@ $(STAMP): requirements.txt
 	@touch $(STAMP)
 
 book: $(STAMP)
+	@# sphinx-external-toc cannot update a saved Sphinx environment after the table of
+	@# contents changes: start the HTML build afresh then (the execution cache is kept).
+	@cmp -s book/_toc.yml _build/.toc-of-last-build 2>/dev/null || rm -rf _build/.doctrees _build/html
 	$(VENV)/bin/jupyter-book build . --toc book/_toc.yml --config _config.yml --warningiserror --keep-going
+	@cp book/_toc.yml _build/.toc-of-last-build
 	@echo ""
 	@echo "The book is built: open $(CURDIR)/$(SITE)"
 
