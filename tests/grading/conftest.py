@@ -1,0 +1,46 @@
+"""Grade a student's file instead of the reference:
+
+    pytest tests/grading --submission path/to/submission.ipynb
+
+Without ``--submission`` the grading tests run against ``solutions/``. With it, the
+reference-scoring tests grade that file through ``autograde.sandbox`` (skipped if the
+autograder is not installed); the planted-mistake tests are unaffected.
+"""
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("grading")
+    group.addoption("--submission", action="store", default=None, metavar="PATH",
+                    help="grade this submission (.ipynb, .md or .py) instead of solutions/")
+    group.addoption("--submission-timeout", action="store", type=float, default=10.0,
+                    metavar="SECONDS", help="time limit per call of a submitted function")
+
+
+def _option(config, name, default=None):
+    try:
+        return config.getoption(name)
+    except ValueError:  # this conftest was loaded after option parsing
+        return default
+
+
+@pytest.fixture(scope="session")
+def submission_path(request):
+    return _option(request.config, "--submission")
+
+
+@pytest.fixture(scope="session")
+def call_for_function(submission_path, request):
+    """``name -> call`` for the code under test: the reference, or the sandboxed submission."""
+    if not submission_path:
+        import solutions
+        from tests.grading import local_call
+
+        yield lambda name: local_call(getattr(solutions, name))
+        return
+    sandbox = pytest.importorskip("autograde.sandbox", reason="the autograder's sandbox is not available")
+    timeout = _option(request.config, "--submission-timeout", 10.0)
+    with sandbox.Sandbox(submission_path, timeout=timeout) as box:
+        yield lambda name: (lambda *args: box.call(name, *args))

@@ -1,0 +1,119 @@
+"""The grading vocabulary: exercises, checks, results, and how a check calls a submission.
+
+A check never touches a student's function directly. It calls ``call(*args)``, where the
+arguments are JSON-able (floats, ints, strings, lists of floats) and the answer comes back as
+plain data (float, nested lists of floats, str; see :mod:`autograde.plain`) or as a
+:class:`SubmissionError`. The same check therefore runs in-process (the notebook's
+self-check, :func:`local_call`) and against a sandboxed submission (the autograder).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from autograde.plain import NotPlainData, to_plain
+
+
+@dataclass(frozen=True)
+class Exercise:
+    id: str
+    title: str
+    function: str
+    max_points: float
+
+
+EXERCISES = [
+    Exercise("ex1", "Exercise 1 (easy): Chinchilla loss calculator", "chinchilla_loss", 10),
+    Exercise("ex2", "Exercise 2 (medium): compute-optimal allocation", "compute_optimal", 20),
+    Exercise("ex3", "Exercise 3 (medium): parallelism memory footprint", "memory_per_gpu", 30),
+    Exercise("ex4", "Exercise 4 (hard): communication cost in 3D parallelism",
+             "communication_time_per_step", 40),
+]
+EXERCISE_BY_ID = {e.id: e for e in EXERCISES}
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one check concluded. ``feedback`` is written for the student."""
+
+    passed: bool
+    feedback: str
+    not_implemented: bool = False  # the function still raises NotImplementedError
+
+
+@dataclass(frozen=True)
+class Check:
+    exercise: str
+    name: str
+    points: float
+    hidden: bool
+    function: str
+    run: Callable[[Callable[..., Any]], Result] = field(repr=False, compare=False)
+    description: str = ""
+
+
+class SubmissionError(Exception):
+    """The submission could not answer a call. The message is shown to the student.
+
+    ``kind`` says why: ``"missing"`` (no such function), ``"raised"`` (the function raised;
+    ``exception_type`` holds the exception's class name, e.g. ``"ValueError"``),
+    ``"timeout"``, ``"not_plain"`` (it returned something that is not a number or a list of
+    numbers) or ``"crashed"`` (the sandbox itself failed).
+    """
+
+    KINDS = ("missing", "raised", "timeout", "not_plain", "crashed")
+
+    def __init__(self, message: str, *, kind: str = "raised", exception_type: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.kind = kind if kind in self.KINDS else "crashed"
+        self.exception_type = exception_type
+
+    @property
+    def not_implemented(self) -> bool:
+        return self.kind == "raised" and self.exception_type == "NotImplementedError"
+
+
+def to_student_args(args) -> list:
+    """JSON-able arguments as the student's function receives them: lists become float arrays."""
+    return [np.asarray(a, dtype=np.float64) if isinstance(a, list) else a for a in args]
+
+
+def describe_exception(exc: BaseException) -> str:
+    text = str(exc).strip()
+    if len(text) > 300:
+        text = text[:300] + "..."
+    return f"raised {type(exc).__name__}" + (f": {text}" if text else "")
+
+
+def local_call(function: Callable[..., Any]) -> Callable[..., Any]:
+    """A ``call`` that runs ``function`` in this process (no sandbox, no timeout).
+
+    Used by the notebook's self-check and by the grading tests against the reference.
+    """
+
+    def call(*args):
+        try:
+            value = function(*to_student_args(args))
+        except Exception as exc:  # the student's code may raise anything
+            raise SubmissionError(describe_exception(exc), kind="raised",
+                                  exception_type=type(exc).__name__) from None
+        try:
+            return to_plain(value)
+        except NotPlainData as exc:
+            hint = " (did you forget `return`?)" if value is None else ""
+            raise SubmissionError(str(exc) + hint, kind="not_plain") from None
+
+    return call
+
+
+def missing_call(function_name: str) -> Callable[..., Any]:
+    """A ``call`` for a function the submission does not define."""
+
+    def call(*args):
+        raise SubmissionError(f"no function `{function_name}` found: define it with exactly "
+                              "this name", kind="missing")
+
+    return call

@@ -1,0 +1,96 @@
+"""Why a known wrong answer is wrong, keyed by the mistake's id.
+
+The wrong implementations themselves live in :mod:`tests.grading.mistakes` (instructor side);
+these explanations ship with the student release, so a check can explain a mistake it
+recognises from the stored outcomes alone.
+"""
+
+WHY = {
+    # Exercise 1
+    "ex1_paper_rounded_constants": (
+        "your numbers match A = 406.4 and B = 410.7, the constants as printed in Hoffmann et al. "
+        "(2022). This exercise fixes A = 406.0 and B = 410.0; only those reproduce its "
+        "GPT-3 2.002 and Chinchilla 1.936."),
+    "ex1_paper_precise_constants": (
+        "your numbers match the unrounded fit from the paper's source (E = 1.69337, "
+        "alpha = 0.33917...). Use the exercise's constants: E = 1.69, A = 406.0, B = 410.0, "
+        "alpha = 0.34, beta = 0.28."),
+    "ex1_swapped_exponents": (
+        "your numbers match the formula with the exponents swapped. alpha = 0.34 belongs to the "
+        "model-size term A / N**alpha and beta = 0.28 to the data term B / D**beta."),
+    "ex1_multiplies_instead_of_divides": (
+        "your loss grows with N and D: it matches A * N**alpha + B * D**beta. The penalty "
+        "terms shrink as the model and the data grow: A / N**alpha and B / D**beta."),
+    "ex1_not_vectorised": (
+        "the function fails when N and D are numpy arrays. Use numpy-friendly arithmetic "
+        "(`**`, `np.power`) instead of `math.pow`, `float(...)` or Python loops, so one call "
+        "evaluates a whole grid."),
+    # Exercise 2
+    "ex2_returns_last_point": (
+        "you returned the last point of the grid, not the best one: keep a candidate only when "
+        "its loss is lower than the best loss so far (or use np.argmin over all the losses)."),
+    "ex2_ignores_ratios": (
+        "you searched the default grid although `ratios` was given. Use "
+        "np.logspace(-1, 3.3, 200) only when `ratios is None`."),
+    "ex2_uses_2ND": (
+        "your allocation satisfies 2*N*D = C. Training costs about 6 FLOPs per parameter per "
+        "token (2 forward, 4 backward), so the budget line is 6*N*D = C and N = sqrt(C / (6*r))."),
+    "ex2_forgets_the_6": (
+        "your allocation satisfies N*D = C: the factor 6 is missing. Training costs about "
+        "6 FLOPs per parameter per token, so N = sqrt(C / (6*r)) and D = r*N."),
+    "ex2_continuous_optimum": (
+        "your answer is the exact (continuous) optimum, but the exercise asks for the best "
+        "point of the grid `ratios` by brute force: the returned ratio must be one of them."),
+    "ex2_wrong_loss_constants": (
+        "your search is right, but the losses come from a chinchilla_loss with the paper's "
+        "rounded constants (A = 406.4, B = 410.7). Fix Exercise 1 first: compute_optimal "
+        "must use the exercise's chinchilla_loss."),
+    # Exercise 3
+    "ex3_zero_16_bytes": (
+        "you count 16 bytes per parameter, ZeRO's convention (it adds an fp32 master copy of "
+        "the weights). This exercise uses the chapter's 12: bf16 weights (2) + bf16 gradients "
+        "(2) + fp32 Adam m and v (4 + 4)."),
+    "ex3_returns_gigabytes": (
+        "you returned gigabytes; the function must return bytes. Divide by 1e9 only when you "
+        "print or plot."),
+    "ex3_returns_gibibytes": (
+        "you returned GiB (bytes / 2**30); the function must return bytes."),
+    "ex3_divides_dp": (
+        "data parallelism keeps a full replica of the weights, gradients and optimizer state "
+        "on every GPU: its memory per GPU does not shrink as GPUs are added."),
+    "ex3_fsdp_not_sharded": (
+        "FSDP shards the weights, gradients and optimizer state across the GPUs, so each GPU "
+        "holds 1/num_gpus of the full state, like TP and PP in this first approximation."),
+    "ex3_unknown_strategy_silent": (
+        "an unknown strategy must raise ValueError naming the allowed ones ('dp', 'tp', 'pp', "
+        "'fsdp'), not fall through to a default branch: a silent wrong number is worse than "
+        "an error."),
+    # Exercise 4
+    "ex4_dp_missing_factor_2": (
+        "your DP term counts 2 bytes per parameter: the fp16 gradients once. An all-reduce "
+        "moves them twice (reduce-scatter, then all-gather), so the exercise's DP volume is "
+        "2 * (2 * model_params) bytes."),
+    "ex4_dp_ring_factor": (
+        "you used the ring factor 2(n-1)/n with n = dp_rank. That is the better model (see "
+        "Data parallelism), but this exercise's first estimate uses the plain factor 2 and "
+        "does not depend on dp_rank."),
+    "ex4_dp_divided_by_tp": (
+        "you divided the DP volume by tp_rank. Sharding by TP is a refinement the exercise "
+        "leaves out: its first estimate all-reduces all 2 * model_params gradient bytes, twice."),
+    "ex4_tp_forward_and_backward": (
+        "you count four all-reduces per layer (forward and backward). Megatron does do four, "
+        "but this exercise's first estimate counts two: 2 * (2 * batch_size * seq_len * d_model) "
+        "bytes per layer."),
+    "ex4_tp_not_per_layer": (
+        "your TP term does not grow with num_layers: every transformer layer all-reduces its "
+        "activations, so multiply the per-layer volume by num_layers."),
+    "ex4_bandwidth_gb": (
+        "your times are 1000 times too large: 1 TB/s is 1e12 bytes/s (not 1e9), and the "
+        "answer is in seconds (not milliseconds)."),
+    "ex4_bandwidth_bits": (
+        "your times are 8 times too large: bandwidth_tb_s is in terabytes per second, "
+        "1e12 bytes/s, not terabits."),
+    "ex4_bandwidth_not_converted": (
+        "you divided bytes by the bandwidth in TB/s: convert it to bytes/s first "
+        "(bandwidth_tb_s * 1e12)."),
+}

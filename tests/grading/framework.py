@@ -1,0 +1,363 @@
+"""Probes, comparisons and messages shared by the exercise checks.
+
+A *probe* is one call of an exercise function: its arguments, the reference's outcome, and
+the outcome of every known wrong implementation (:mod:`tests.grading.mistakes`) on the same
+arguments. Public probes are stored in ``public_expected.json`` (so the student release
+needs no reference code); hidden probes are computed at grading time from ``solutions``.
+
+An *outcome* is a small dict: ``{"value": plain}`` or ``{"raises": "ValueError"}``; for a
+student's call also ``{"error": kind, "message": ...}`` when the call could not be made.
+Comparing a student's outcome with a mistake's outcome is how a check recognises a known
+wrong answer and explains it.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from .core import Check, Result, SubmissionError, describe_exception
+from .explain import WHY
+
+PUBLIC_EXPECTED_PATH = Path(__file__).with_name("public_expected.json")
+
+#: Relative tolerance for "the same number". The exercises are closed-form, so a correct
+#: answer agrees to rounding error; a wrong constant or unit is off by far more.
+REL_TOL = 1e-9
+#: Looser tolerance for quantities derived from differences of two answers.
+DERIVED_REL_TOL = 1e-6
+
+
+@dataclass(frozen=True)
+class Probe:
+    args: list
+    expected: dict
+    mistakes: dict  # mistake id -> outcome
+
+
+# --------------------------------------------------------------------------- outcomes
+
+def attempt(call: Callable[..., Any], args: Sequence) -> dict:
+    """Call the submission once and record what happened; never raises."""
+    try:
+        return {"value": call(*args)}
+    except SubmissionError as err:
+        if err.kind == "raised":
+            return {"raises": err.exception_type or "Exception", "message": err.message}
+        return {"error": err.kind, "message": err.message}
+    except Exception as exc:  # a broken call wrapper must not crash the grader
+        return {"error": "crashed", "message": describe_exception(exc)}
+
+
+def is_number(x) -> bool:
+    return type(x) is float and math.isfinite(x)
+
+
+def same(a, b, rel: float = REL_TOL) -> bool:
+    """Plain values equal up to ``rel``; NaN and infinities are never equal to anything."""
+    a = float(a) if isinstance(a, float) else a  # numpy float64 from the grader's own arithmetic
+    b = float(b) if isinstance(b, float) else b
+    if type(a) is float and type(b) is float:
+        if not (math.isfinite(a) and math.isfinite(b)):
+            return False
+        return math.isclose(a, b, rel_tol=rel, abs_tol=1e-300)
+    if type(a) is list and type(b) is list:
+        return len(a) == len(b) and all(same(x, y, rel) for x, y in zip(a, b))
+    if type(a) is str and type(b) is str:
+        return a == b
+    return False
+
+
+def same_outcome(a: dict, b: dict, rel: float = REL_TOL) -> bool:
+    if "value" in a and "value" in b:
+        return same(a["value"], b["value"], rel)
+    if "raises" in a and "raises" in b:
+        return a["raises"] == b["raises"]
+    return False
+
+
+def strip_message(outcome: dict) -> dict:
+    return {k: v for k, v in outcome.items() if k in ("value", "raises")}
+
+
+# --------------------------------------------------------------------------- formatting
+
+def fmt_number(x: float, digits: int = 6) -> str:
+    if type(x) is not float:
+        return repr(x)
+    if not math.isfinite(x):
+        return str(x)
+    if x == int(x) and abs(x) < 1e5:
+        return str(int(x))
+    return f"{x:.{digits}g}"
+
+
+def fmt_value(value, digits: int = 6) -> str:
+    if type(value) is float:
+        return fmt_number(value, digits)
+    if type(value) is list:
+        if len(value) > 6:
+            return f"a list of {len(value)} values"
+        return "[" + ", ".join(fmt_value(v, digits) for v in value) + "]"
+    if type(value) is str:
+        return repr(value)
+    return repr(value)
+
+
+def fmt_pair(got, expected) -> tuple[str, str]:
+    """Format two numbers with enough digits that they visibly differ."""
+    for digits in (6, 9, 12, 17):
+        g, e = fmt_value(got, digits), fmt_value(expected, digits)
+        if g != e:
+            return g, e
+    return fmt_value(got, 17), fmt_value(expected, 17)
+
+
+def fmt_arg(a) -> str:
+    if type(a) is list:
+        if len(a) <= 6:
+            return "np.array([" + ", ".join(fmt_number(float(x)) for x in a) + "])"
+        return f"np.array([{fmt_number(float(a[0]))}, ..., {fmt_number(float(a[-1]))}]) ({len(a)} values)"
+    if type(a) is int:
+        return str(a)
+    if type(a) is float:
+        return fmt_number(a)
+    return repr(a)
+
+
+def fmt_call(function: str, args: Sequence) -> str:
+    return f"{function}(" + ", ".join(fmt_arg(a) for a in args) + ")"
+
+
+def fmt_outcome(outcome: dict) -> str:
+    if "value" in outcome:
+        return "returned " + fmt_value(outcome["value"])
+    if "raises" in outcome:
+        msg = outcome.get("message")
+        return msg if msg else f"raised {outcome['raises']}"
+    return outcome.get("message", "failed")
+
+
+# --------------------------------------------------------------------------- results
+
+def call_failure(function: str, args: Sequence, outcome: dict) -> Result | None:
+    """A Result for a call that could not produce a value, or None when it returned one."""
+    if "value" in outcome:
+        return None
+    where = fmt_call(function, args)
+    if outcome.get("raises") == "NotImplementedError":
+        return Result(False, f"Not implemented yet: `{function}` raises NotImplementedError.",
+                      not_implemented=True)
+    if "raises" in outcome:
+        return Result(False, f"{where} {fmt_outcome(outcome)}.")
+    kind = outcome.get("error")
+    if kind == "missing":
+        return Result(False, outcome.get("message", f"no function `{function}` found") + ".")
+    if kind == "timeout":
+        return Result(False, f"{where} took too long: {outcome.get('message', 'timed out')}.")
+    if kind == "not_plain":
+        return Result(False, f"{where} {outcome.get('message', 'returned something that is not a number')}.")
+    return Result(False, f"{where} failed: {outcome.get('message', 'unknown error')}.")
+
+
+def recognise(student: dict, probe: Probe, rel: float = REL_TOL) -> str | None:
+    """The explanation of a known mistake that reproduces the student's outcome, if any."""
+    if same_outcome(student, probe.expected, rel):
+        return None
+    for mistake_id, outcome in probe.mistakes.items():
+        if same_outcome(student, outcome, rel) and not same_outcome(outcome, probe.expected, rel):
+            return WHY.get(mistake_id)
+    return None
+
+
+def recognise_derived(student_q, probes: Sequence[Probe], derive, expected_q,
+                      rel: float = DERIVED_REL_TOL) -> str | None:
+    """Like :func:`recognise`, for a quantity ``derive(values)`` computed from several
+    probes' values (a factor, a slope, a chosen ratio)."""
+    for mistake_id in mistake_ids(probes):
+        values = mistaken_values(probes, mistake_id)
+        if values is None:
+            continue
+        try:
+            q = derive(values)
+        except Exception:
+            continue
+        if q is not None and same(q, student_q, rel) and not same(q, expected_q, rel):
+            return WHY.get(mistake_id)
+    return None
+
+
+def with_why(text: str, why: str | None, hint: str | None = None) -> str:
+    if why:
+        return f"{text}\nWhy: {why}"
+    if hint:
+        return f"{text}\nHint: {hint}"
+    return text
+
+
+def value_mismatch(function: str, probe: Probe, student: dict, hint: str | None = None) -> Result:
+    got = student.get("value")
+    expected = probe.expected.get("value")
+    where = fmt_call(function, probe.args)
+    if "raises" in probe.expected:
+        text = f"{where} {fmt_outcome(student)}, but it should raise {probe.expected['raises']}."
+    elif type(got) is not type(expected) or (type(got) is list and len(got) != len(expected)):
+        text = f"{where} returned {fmt_value(got)}; expected {fmt_value(expected)}."
+        if type(expected) is list and type(got) is not list:
+            text += f" Return {len(expected)} numbers."
+        elif type(expected) is float and type(got) is list:
+            text += " Return a single number."
+    else:
+        g, e = fmt_pair(got, expected)
+        text = f"{where} returned {g}; expected {e}."
+        if type(got) is float and is_number(got) and is_number(expected) and expected != 0:
+            rel_err = abs(got - expected) / abs(expected)
+            if rel_err < 1e-3:
+                text += f" Close: a relative difference of {rel_err:.1e}."
+                if recognise(student, probe) is None:
+                    text += " Check every constant, and do not round."
+            elif got != 0:
+                text += f" That is {got / expected:.4g} times the expected value."
+    return Result(False, with_why(text, recognise(student, probe), hint))
+
+
+def values_match(function: str, probes: Sequence[Probe], call, hint: str | None = None,
+                 ok_text: str | None = None) -> Result:
+    """Every probe's outcome equals the reference's (values up to REL_TOL, or the same exception)."""
+    for probe in probes:
+        student = attempt(call, probe.args)
+        if "raises" in probe.expected and "raises" in student:
+            if student["raises"] == probe.expected["raises"]:
+                continue
+            if student["raises"] != "NotImplementedError":
+                text = (f"{fmt_call(function, probe.args)} {fmt_outcome(student)}; "
+                        f"it should raise {probe.expected['raises']}.")
+                return Result(False, with_why(text, recognise(student, probe), hint))
+        failed = call_failure(function, probe.args, student)
+        if failed is not None and "raises" not in probe.expected:
+            return Result(False, with_why(failed.feedback, recognise(student, probe)),
+                          failed.not_implemented)
+        if failed is not None:  # NotImplementedError, or a call that never ran
+            return failed
+        if not same_outcome(student, probe.expected):
+            return value_mismatch(function, probe, student, hint)
+    if ok_text:
+        return Result(True, ok_text)
+    if len(probes) == 1 and "value" in probes[0].expected:
+        return Result(True, f"{fmt_call(function, probes[0].args)} returned "
+                            f"{fmt_value(probes[0].expected['value'])}, as expected.")
+    return Result(True, f"All {len(probes)} calls of `{function}` gave the expected answers.")
+
+
+# --------------------------------------------------------------------------- probe sources
+
+_PUBLIC_CACHE: dict | None = None
+
+
+def load_public_expected(path: Path = PUBLIC_EXPECTED_PATH) -> dict:
+    global _PUBLIC_CACHE
+    if path != PUBLIC_EXPECTED_PATH:
+        return json.loads(path.read_text(encoding="utf-8"))
+    if _PUBLIC_CACHE is None:
+        _PUBLIC_CACHE = json.loads(path.read_text(encoding="utf-8"))
+    return _PUBLIC_CACHE
+
+
+def public_probes(check_name: str, args_list: Sequence[Sequence]) -> list[Probe]:
+    """The stored probes of a public check; fails loudly if the file is stale."""
+    data = load_public_expected()["checks"].get(check_name)
+    if data is None or [p["args"] for p in data] != [list(a) for a in args_list]:
+        raise RuntimeError(
+            f"tests/grading/public_expected.json is stale for check {check_name!r}: "
+            "regenerate it with `python -m tests.grading.public_expected`")
+    return [Probe(p["args"], p["expected"], p.get("mistakes", {})) for p in data]
+
+
+def reference_probes(function: str, args_list: Iterable[Sequence]) -> list[Probe]:
+    """Probes computed now from the reference solutions and the known mistakes."""
+    from .public_expected import compute_probe  # needs solutions/: hidden checks only
+
+    return [Probe(**compute_probe(function, list(a))) for a in args_list]
+
+
+# --------------------------------------------------------------------------- building checks
+
+#: Public checks' arguments by check name, filled as the checks are built; read by
+#: public_expected.py to regenerate the JSON.
+PUBLIC_SPECS: dict[str, tuple[str, list]] = {}
+
+
+def make_check(exercise: str, name: str, points: float, function: str,
+               args_list: Sequence[Sequence], judge: Callable[[Any, list[Probe]], Result],
+               hidden: bool = False, description: str = "") -> Check:
+    """A Check whose probes come from the JSON (public) or from the reference (hidden),
+    loaded on first use. ``judge(call, probes)`` decides; anything it raises becomes a
+    failed Result, so a check never raises.
+    """
+    args_list = [list(a) for a in args_list]
+    if not hidden:
+        PUBLIC_SPECS[name] = (function, args_list)
+    cached: list[list[Probe]] = []
+
+    def run(call) -> Result:
+        try:
+            if not cached:
+                cached.append(reference_probes(function, args_list) if hidden
+                              else public_probes(name, args_list))
+            return judge(call, cached[0])
+        except Exception as exc:  # a check must never raise
+            return Result(False, f"The grader could not run this test ({describe_exception(exc)}). "
+                                 "Please tell your instructor.")
+
+    return Check(exercise=exercise, name=name, points=points, hidden=hidden,
+                 function=function, run=run, description=description)
+
+
+def collect(call, function: str, probes: Sequence[Probe], want: str = "number"):
+    """Call every probe; return (values, None), or (None, Result) for the first failure.
+
+    ``want`` is "number" (a finite float), "positive" (a finite float > 0), "numbers" (a
+    list of finite floats) or "any".
+    """
+    values = []
+    for probe in probes:
+        student = attempt(call, probe.args)
+        failed = call_failure(function, probe.args, student)
+        if failed is not None:
+            return None, Result(False, with_why(failed.feedback, recognise(student, probe)),
+                                failed.not_implemented)
+        value = student["value"]
+        where = fmt_call(function, probe.args)
+        if want == "positive" and not (is_number(value) and value > 0):
+            return None, Result(False, with_why(
+                f"{where} returned {fmt_value(value)}; expected a positive finite number.",
+                recognise(student, probe)))
+        if want == "number" and not is_number(value):
+            return None, Result(False, with_why(
+                f"{where} returned {fmt_value(value)}; expected a single finite number.",
+                recognise(student, probe)))
+        if want == "numbers" and not (type(value) is list and all(is_number(v) for v in value)):
+            return None, Result(False, f"{where} returned {fmt_value(value)}; expected a list "
+                                       "(or tuple, or array) of finite numbers.")
+        values.append(value)
+    return values, None
+
+
+def mistaken_values(probes: Sequence[Probe], mistake_id: str):
+    """A mistake's values on every probe, or None if it raised on any."""
+    out = []
+    for p in probes:
+        o = p.mistakes.get(mistake_id)
+        if o is None or "value" not in o:
+            return None
+        out.append(o["value"])
+    return out
+
+
+def mistake_ids(probes: Sequence[Probe]) -> list[str]:
+    ids: list[str] = []
+    for p in probes:
+        ids += [m for m in p.mistakes if m not in ids]
+    return ids

@@ -1,0 +1,73 @@
+"""Compute the public checks' expected outcomes from the reference, and store them.
+
+    python -m tests.grading.public_expected          # rewrite public_expected.json
+    python -m tests.grading.public_expected --check  # exit 1 if the file is out of date
+
+The JSON lets the public checks (the notebook's self-check) run in the student release,
+which has no ``solutions/`` package. ``tests/grading/test_public_expected.py`` asserts that
+the stored file equals what the reference computes now.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .core import local_call
+from .framework import PUBLIC_EXPECTED_PATH, PUBLIC_SPECS, attempt, strip_message
+
+
+def compute_probe(function: str, args: list) -> dict:
+    """The reference's outcome and every known mistake's outcome for one call."""
+    import solutions
+    from . import mistakes
+
+    expected = strip_message(attempt(local_call(getattr(solutions, function)), args))
+    if "value" not in expected and "raises" not in expected:
+        raise RuntimeError(f"the reference cannot answer {function}{tuple(args)}: {expected}")
+    outcomes = {}
+    for mistake in mistakes.for_function(function):
+        outcome = strip_message(attempt(local_call(mistake.impl), args))
+        if outcome:
+            outcomes[mistake.id] = outcome
+    return {"args": args, "expected": expected, "mistakes": outcomes}
+
+
+def compute() -> dict:
+    from . import load_checks
+
+    load_checks(include_hidden=False)  # registers every public check's arguments
+    checks = {
+        name: [compute_probe(function, args) for args in args_list]
+        for name, (function, args_list) in sorted(PUBLIC_SPECS.items())
+    }
+    return {
+        "about": "Expected outcomes of the public grading checks, computed from solutions/ "
+                 "by `python -m tests.grading.public_expected`. Do not edit by hand.",
+        "checks": checks,
+    }
+
+
+def dumps(data: dict) -> str:
+    return json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only compare, do not write")
+    args = parser.parse_args(argv)
+    text = dumps(compute())
+    if args.check:
+        current = PUBLIC_EXPECTED_PATH.read_text(encoding="utf-8") if PUBLIC_EXPECTED_PATH.exists() else ""
+        if current != text:
+            print(f"{PUBLIC_EXPECTED_PATH.name} is out of date; run python -m tests.grading.public_expected")
+            return 1
+        print(f"{PUBLIC_EXPECTED_PATH.name} is up to date")
+        return 0
+    PUBLIC_EXPECTED_PATH.write_text(text, encoding="utf-8")
+    print(f"wrote {PUBLIC_EXPECTED_PATH.name} ({len(text)} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""A human-readable grading report, the same text for the notebook's self-check and for the
+autograder's console output."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from .core import EXERCISES, Check, Result
+
+
+def fmt_points(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:.1f}"
+
+
+def _indent(text: str, prefix: str) -> str:
+    return "\n".join(prefix + line for line in text.splitlines())
+
+
+def _short(title: str) -> str:
+    """ "Exercise 1 (easy): Chinchilla ..." -> "Exercise 1" """
+    return title.split(":")[0].split(" (")[0]
+
+
+def score(results: Sequence[tuple[Check, Result]]) -> tuple[float, float]:
+    earned = sum(c.points for c, r in results if r.passed)
+    possible = sum(c.points for c, _ in results)
+    return earned, possible
+
+
+def format_report(results: Sequence[tuple[Check, Result]]) -> str:
+    """Per exercise: points, a line per test (✓ or ✗), feedback under each failure; then the
+    total and what to fix first."""
+    lines: list[str] = []
+    by_exercise: dict[str, list] = {}
+    for check, result in results:
+        by_exercise.setdefault(check.exercise, []).append((check, result))
+    order = [e for e in EXERCISES if e.id in by_exercise]
+    order += [type("X", (), {"id": k, "title": k})() for k in by_exercise
+              if k not in {e.id for e in EXERCISES}]
+    not_implemented: list[str] = []
+    fix_first: str | None = None  # from the earliest exercise with a failure
+    for exercise in order:
+        group = by_exercise[exercise.id]
+        earned, possible = score(group)
+        lines.append(f"{exercise.title}: {fmt_points(earned)} / {fmt_points(possible)} points")
+        if all(r.not_implemented for _, r in group):
+            lines.append("  ✗ not implemented yet: "
+                         f"`{group[0][0].function}` still raises NotImplementedError")
+            not_implemented.append(_short(exercise.title))
+            if fix_first is None:
+                fix_first = f"implement {_short(exercise.title)} (`{group[0][0].function}`)."
+            lines.append("")
+            continue
+        if len(group) > 1 and all(not r.passed for _, r in group) and \
+                len({r.feedback for _, r in group}) == 1:
+            # One cause for every test (a missing function, a crash on import): say it once.
+            lines.append(f"  ✗ all {len(group)} tests:")
+            lines.append(_indent(group[0][1].feedback, "      "))
+            if fix_first is None:
+                fix_first = f"{_short(exercise.title)}: {group[0][1].feedback.splitlines()[0]}"
+            lines.append("")
+            continue
+        width = max(len(c.name) for c, _ in group)
+        for check, result in group:
+            mark = "✓" if result.passed else "✗"
+            tag = " (hidden)" if check.hidden else ""
+            got = check.points if result.passed else 0
+            lines.append(f"  {mark} {check.name:<{width}}  {fmt_points(got)}/{fmt_points(check.points)}{tag}")
+            if not result.passed:
+                lines.append(_indent(result.feedback, "      "))
+                if fix_first is None:
+                    feedback = result.feedback.splitlines() or [""]
+                    why = [line for line in feedback[1:] if line.startswith("Why:")]
+                    fix_first = f"{_short(exercise.title)}, {check.name}: " + \
+                        "\n  ".join(feedback[:1] + why)
+        lines.append("")
+    earned, possible = score(results)
+    lines.append(f"Total: {fmt_points(earned)} / {fmt_points(possible)} points")
+    if fix_first is not None:
+        lines.append(f"Fix first: {fix_first}")
+    if not_implemented:
+        lines.append("Not implemented yet: " + ", ".join(not_implemented) + ".")
+    if fix_first is None and results:
+        lines.append("All tests passed.")
+    return "\n".join(lines)
