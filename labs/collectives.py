@@ -1,0 +1,267 @@
+"""Lab 1: collectives. All-reduce, all-gather and reduce-scatter on real processes; a ring
+all-reduce written by hand from point-to-point sends; bytes and bandwidth.
+
+    python -m labs.collectives --nproc 4 [--backend auto|gloo|nccl] --report PATH
+
+What it checks (``checks`` in the report):
+
+* each built-in collective returns exactly what its definition says (integer-valued data,
+  so float sums are exact);
+* the hand-written ring all-reduce agrees with ``dist.all_reduce``;
+* the bytes each rank sends in the ring equal ``2 (n-1)/n`` times the buffer
+  (``solutions.communication.allreduce_bytes_per_rank``; Patarasuk & Yuan 2009), counted
+  send by send, and the ring takes ``2 (n-1)`` sequential steps.
+
+It also times each collective over a range of sizes and reports algorithm bandwidth
+(buffer bytes / time) and bus bandwidth (algorithm bandwidth times the ring factor,
+nccl-tests' definition), which is comparable across world sizes.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+from solutions.communication import (allgather_factor, allreduce_bytes_per_rank, reduce_scatter_factor,
+                                     ring_allreduce_factor, ring_allreduce_steps)
+
+from . import launch
+from .report import check_at_most, check_exact
+
+LAB = "collectives"
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "ring_all_reduce")
+
+__all__ = ["ring_all_reduce", "RingStats", "build_parser", "worker", "main"]
+
+
+class RingStats:
+    """What one rank's ring all-reduces did: ``bytes_sent``, ``steps``, ``padding`` (elements)."""
+
+    def __init__(self):
+        self.bytes_sent = 0
+        self.steps = 0
+        self.padding = 0
+        self.calls = 0
+
+
+def ring_all_reduce(tensor: torch.Tensor, stats: RingStats | None = None, group=None) -> torch.Tensor:
+    """Sum ``tensor`` over all ranks in place, with a ring of point-to-point sends.
+
+    The buffer is split into ``n`` chunks (padded with zeros to a multiple of ``n``). Rank
+    ``r`` sends to ``r+1`` and receives from ``r-1`` (mod ``n``):
+
+    * reduce-scatter, steps ``s = 0..n-2``: send chunk ``(r-s) mod n``, receive chunk
+      ``(r-s-1) mod n`` and add it to our copy. Rank ``r`` then holds the full sum of chunk
+      ``(r+1) mod n``;
+    * all-gather, steps ``s = 0..n-2``: send chunk ``(r+1-s) mod n`` (complete), receive
+      chunk ``(r-s) mod n`` and overwrite our copy.
+
+    Each rank sends ``2 (n-1)`` chunks of ``size/n``: ``2 (n-1)/n`` of the buffer, whatever
+    ``n`` is (Patarasuk & Yuan 2009). The same schedule as
+    ``solutions.communication.simulate_ring_allreduce``, here on real processes.
+    """
+    if not tensor.is_contiguous():
+        raise ValueError("tensor must be contiguous")
+    stats = stats if stats is not None else RingStats()
+    stats.calls += 1
+    n = dist.get_world_size(group)
+    r = dist.get_rank(group)
+    if n == 1:
+        return tensor
+    flat = tensor.view(-1)
+    pad = (-flat.numel()) % n
+    work = torch.cat([flat, flat.new_zeros(pad)]) if pad else flat
+    stats.padding += pad
+    chunks = work.chunk(n)
+    right = dist.get_global_rank(group, (r + 1) % n) if group is not None else (r + 1) % n
+    left = dist.get_global_rank(group, (r - 1) % n) if group is not None else (r - 1) % n
+    incoming = torch.empty_like(chunks[0])
+
+    def exchange(send: torch.Tensor, recv: torch.Tensor) -> None:
+        # Send and receive in one batch: both ranks of a pair post their operations
+        # together, so neither waits for the other (NCCL requires this form).
+        ops = [dist.P2POp(dist.isend, send, right, group), dist.P2POp(dist.irecv, recv, left, group)]
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+        stats.bytes_sent += send.numel() * send.element_size()
+        stats.steps += 1
+
+    for s in range(n - 1):  # reduce-scatter
+        exchange(chunks[(r - s) % n], incoming)
+        chunks[(r - s - 1) % n].add_(incoming)
+    for s in range(n - 1):  # all-gather
+        exchange(chunks[(r + 1 - s) % n], chunks[(r - s) % n])
+    if pad:
+        flat.copy_(work[: flat.numel()])
+    return tensor
+
+
+def _max_over_ranks(value: float, device) -> float:
+    t = torch.tensor([float(value)], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def _gather_ints(value: int, device) -> list[int]:
+    t = torch.tensor([int(value)], dtype=torch.int64, device=device)
+    out = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, t)
+    return [int(x.item()) for x in out]
+
+
+def _sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def correctness_checks(ctx, elements: int) -> list[dict]:
+    """Built-in collectives against their definitions, on integer-valued fp32 data (exact)."""
+    n, r, dev = ctx.world_size, ctx.rank, ctx.device
+    base = torch.arange(elements, dtype=torch.float32, device=dev)
+    x = base * (r + 1)  # rank r holds (r+1) * [0, 1, 2, ...]
+    total = base * (n * (n + 1) // 2)
+
+    ar = x.clone()
+    dist.all_reduce(ar)
+    err_ar = (ar - total).abs().max().item()
+
+    ag = torch.empty(n * elements, dtype=torch.float32, device=dev)
+    dist.all_gather_into_tensor(ag, x)
+    expected_ag = torch.cat([base * (k + 1) for k in range(n)])
+    err_ag = (ag - expected_ag).abs().max().item()
+
+    rs = torch.empty(elements // n, dtype=torch.float32, device=dev)
+    dist.reduce_scatter_tensor(rs, x)
+    err_rs = (rs - total.chunk(n)[r]).abs().max().item()
+
+    return [
+        check_exact("all_reduce: largest error vs the elementwise sum", 0, _max_over_ranks(err_ar, dev), unit=""),
+        check_exact("all_gather: largest error vs the concatenation", 0, _max_over_ranks(err_ag, dev), unit=""),
+        check_exact("reduce_scatter: largest error vs this rank's chunk of the sum", 0,
+                    _max_over_ranks(err_rs, dev), unit=""),
+    ]
+
+
+def ring_checks(ctx, elements: int) -> list[dict]:
+    n, r, dev = ctx.world_size, ctx.rank, ctx.device
+    gen = torch.Generator().manual_seed(1000 + r)
+    x = torch.randn(elements, generator=gen).to(dev)
+    stats = RingStats()
+    mine = ring_all_reduce(x.clone(), stats)
+    ref = x.clone()
+    dist.all_reduce(ref)
+    diff = _max_over_ranks((mine - ref).abs().max().item(), dev)
+    # Both sum the same n numbers per element in different orders: they may differ by a
+    # few float32 roundings of the largest partial sum.
+    bound = 4 * n * torch.finfo(torch.float32).eps * _max_over_ranks(ref.abs().max().item(), dev)
+    padded = elements + stats.padding
+    sent = _gather_ints(stats.bytes_sent, dev)
+    steps = _gather_ints(stats.steps, dev)
+    predicted = allreduce_bytes_per_rank(padded * 4, n) if n > 1 else 0
+    c_bytes = check_exact("ring all-reduce: bytes each rank sends", predicted, max(sent))
+    c_bytes["ok"] = c_bytes["ok"] and min(sent) == max(sent)
+    c_steps = check_exact("ring all-reduce: sequential steps", ring_allreduce_steps(n) if n > 1 else 0,
+                          max(steps), unit="steps")
+    c_steps["ok"] = c_steps["ok"] and min(steps) == max(steps)
+    return [
+        check_at_most("ring all-reduce vs dist.all_reduce: largest difference", bound, diff),
+        c_bytes,
+        c_steps,
+    ]
+
+
+def _factor(op: str, n: int) -> float:
+    if n == 1:
+        return 0.0
+    if op in ("all_reduce", "ring_all_reduce"):
+        return ring_allreduce_factor(n)
+    return allgather_factor(n) if op == "all_gather" else reduce_scatter_factor(n)
+
+
+def sweep(ctx, sizes: list[int], iters: int) -> list[dict]:
+    """Time each collective at each buffer size; algbw = size / time, busbw = algbw x factor
+    (nccl-tests PERFORMANCE.md). ``size`` is the full buffer: all-reduce's buffer,
+    all-gather's output, reduce-scatter's input."""
+    n, dev = ctx.world_size, ctx.device
+    rows = []
+    for size in sizes:
+        numel = size // 4
+        buf = torch.zeros(numel, dtype=torch.float32, device=dev)  # zeros: repeated sums stay finite
+        shard = torch.zeros(numel // n, dtype=torch.float32, device=dev)
+        run = {
+            "all_reduce": lambda: dist.all_reduce(buf),
+            "all_gather": lambda: dist.all_gather_into_tensor(buf, shard),
+            "reduce_scatter": lambda: dist.reduce_scatter_tensor(shard, buf),
+            "ring_all_reduce": lambda: ring_all_reduce(buf),
+        }
+        for op in OPS:
+            run[op]()  # warm-up (first use of a size allocates and connects)
+            dist.barrier()
+            _sync(dev)
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                run[op]()
+            _sync(dev)
+            seconds = _max_over_ranks((time.perf_counter() - t0) / iters, dev)
+            algbw = size / seconds
+            rows.append({"op": op, "bytes": size, "seconds": seconds, "algbw": algbw,
+                         "busbw": algbw * _factor(op, n)})
+            ctx.log(f"timing: {op:<16} {size:>11,} bytes  busbw {algbw * _factor(op, n) / 1e9:.3f} GB/s")
+    return rows
+
+
+def _sizes(ctx, max_bytes: int) -> list[int]:
+    quantum = 4 * ctx.world_size  # whole fp32 elements, divisible into n shards
+    sizes, size = [], 1 << 12
+    while size <= max_bytes:
+        sizes.append(size // quantum * quantum)
+        size *= 4
+    return sizes
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m labs.collectives", description=__doc__.splitlines()[0])
+    launch.add_common_args(parser, LAB)
+    g = parser.add_argument_group("collectives")
+    g.add_argument("--check-elements", type=int, default=4096,
+                   help="elements per rank for the correctness checks (rounded to a multiple of nproc)")
+    g.add_argument("--ring-elements", type=int, default=1 << 16,
+                   help="elements of the buffer the hand-written ring reduces (any size; padded to a multiple of nproc)")
+    g.add_argument("--max-bytes", type=int, default=None,
+                   help="largest buffer in the bandwidth sweep (default 4 MiB on CPU, 256 MiB on GPU; 0 skips the sweep)")
+    g.add_argument("--iters", type=int, default=None, help="timed repetitions per size (default 5 on CPU, 20 on GPU)")
+    return parser
+
+
+def worker(ctx, args) -> dict:
+    n = ctx.world_size
+    if args.check_elements < 1 or args.ring_elements < 1:
+        raise ValueError("--check-elements and --ring-elements must be >= 1")
+    check_elements = max(n, args.check_elements // n * n)
+    on_gpu = ctx.device.type == "cuda"
+    max_bytes = args.max_bytes if args.max_bytes is not None else (1 << 28 if on_gpu else 1 << 22)
+    iters = args.iters if args.iters is not None else (20 if on_gpu else 5)
+    ctx.log(f"rank 0 of {n}: checking collectives on {ctx.device.type}")
+    ctx.maybe_fail(0)
+    checks = correctness_checks(ctx, check_elements)
+    ctx.maybe_fail(1)
+    checks += ring_checks(ctx, args.ring_elements)
+    ctx.maybe_fail(2)
+    rows = sweep(ctx, _sizes(ctx, max_bytes), iters) if max_bytes > 0 else []
+    return {
+        "config": {"check_elements": check_elements, "ring_elements": args.ring_elements,
+                   "max_bytes": max_bytes, "iters": iters, "dtype": "fp32"},
+        "checks": checks,
+        "sweep": rows,
+    }
+
+
+def main(argv=None) -> int:
+    return launch.main(LAB, build_parser(), worker, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

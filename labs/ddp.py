@@ -1,0 +1,268 @@
+"""Lab 2: data parallelism with DDP. A small GPT learns Shakespeare on N ranks.
+
+    python -m labs.ddp --nproc 2 [--backend auto|gloo|nccl] --report PATH
+
+Each rank holds a full replica and a slice of every global batch; DDP all-reduces the
+gradients in buckets during the backward pass (Li et al. 2020). What it checks:
+
+* **DDP = one process.** Rank 0 also trains a second copy of the model, alone, on the
+  whole global batch. After every step the two must agree, parameter by parameter, to float
+  tolerance: averaging the ranks' gradients is the same as the gradient of the mean loss.
+* **Replicas stay identical.** Every rank hashes its parameters after every step; all
+  hashes must be equal, bit for bit.
+* **Gradient bytes.** A DDP communication hook sees every bucket: their bytes per step must
+  equal ``P`` parameters times 4 bytes, with ``P`` from the model's closed form.
+* **Ring traffic.** By default the hook all-reduces each bucket with the hand-written ring
+  of Lab 1 and counts what it sends: ``2 (n-1)/n`` of the gradient bytes per rank per step
+  (``solutions.communication.allreduce_bytes_per_rank``), exactly.
+
+It reports throughput (tokens/s), the single process's throughput on the same global batch,
+and the scaling efficiency; on a known GPU also model FLOPs utilisation (Chowdhery et al.
+2022, App. B).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from solutions.communication import allreduce_bytes_per_rank
+from solutions.compute import flops_per_token, model_flops_utilization
+
+from . import launch
+from .collectives import RingStats, ring_all_reduce
+from .data import batch_offsets, get_batch, load_corpus, rank_slice
+from .model import GPT, matmul_params, param_count
+from .report import check_at_most, check_exact
+from .training import (add_model_args, configs_from_args, forward_backward, lr_at, make_optimizer, median,
+                       optimizer_update, peak_flops_per_s, pick_dtype, sync)
+
+LAB = "ddp"
+#: Bounds on the differences between DDP and one process, per compute dtype:
+#: ``grad``: largest gradient difference / largest gradient entry, any step;
+#: ``param``: largest parameter difference / largest distance any parameter has moved
+#: from its initial value. In fp32 the two runs add the same numbers in different orders,
+#: so they differ by roundings (about 1e-7 relative) that training then carries along;
+#: in bf16 every matmul keeps 8 bits of mantissa, so the bounds are much looser.
+TOLERANCE = {torch.float32: {"grad": 1e-4, "param": 1e-2},
+             torch.bfloat16: {"grad": 5e-2, "param": 2e-1}}
+
+__all__ = ["GradientCounter", "wrap_ddp", "param_digest", "build_parser", "worker", "main"]
+
+
+class GradientCounter:
+    """Bytes of gradient buckets seen by the DDP communication hook, and buckets per step."""
+
+    def __init__(self):
+        self.bytes = 0
+        self.buckets = 0
+
+
+def wrap_ddp(model, ctx, mode: str, bucket_mb: float):
+    """Wrap ``model`` in DDP with a hook that counts gradient bytes and all-reduces each
+    bucket with the hand-written ring (``mode='ring'``) or ``dist.all_reduce`` (``'builtin'``).
+
+    ``gradient_as_bucket_view=True`` makes the gradients views into the buckets, so the
+    gradients are held once (by default DDP keeps the buckets and a separate copy)."""
+    counter, ring = GradientCounter(), RingStats()
+    world = ctx.world_size
+    ddp = DDP(model, device_ids=[ctx.local_rank] if ctx.device.type == "cuda" else None,
+              bucket_cap_mb=bucket_mb, gradient_as_bucket_view=True)
+
+    def hook(state, bucket):
+        buf = bucket.buffer()
+        counter.bytes += buf.numel() * buf.element_size()
+        counter.buckets += 1
+        if mode == "builtin":
+            return default_hooks.allreduce_hook(None, bucket)  # divides by world size, then NCCL/gloo
+        if mode != "none":  # 'none' skips the all-reduce: each rank keeps its own gradient
+            buf.div_(world)  # average, as DDP's default hook does
+            ring_all_reduce(buf, ring)
+        fut = torch.futures.Future()
+        fut.set_result(buf)
+        return fut
+
+    ddp.register_comm_hook(None, hook)
+    return ddp, counter, ring
+
+
+def param_digest(model: torch.nn.Module) -> str:
+    """SHA-256 of every parameter's bytes, in order: equal digests mean bit-identical replicas."""
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().float().cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def max_param_diff(a: torch.nn.Module, b: torch.nn.Module) -> float:
+    return max((pa.detach().float() - pb.detach().float()).abs().max().item()
+               for pa, pb in zip(a.parameters(), b.parameters()))
+
+
+def relative_diff(xs, ys) -> float:
+    """``max |x - y| / max |y|`` over lists of tensors: the largest difference in units of
+    the largest entry."""
+    diff = max((x.float() - y.float()).abs().max().item() for x, y in zip(xs, ys))
+    scale = max(y.float().abs().max().item() for y in ys)
+    return diff / scale if scale > 0 else diff
+
+
+@torch.no_grad()
+def eval_loss(model, tokens, block_size, batch, device, dtype, batches=4) -> float:
+    """Mean loss on ``batches`` fixed validation batches (the same on every rank)."""
+    model.eval()
+    total = 0.0
+    for k in range(batches):
+        x, y = get_batch(tokens, batch_offsets(len(tokens), block_size, batch, step=k, seed=99), block_size)
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+            total += model(x.to(device), y.to(device))[1].item()
+    model.train()
+    return total / batches
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m labs.ddp", description=__doc__.splitlines()[0])
+    launch.add_common_args(parser, LAB)
+    add_model_args(parser)
+    g = parser.add_argument_group("ddp")
+    g.add_argument("--allreduce", choices=("ring", "builtin", "none"), default="ring",
+                   help="ring: the hand-written ring of Lab 1, bytes counted; builtin: dist.all_reduce (faster on "
+                        "GPUs); none: no all-reduce at all, to see the checks fail")
+    g.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket size in MiB")
+    g.add_argument("--no-reference", action="store_true",
+                   help="skip the single-process comparison (for large models on GPUs)")
+    return parser
+
+
+def worker(ctx, args) -> dict:
+    n, dev = ctx.world_size, ctx.device
+    corpus = load_corpus()
+    mcfg, tcfg = configs_from_args(args, corpus.vocab_size)
+    dtype, dtype_reason = pick_dtype(args.dtype, dev)
+    P = param_count(mcfg)
+    global_batch = n * tcfg.batch_per_rank
+    tokens_per_step = global_batch * mcfg.block_size
+
+    torch.manual_seed(tcfg.seed)
+    model = GPT(mcfg).to(dev)  # same seed on every rank; DDP also broadcasts rank 0's weights
+    reference = None
+    if ctx.is_main and not args.no_reference:
+        reference = copy.deepcopy(model)
+        ref_opt = make_optimizer(reference, tcfg)
+    ddp, grads, ring = wrap_ddp(model, ctx, args.allreduce, args.bucket_mb)
+    opt = make_optimizer(ddp.module, tcfg)
+    ctx.log(f"model: {P:,} parameters; {n} rank(s) x {tcfg.batch_per_rank} sequences x "
+            f"{mcfg.block_size} characters; compute dtype {str(dtype).replace('torch.', '')} ({dtype_reason})")
+
+    step_times, ref_times, losses = [], [], []
+    mismatched_steps, worst_grad, worst_param = 0, 0.0, 0.0
+    initial = [p.detach().clone() for p in model.parameters()] if reference is not None else None
+    for step in range(tcfg.steps):
+        ctx.maybe_fail(step)
+        offsets = batch_offsets(len(corpus.train), mcfg.block_size, global_batch, step, tcfg.seed)
+        x, y = get_batch(corpus.train, rank_slice(offsets, ctx.rank, n), mcfg.block_size)
+        lr = lr_at(step, tcfg)
+        dist.barrier()
+        sync(dev)
+        t0 = time.perf_counter()
+        loss = forward_backward(ddp, x.to(dev), y.to(dev), dev, dtype)
+        sync(dev)
+        t_backward = time.perf_counter() - t0
+        if reference is not None:
+            xg, yg = get_batch(corpus.train, offsets, mcfg.block_size)
+            sync(dev)
+            t0 = time.perf_counter()
+            forward_backward(reference, xg.to(dev), yg.to(dev), dev, dtype)
+            sync(dev)
+            ref_times.append(time.perf_counter() - t0)
+            # The claim of data parallelism itself: the averaged gradient of the slices is the
+            # gradient of the whole batch (compared before clipping, which would hide a scale error).
+            worst_grad = max(worst_grad, relative_diff([p.grad for p in ddp.module.parameters()],
+                                                       [p.grad for p in reference.parameters()]))
+        sync(dev)
+        t0 = time.perf_counter()
+        optimizer_update(ddp.module, opt, lr, tcfg)
+        sync(dev)
+        step_times.append(t_backward + time.perf_counter() - t0)
+        opt.zero_grad(set_to_none=True)
+        if reference is not None:
+            t0 = time.perf_counter()
+            optimizer_update(reference, ref_opt, lr, tcfg)
+            sync(dev)
+            ref_times[-1] += time.perf_counter() - t0
+            ref_opt.zero_grad(set_to_none=True)
+            ref_params = list(reference.parameters())
+            moved = max((p.detach() - p0).abs().max().item() for p, p0 in zip(ref_params, initial))
+            worst_param = max(worst_param, max_param_diff(ddp.module, reference) / moved)
+
+        mean_loss = loss.float().clone()
+        dist.all_reduce(mean_loss)
+        losses.append(mean_loss.item() / n)
+        digests = [None] * n
+        dist.all_gather_object(digests, param_digest(ddp.module))
+        mismatched_steps += len(set(digests)) > 1
+        ctx.log(f"step {step + 1:>3}/{tcfg.steps}  loss {losses[-1]:.3f}  lr {lr:.2e}")
+
+    val = eval_loss(ddp.module, corpus.val, mcfg.block_size, 8, dev, dtype)
+    ctx.log(f"validation loss after {tcfg.steps} steps: {val:.3f}")
+
+    # Every rank's step time counts: a step ends when the slowest rank finishes.
+    times = torch.tensor(step_times, dtype=torch.float64, device=dev)
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)
+    step_s = median(times.tolist())
+    metrics = {"tokens_per_step": tokens_per_step, "step_seconds": step_s, "tokens_per_s": tokens_per_step / step_s}
+    if ref_times:
+        single = tokens_per_step / median(ref_times)
+        metrics.update(single_process_tokens_per_s=single, speedup=metrics["tokens_per_s"] / single,
+                       scaling_efficiency=metrics["tokens_per_s"] / single / n)
+    peak = peak_flops_per_s(dev)
+    fpt = flops_per_token(matmul_params(mcfg), mcfg.n_layer, mcfg.block_size, mcfg.d_model)
+    metrics["flops_per_token"] = fpt
+    if peak is not None:
+        metrics.update(mfu=model_flops_utilization(metrics["tokens_per_s"], fpt, n * peak[0]),
+                       peak_flops_per_s=peak[0], peak_source=f"solutions.facts.GPUS[{peak[1]!r}] ({peak[2]})")
+    ctx.log(f"timing: {metrics['tokens_per_s']:,.0f} tokens/s on {n} rank(s)"
+            + (f"; one process {metrics['single_process_tokens_per_s']:,.0f} tokens/s;"
+               f" scaling efficiency {metrics['scaling_efficiency']:.0%}" if ref_times else "")
+            + (f"; MFU {metrics['mfu']:.1%}" if "mfu" in metrics else ""))
+
+    grad_bytes = P * 4  # fp32 gradients (autocast keeps parameters and gradients in fp32)
+    checks = [check_exact("gradient bytes all-reduced per step (DDP hook)", grad_bytes,
+                          grads.bytes / tcfg.steps)]
+    if args.allreduce in ("ring", "none"):
+        padded = (P + ring.padding // tcfg.steps) * 4
+        sent = [None] * n
+        dist.all_gather_object(sent, ring.bytes_sent)
+        predicted = allreduce_bytes_per_rank(padded, n) if n > 1 else 0
+        c = check_exact("bytes each rank sends per step (ring)", predicted, max(sent) / tcfg.steps)
+        c["ok"] = c["ok"] and len(set(sent)) == 1
+        checks.append(c)
+    checks.append(check_exact("steps where replicas differ (bitwise)", 0, mismatched_steps, unit="steps"))
+    if reference is not None:
+        checks.append(check_at_most("DDP vs one process: gradient difference (relative), any step",
+                                    TOLERANCE[dtype]["grad"], worst_grad))
+        checks.append(check_at_most("DDP vs one process: parameter difference (relative to update), any step",
+                                    TOLERANCE[dtype]["param"], worst_param))
+    return {
+        "config": {"model": mcfg.to_dict(), "train": tcfg.to_dict(), "params": P, "dtype": str(dtype),
+                   "dtype_reason": dtype_reason, "allreduce": args.allreduce, "bucket_mb": args.bucket_mb,
+                   "buckets_per_step": grads.buckets / tcfg.steps},
+        "checks": checks,
+        "metrics": metrics,
+        "history": {"loss": losses, "val_loss": val, "step_seconds": times.tolist(), "reference_seconds": ref_times},
+    }
+
+
+def main(argv=None) -> int:
+    return launch.main(LAB, build_parser(), worker, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
