@@ -25,9 +25,17 @@ from .core import (
 __all__ = [
     "Exercise", "EXERCISES", "EXERCISE_BY_ID", "Result", "Check", "SubmissionError",
     "load_checks", "grade_callable", "local_call", "missing_call", "to_student_args",
+    "STUDENT_RELEASE_FILES",
 ]
 
 _MODULES = {"ex1": ex1, "ex2": ex2, "ex3": ex3, "ex4": ex4}
+
+#: The files of this package that the student release needs for the self-check (public
+#: checks only). The rest (mistakes.py, public_expected.py, the tests) needs solutions/.
+STUDENT_RELEASE_FILES = (
+    "__init__.py", "core.py", "framework.py", "explain.py", "ex1.py", "ex2.py", "ex3.py",
+    "ex4.py", "report.py", "selfcheck.py", "public_expected.json",
+)
 
 
 def load_checks(include_hidden: bool = True, seed: int | None = None) -> list[Check]:
