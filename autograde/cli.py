@@ -95,7 +95,7 @@ def main(argv=None) -> int:
 
     from . import reports
     from .grade import grade_many
-    from .sandbox import protect_grader_memory
+    from .sandbox import protect_grader_memory, readable_by_others
 
     protect_grader_memory()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
@@ -123,6 +123,11 @@ def main(argv=None) -> int:
             print(reports.table(results))
             print(f"\nGraded {len(results)} submissions in {time.monotonic() - started:.1f} s "
                   f"(hidden-test seed {seed}).")
+        if any(r.isolation == "uid" for r in results) and readable_by_others():
+            print("Warning: namespaces are unavailable, so submissions ran as an unprivileged "
+                  "uid, and this course folder is readable by other users: a submission could "
+                  "read the tests and solutions. Run 'chmod 700' on it (run_autograder does "
+                  "this on Gradescope).", file=sys.stderr)
         if results and results[0].isolation == "rlimits":
             print("Warning: this system allows no namespaces and the grader is not root, so "
                   "student code ran with resource limits only (see book/instructors.md).",

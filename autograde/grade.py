@@ -127,6 +127,11 @@ def grade_many(paths, checks, *, jobs: int = 1, progress=None, labels=None, **op
 
 # ----------------------------------------------------------------------------- finding files
 
+#: Files that configure Python or pytest rather than answer exercises. They are never graded
+#: and never run: the sandbox copies only the submission file itself.
+NOT_SUBMISSIONS = {"conftest.py", "sitecustomize.py", "usercustomize.py", "setup.py"}
+
+
 def is_notebook_markdown(path: Path) -> bool:
     """A ``.md`` file is a submission only if it is a Jupytext notebook (front matter)."""
     try:
@@ -139,7 +144,8 @@ def is_notebook_markdown(path: Path) -> bool:
 def find_submissions(folder: Path) -> list:
     """Every submission in a class folder (recursively, e.g. one sub-folder per student).
 
-    Hidden folders, ``__pycache__`` and ``.ipynb_checkpoints`` are skipped; of a paired
+    Hidden folders, ``__pycache__``, ``.ipynb_checkpoints`` and Python's configuration
+    files (:data:`NOT_SUBMISSIONS`, which a student may ship hoping they run) are skipped; of a paired
     ``x.ipynb`` / ``x.md``, only the notebook is graded; a ``.md`` file counts only if it is
     a Jupytext notebook.
     """
@@ -149,6 +155,8 @@ def find_submissions(folder: Path) -> list:
         if any(p.startswith(".") or p in ("__pycache__",) for p in parts):
             continue
         if not path.is_file() or path.suffix.lower() not in SUFFIXES:
+            continue
+        if path.name in NOT_SUBMISSIONS:
             continue
         if path.suffix.lower() == ".md":
             if path.with_suffix(".ipynb").exists() or not is_notebook_markdown(path):

@@ -48,6 +48,9 @@ ISOLATION_MODES = ("auto", "namespaces", "uid", "rlimits")
 SANDBOX_UID_BASE = 64000  # unprivileged uids for sandboxes when the grader is root
 SANDBOX_UID_COUNT = 1000
 START_TIMEOUT = 60.0  # starting Python and numpy; never the student's fault
+#: A function that hung or killed its worker this many times is not called again: each
+#: costs a timeout or a restart, and the other exercises must not pay for them.
+STRIKES = 2
 
 _fallback_lock = threading.Lock()
 _namespaces_refused: str | None = None  # set once the kernel says no; later workers skip it
@@ -73,6 +76,24 @@ def package_dirs(names=ALLOWED_PACKAGES) -> dict:
         if libs.is_dir():
             found[libs.name] = str(libs)
     return found
+
+
+COURSE_ROOT = Path(__file__).resolve().parents[1]
+
+
+def readable_by_others(path: Path = COURSE_ROOT) -> bool:
+    """Whether a process of another, unprivileged uid can read ``path``: every folder on
+    the way must be searchable by "others", and the folder itself listable. In the ``uid``
+    mode that is what keeps tests and solutions out of a sandbox's reach (``chmod 700``)."""
+    path = path.resolve()
+    for folder in [*reversed(path.parents), path]:
+        try:
+            mode = folder.stat().st_mode
+        except OSError:
+            return False
+        if not mode & 0o001:
+            return False
+    return bool(path.stat().st_mode & 0o004)
 
 
 def protect_grader_memory() -> None:
@@ -148,7 +169,7 @@ class Sandbox:
 
     def __init__(self, path, timeout: float = 10.0, *, memory_mb: int = 1024,
                  cpu_seconds: int = 120, max_processes: int = 16, isolation: str = "auto",
-                 max_starts: int = 8):
+                 max_starts: int = 16):
         if not timeout or timeout <= 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
         if isolation not in ISOLATION_MODES:
@@ -172,6 +193,7 @@ class Sandbox:
         self._deadline: float | None = None
         self._dir = None
         self._lease = None
+        self._strikes: dict = {}  # function -> (last fatal kind, how many times)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -232,7 +254,7 @@ class Sandbox:
         work = self._fresh_work_dir()
         wanted = self.wanted
         if wanted == "auto" and _namespaces_refused:
-            wanted = "uid" if os.geteuid() == 0 else "rlimits"
+            wanted = "fallback"
         request_r, request_w = os.pipe()
         response_r, response_w = os.pipe()
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
@@ -377,6 +399,12 @@ class Sandbox:
             if timeout <= 0:
                 raise SubmissionError("the time limit for this test was used up by earlier calls",
                                       kind="timeout")
+        strikes = self._strikes.get(function_name)
+        if strikes and strikes[1] >= STRIKES:
+            kind, what = strikes[0], ("ran out of time" if strikes[0] == "timeout"
+                                      else "stopped the process running it")
+            raise SubmissionError(f"not called again: it already {what} {STRIKES} times",
+                                  kind=kind)
         if self._proc is None and not self.gave_up:
             try:
                 self._load()
@@ -388,6 +416,8 @@ class Sandbox:
             reply = self._request({"op": "call", "function": function_name, "args": list(args)},
                                   timeout)
         except _Fatal as fatal:
+            count = self._strikes.get(function_name, (None, 0))[1] + 1
+            self._strikes[function_name] = (fatal.status, count)
             if fatal.status == "timeout":
                 raise SubmissionError(f"no answer within {timeout:g} s (an infinite loop?)",
                                       kind="timeout") from None

@@ -109,6 +109,15 @@ def untag(obj):
 
 # ----------------------------------------------------------------------------- confinement
 
+#: Loaded before dropping to the sandbox uid (mode 2): numpy, what the worker itself needs,
+#: and the standard modules exercise code plausibly uses.
+PRELOAD = ("numpy", "socket", "math", "cmath", "statistics", "random", "itertools",
+           "functools", "collections", "dataclasses", "typing", "fractions", "decimal", "re",
+           "json", "time", "copy", "operator", "string", "textwrap", "numbers", "bisect",
+           "heapq", "warnings", "enum", "contextlib", "threading", "gc", "inspect",
+           "urllib.request", "ctypes")
+
+
 class SetupError(Exception):
     """The sandbox could not be built as asked."""
 
@@ -295,12 +304,18 @@ def confine(cfg) -> str:
         # Outside the namespaces the real standard library and numpy stay where they are.
         sys.path[:] = stdlib_dirs() + cfg["fallback_path"]
         os.chdir(cfg["work_dir"])
-        if wanted in ("auto", "uid") and os.geteuid() == 0:
-            # Import numpy while the interpreter's own folders may still be readable.
-            __import__("numpy")
+        if wanted in ("auto", "fallback", "uid") and os.geteuid() == 0:
+            # Import while the interpreter's own folders are surely readable: after the drop
+            # they may not be (a Python installed under /root), and then only modules
+            # already loaded can be imported.
+            for name in PRELOAD:
+                try:
+                    __import__(name)
+                except ImportError:
+                    pass
             _drop_to(cfg["sandbox_uid"])
             mode = "uid"
-        elif wanted in ("auto", "rlimits"):
+        elif wanted in ("auto", "fallback", "rlimits"):
             mode = "rlimits"
         else:
             raise SetupError(f"isolation {wanted!r} is not available here")
@@ -416,9 +431,11 @@ def serve(cfg, request_fd: int, response_fd: int, mode: str) -> None:
 
     namespace = {"__name__": "submission", "__builtins__": builtins,
                  "__file__": "/work/" + cfg["submission_name"]}
+    sys.argv = [namespace["__file__"]]  # no host paths, no pipe numbers handed out
     output = CappedOutput()
     sys.stdout = sys.stderr = output
     filenames = set()
+    server = os.getpid()
     write_frame(response_fd, {"op": "ready", "isolation": mode,
                               "numpy": np.__version__, "python": platform.python_version()})
     while True:
@@ -459,6 +476,10 @@ def serve(cfg, request_fd: int, response_fd: int, mode: str) -> None:
                                      + describe(exc, filenames)["exception"])
         else:
             reply.update(ok=False, message="unknown request")
+        if os.getpid() != server:
+            # A process the student's code forked has returned into this loop: it must not
+            # answer (or read) the grader's requests.
+            os._exit(0)
         try:
             write_frame(response_fd, reply)
         except (ValueError, TypeError, RecursionError):

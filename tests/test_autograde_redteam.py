@@ -1,0 +1,153 @@
+"""The red-team suite: every hostile or broken submission in tests/redteam/submissions earns
+exactly what it deserves, and one broken exercise costs only that exercise.
+
+What each case deserves comes from tests/redteam/cases.py and the checks' own metadata
+(points per check, public or hidden), never from a grading run. All cases are graded once,
+two at a time, with a short per-test time limit so the hanging ones stay cheap.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autograde.grade import find_submissions, grade_many, grade_submission
+from tests.grading import EXERCISES, load_checks
+from tests.redteam import build
+from tests.redteam.cases import CASES, Case
+
+ROOT = Path(__file__).resolve().parents[1]
+SUBMISSIONS = ROOT / "tests" / "redteam" / "submissions"
+TIMEOUT = 3.0  # seconds per test and per unit: far above what any honest call here needs
+SEED = 20240601
+HONEST = {"reference.ipynb", "reference_magics_and_plots.ipynb", "custom_valueerror_subclass.py"}
+
+
+@pytest.fixture(scope="module")
+def checks():
+    return load_checks(include_hidden=True, seed=SEED)
+
+
+@pytest.fixture(scope="module")
+def graded(checks):
+    paths = [SUBMISSIONS / c.name for c in CASES]
+    reports = grade_many(paths, checks, jobs=2, timeout=TIMEOUT)
+    return {c.name: r for c, r in zip(CASES, reports)}
+
+
+def deserved(case: Case, checks) -> dict:
+    """Exercise id -> points the case deserves, from the checks' metadata alone."""
+    out = {}
+    for exercise in EXERCISES:
+        group = [c for c in checks if c.exercise == exercise.id]
+        names = {c.name for c in group}
+        if exercise.id not in case.lost:
+            out[exercise.id] = float(sum(c.points for c in group))
+            continue
+        keeps = case.keeps.get(exercise.id, ())
+        if keeps == "public":
+            kept = {c.name for c in group if not c.hidden}
+        elif isinstance(keeps, str) and keeps.startswith("all_but:"):
+            excluded = set(keeps.split(":", 1)[1].split(","))
+            assert excluded <= names, f"{case.name}: unknown checks {excluded - names}"
+            kept = names - excluded
+        else:
+            kept = set(keeps)
+            assert kept <= names, f"{case.name}: unknown checks {kept - names}"
+        out[exercise.id] = float(sum(c.points for c in group if c.name in kept))
+    return out
+
+
+def test_there_are_at_least_thirty_hostile_cases():
+    hostile = [c for c in CASES if c.name not in HONEST]
+    assert len(hostile) >= 30, len(hostile)
+    assert all(c.lost for c in hostile), [c.name for c in hostile if not c.lost]
+
+
+def test_committed_files_are_built_from_the_cases():
+    assert build.main(["--check"]) == 0, "run: python -m tests.redteam.build"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_case_scores_exactly_what_it_deserves(case, graded, checks):
+    report = graded[case.name]
+    assert not report.grader_errors, report.grader_errors
+    got = {e["id"]: e["score"] for e in report.exercises()}
+    assert got == deserved(case, checks), "\n".join(report.problems)
+    if case.message:
+        for exercise in report.exercises():
+            if exercise["id"] in case.lost:
+                text = " ".join(t["feedback"] for t in exercise["tests"]) + " ".join(report.problems)
+                assert case.message in text, (exercise["id"], text[:2000])
+
+
+@pytest.mark.parametrize("name", ["syntax_error.py", "empty.py", "binary.py", "binary.ipynb"])
+def test_unrunnable_files_get_a_message_for_every_test(name, graded):
+    case = next(c for c in CASES if c.name == name)
+    for exercise in graded[name].exercises():
+        for test in exercise["tests"]:
+            assert not test["passed"]
+            assert case.message in test["feedback"], test["feedback"]
+
+
+def test_hostile_runs_leave_no_files_behind(graded):
+    """Fake results, sitecustomize.py and friends were written, if at all, inside the
+    sandbox's own temporary folder, which is gone."""
+    leftovers = {"results.json", "grades.json", "sitecustomize.py", "usercustomize.py",
+                 "evil.pth"}
+    for folder in (SUBMISSIONS, SUBMISSIONS.parent, ROOT, Path.cwd()):
+        assert not leftovers & {p.name for p in folder.iterdir()}, folder
+
+
+def test_reports_come_from_the_grader_only(tmp_path):
+    """The submission that writes a perfect results.json everywhere it can: the files the
+    grader writes still say what the grader found."""
+    gradescope, report = tmp_path / "results.json", tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "autograde", str(SUBMISSIONS / "fake_results_file.py"),
+         "--gradescope", str(gradescope), "--json", str(report), "--timeout", str(TIMEOUT),
+         "--seed", str(SEED), "--quiet"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json", "results.json"]
+    results = json.loads(gradescope.read_text())
+    lost = [e for e in json.loads(report.read_text())["exercises"] if e["id"] == "ex4"][0]
+    assert results["score"] == 100 - lost["max_score"]
+    assert lost["score"] == 0
+
+
+def test_shipped_conftest_and_sitecustomize_are_ignored(tmp_path, checks):
+    """A submission folder that also ships conftest.py, sitecustomize.py and a .pth file:
+    only the submission is graded, and the extra files never run."""
+    folder = tmp_path / "student"
+    folder.mkdir()
+    submission = folder / "exercises.py"
+    submission.write_text(build.python_text(Case(
+        "x.py", "ships config files", replace={"ex1": "def chinchilla_loss(N, D):\n    return 0.0\n"})))
+    payload = ("import builtins, os\nos.environ['HACKED'] = '1'\n"
+               "builtins.chinchilla_loss = lambda N, D: 1.69 + 406.0 / N**0.34 + 410.0 / D**0.28\n")
+    for name in ("conftest.py", "sitecustomize.py", "usercustomize.py"):
+        (folder / name).write_text(payload)
+    (folder / "zz.pth").write_text("import sitecustomize\n")
+    assert find_submissions(tmp_path) == [submission]
+    report = grade_submission(submission, checks, timeout=TIMEOUT)
+    scores = {e["id"]: e["score"] for e in report.exercises()}
+    assert scores["ex1"] == 0 and scores["ex4"] == 40 and scores["ex2"] == 20
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                    reason="the uid mode needs a root grader")
+@pytest.mark.parametrize("name", ["os_exit_at_import.py", "fork_bomb.py", "kill_everything.py",
+                                  "segfault.py", "background_thread.py", "reference.ipynb",
+                                  "network_access.py"])
+def test_uid_mode_without_namespaces(name, checks):
+    """The fallback used where namespaces are refused (e.g. Gradescope's containers)."""
+    case = next(c for c in CASES if c.name == name)
+    report = grade_submission(SUBMISSIONS / name, checks, timeout=TIMEOUT, isolation="uid")
+    assert report.isolation == "uid"
+    assert {e["id"]: e["score"] for e in report.exercises()} == deserved(case, checks)
