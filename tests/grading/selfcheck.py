@@ -1,7 +1,7 @@
 """Check one exercise from inside the notebook, with the public tests only:
 
     from tests.grading.selfcheck import self_check
-    self_check("ex1", chinchilla_loss);      # or self_check("ex1", globals())
+    self_check("ex1", chinchilla_loss)      # or self_check("ex1", globals())
 
 Runs in the student release too: the public tests need no reference solutions.
 """
@@ -22,6 +22,13 @@ def _resolve(function_name: str, namespace_or_function: Any):
     return getattr(namespace_or_function, function_name, None)
 
 
+class Points(float):
+    """The points earned: a float that a notebook does not echo under the printed report."""
+
+    def _ipython_display_(self):
+        pass
+
+
 def self_check(exercise_id: str, namespace_or_function: Any) -> float:
     """Run exercise ``exercise_id``'s public tests against the current definition, print the
     report, and return the points earned."""
@@ -38,4 +45,4 @@ def self_check(exercise_id: str, namespace_or_function: Any) -> float:
     print(format_report(results))
     print("Hidden tests with random inputs run when your work is graded.")
     earned, _ = score(results)
-    return earned
+    return Points(earned)
