@@ -9,6 +9,7 @@ grader itself failed (a check crashed, or a sandbox could not be started).
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import threading
@@ -95,7 +96,7 @@ def main(argv=None) -> int:
 
     from . import reports
     from .grade import grade_many
-    from .sandbox import protect_grader_memory, readable_by_others
+    from .sandbox import protect_grader_memory
 
     protect_grader_memory()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
@@ -113,25 +114,11 @@ def main(argv=None) -> int:
 
     results = grade_many(paths, checks, jobs=args.jobs, progress=progress, labels=labels,
                          timeout=args.timeout, isolation=args.isolation, memory_mb=args.memory)
-    if not args.quiet:
-        if len(results) == 1:
-            report = results[0]
-            print(f"{report.submission} (sandbox: {report.isolation or 'none needed'}, "
-                  f"{report.seconds:.2f} s)\n")
-            print(reports.student_text(report))
-        else:
-            print(reports.table(results))
-            print(f"\nGraded {len(results)} submissions in {time.monotonic() - started:.1f} s "
-                  f"(hidden-test seed {seed}).")
-        if any(r.isolation == "uid" for r in results) and readable_by_others():
-            print("Warning: namespaces are unavailable, so submissions ran as an unprivileged "
-                  "uid, and this course folder is readable by other users: a submission could "
-                  "read the tests and solutions. Run 'chmod 700' on it (run_autograder does "
-                  "this on Gradescope).", file=sys.stderr)
-        if results and results[0].isolation == "rlimits":
-            print("Warning: this system allows no namespaces and the grader is not root, so "
-                  "student code ran with resource limits only (see book/instructors.md).",
-                  file=sys.stderr)
+    try:
+        if not args.quiet:
+            print_results(args, results, seed, started)
+    except BrokenPipeError:  # e.g. piped into `head`: the reports below still get written
+        sys.stdout = open(os.devnull, "w")
     if args.json:
         reports.write_json(args.json, results, seed)
     if args.csv:
@@ -142,3 +129,27 @@ def main(argv=None) -> int:
     for submission, error in errors:
         print(f"autograde: grader error on {submission}: {error}", file=sys.stderr)
     return 3 if errors else 0
+
+
+def print_results(args, results, seed, started) -> None:
+    from . import reports
+    from .sandbox import readable_by_others
+
+    if len(results) == 1:
+        report = results[0]
+        print(f"{report.submission} (sandbox: {report.isolation or 'none needed'}, "
+              f"{report.seconds:.2f} s)\n")
+        print(reports.student_text(report))
+    else:
+        print(reports.table(results))
+        print(f"\nGraded {len(results)} submissions in {time.monotonic() - started:.1f} s "
+              f"(hidden-test seed {seed}).")
+    if any(r.isolation == "uid" for r in results) and readable_by_others():
+        print("Warning: namespaces are unavailable, so submissions ran as an unprivileged "
+              "uid, and this course folder is readable by other users: a submission could "
+              "read the tests and solutions. Run 'chmod 700' on it (run_autograder does "
+              "this on Gradescope).", file=sys.stderr)
+    if results and results[0].isolation == "rlimits":
+        print("Warning: this system allows no namespaces and the grader is not root, so "
+              "student code ran with resource limits only (see book/instructors.md).",
+              file=sys.stderr)

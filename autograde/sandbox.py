@@ -19,12 +19,15 @@ trusted once student code has run there (:mod:`autograde.worker` builds the wall
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import importlib.util
+import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -52,8 +55,7 @@ START_TIMEOUT = 60.0  # starting Python and numpy; never the student's fault
 #: costs a timeout or a restart, and the other exercises must not pay for them.
 STRIKES = 2
 
-_fallback_lock = threading.Lock()
-_namespaces_refused: str | None = None  # set once the kernel says no; later workers skip it
+_namespaces_refused: str | None = None  # set once the kernel says no; later zygotes skip it
 
 
 def _submission_error():
@@ -135,6 +137,123 @@ class _UidLease:
             self._fd = None
 
 
+class ZygoteRefused(RuntimeError):
+    """The template process could not build the isolation asked for."""
+
+
+class Zygote:
+    """The template process that forks workers (see :mod:`autograde.worker`). One per
+    grading process and isolation mode, started on first use, shared by all sandboxes (a
+    lock serialises its requests), stopped at exit."""
+
+    def __init__(self, wanted: str):
+        self.dir = Path(tempfile.mkdtemp(prefix="autograde-zygote-"))
+        os.chmod(self.dir, 0o711)
+        (self.dir / "root").mkdir()
+        lib = self.dir / "lib"
+        lib.mkdir(mode=0o755)
+        packages = package_dirs()
+        for name, folder in packages.items():
+            (lib / name).symlink_to(folder)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # No PATH: student code has no business starting programs (a notebook's Colab
+        # bootstrap would try `git clone`); a name lookup fails at once.
+        env = {"PATH": "", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/",
+               "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+               "MPLBACKEND": "Agg"}
+        stderr = None if os.environ.get("AUTOGRADE_DEBUG") else subprocess.DEVNULL
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-B", str(WORKER), "--zygote", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=stderr, env=env, cwd="/", start_new_session=True)
+        theirs.close()
+        self.socket = ours
+        self.lock = threading.Lock()
+        config = {"isolation": wanted, "packages": packages, "root_dir": str(self.dir / "root"),
+                  "lib_dir": str(lib), "plain_source": PLAIN_SOURCE,
+                  "stub_modules": list(STUB_MODULES)}
+        try:
+            hello = self._ask(config, timeout=START_TIMEOUT)
+        except RuntimeError:
+            self.close()
+            raise
+        if hello.get("op") != "ready":
+            self.close()
+            raise ZygoteRefused(protocol.text(hello.get("message")) or "no greeting")
+        self.isolation = hello["isolation"]
+
+    def _ask(self, message: dict, fds=(), timeout: float = 30.0) -> dict:
+        with self.lock:
+            try:
+                self.socket.settimeout(timeout)
+                socket.send_fds(self.socket, [json.dumps(message).encode()], list(fds))
+                data = self.socket.recv(1 << 16)
+            except OSError as exc:
+                raise RuntimeError(f"the sandbox's template process failed ({exc})") from None
+        if not data:
+            raise RuntimeError("the sandbox's template process has stopped")
+        return json.loads(data)
+
+    def spawn(self, job: dict, fds) -> int:
+        reply = self._ask({"op": "spawn", "job": job}, fds)
+        if type(reply.get("pid")) is not int:
+            raise RuntimeError("the sandbox's template process could not fork a worker")
+        return reply["pid"]
+
+    def kill(self, pid: int):
+        """Kill a worker and everything it started; its exit code (negative: a signal)."""
+        return self._ask({"op": "kill", "pid": pid}).get("status")
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def close(self) -> None:
+        self.socket.close()  # the zygote exits when its socket closes
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+_zygotes: dict = {}
+_zygotes_lock = threading.Lock()
+
+
+def zygote_for(wanted: str) -> Zygote:
+    """The shared zygote for an isolation mode; ``auto`` falls back (once, for good) to
+    ``uid``/``rlimits`` when the kernel refuses namespaces."""
+    global _namespaces_refused
+    with _zygotes_lock:
+        if wanted == "auto" and _namespaces_refused:
+            wanted = "fallback"
+        zygote = _zygotes.get(wanted)
+        if zygote is not None and zygote.alive:
+            return zygote
+        try:
+            zygote = Zygote(wanted)
+        except ZygoteRefused as exc:
+            if wanted != "auto" or "namespace" not in str(exc):
+                raise RuntimeError(f"the sandbox could not be built: {exc}") from None
+            _namespaces_refused = str(exc)
+            wanted = "fallback"
+            zygote = _zygotes.get(wanted)
+            if zygote is None or not zygote.alive:
+                zygote = Zygote(wanted)
+        _zygotes[wanted] = zygote
+        return zygote
+
+
+@atexit.register
+def _stop_zygotes() -> None:
+    with _zygotes_lock:
+        for zygote in _zygotes.values():
+            zygote.close()
+        _zygotes.clear()
+
+
 @dataclass
 class UnitResult:
     unit: Unit
@@ -186,7 +305,8 @@ class Sandbox:
         self.isolation: str | None = None
         self.starts = 0
         self.gave_up: str | None = None
-        self._proc = None
+        self._pid = None
+        self._zygote = None
         self._reader = None
         self._request_fd = None
         self._next_id = 0
@@ -209,11 +329,6 @@ class Sandbox:
         if self.submission.problem is None:
             self._dir = Path(tempfile.mkdtemp(prefix="autograde-"))
             os.chmod(self._dir, 0o711)
-            (self._dir / "root").mkdir()
-            self._lib = self._dir / "lib"
-            self._lib.mkdir()
-            for name, folder in package_dirs().items():
-                (self._lib / name).symlink_to(folder)
             self._load()
 
     def close(self) -> None:
@@ -233,17 +348,14 @@ class Sandbox:
     # ------------------------------------------------------------------ worker process
 
     def _fresh_work_dir(self) -> Path:
+        """The worker's folder where namespaces are unavailable (else it gets a tmpfs)."""
         work = self._dir / f"work{self.starts}"
         work.mkdir(mode=0o700)
-        copy = work / self.path.name
-        shutil.copyfile(self.path, copy)
         if os.geteuid() == 0:
             os.chown(work, self._lease.uid, self._lease.uid)
-            os.chmod(copy, 0o644)
         return work
 
     def _spawn(self) -> None:
-        global _namespaces_refused
         if self.starts >= self.max_starts:
             self.gave_up = (f"the grader gave up after restarting your code {self.starts} times "
                             "(it kept crashing or hanging)")
@@ -252,67 +364,51 @@ class Sandbox:
             self._lease = _UidLease()
         self.starts += 1
         work = self._fresh_work_dir()
-        wanted = self.wanted
-        if wanted == "auto" and _namespaces_refused:
-            wanted = "fallback"
+        job = {"work_dir": str(work), "submission_name": self.path.name,
+               "sandbox_uid": self._lease.uid if self._lease else os.geteuid(), **self.limits}
         request_r, request_w = os.pipe()
         response_r, response_w = os.pipe()
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-               "HOME": str(work), "TMPDIR": str(work), "OPENBLAS_NUM_THREADS": "1",
-               "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
-        stderr = subprocess.DEVNULL
-        if os.environ.get("AUTOGRADE_DEBUG"):
-            stderr = None
+        submission = os.open(self.path, os.O_RDONLY)
         try:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-B", str(WORKER), str(request_r), str(response_w)],
-                pass_fds=(request_r, response_w), stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=stderr, env=env, cwd=str(work),
-                start_new_session=True)
+            zygote = self._zygote = zygote_for(self.wanted)
+            try:
+                self._pid = zygote.spawn(job, (request_r, response_w, submission))
+            except RuntimeError:  # the zygote died (killed?): one more try with a new one
+                self._zygote = zygote = zygote_for(self.wanted)
+                self._pid = zygote.spawn(job, (request_r, response_w, submission))
+        except BaseException:
+            for fd in (request_w, response_r):
+                os.close(fd)
+            raise
         finally:
-            os.close(request_r)
-            os.close(response_w)
+            for fd in (request_r, response_w, submission):
+                os.close(fd)
         self._request_fd = request_w
         self._reader = protocol.FrameReader(response_r)
-        config = {
-            "isolation": wanted, "packages": package_dirs(), "root_dir": str(self._dir / "root"),
-            "work_dir": str(work), "submission_copy": str(work / self.path.name),
-            "submission_name": self.path.name, "fallback_path": [str(self._lib), str(work)],
-            "sandbox_uid": self._lease.uid if self._lease else os.geteuid(),
-            "plain_source": PLAIN_SOURCE, "stub_modules": list(STUB_MODULES), **self.limits,
-        }
         deadline = time.monotonic() + START_TIMEOUT
         try:
-            protocol.write_all(self._request_fd, protocol.encode(config), deadline)
             hello = self._reader.read(deadline)
         except (protocol.WorkerTimeout, protocol.WorkerGone, protocol.ProtocolError) as exc:
             self._kill()
             raise RuntimeError(f"the sandbox worker did not start ({type(exc).__name__})") from None
-        if hello.get("op") == "fatal":
-            self._kill()
-            message = protocol.text(hello.get("message"))
-            if self.wanted == "auto" and "namespace" in message and not _namespaces_refused:
-                with _fallback_lock:
-                    _namespaces_refused = message
-                self.starts -= 1
-                return self._spawn()
-            raise RuntimeError(f"the sandbox could not be built: {message}")
         if hello.get("op") != "ready":
             self._kill()
-            raise RuntimeError("the sandbox worker sent an unexpected greeting")
-        self.isolation = hello.get("isolation")
+            raise RuntimeError("the sandbox worker could not be built: "
+                               + (protocol.text(hello.get("message")) or "no greeting"))
+        self.isolation = zygote.isolation
 
-    def _kill(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            proc.wait()
+    def _kill(self):
+        """Stop the worker (and all it started); its exit code, if known."""
+        pid, self._pid = self._pid, None
+        status = None
+        if pid is not None:
+            try:
+                status = self._zygote.kill(pid)
+            except RuntimeError:
+                pass  # the zygote is gone; its workers lost their parent and are exiting
             if self.isolation == "uid" and self._lease is not None:
                 # Without a PID namespace, a process that left the group (setsid) survives
-                # killpg; everything running as this sandbox's own uid is the sandbox's.
+                # the group kill; everything running as this sandbox's own uid is the sandbox's.
                 with contextlib.suppress(OSError, subprocess.SubprocessError):
                     subprocess.run(["kill", "-KILL", "-1"], user=self._lease.uid,
                                    group=self._lease.uid, extra_groups=[],
@@ -324,6 +420,7 @@ class Sandbox:
         if self._reader is not None:
             os.close(self._reader.fd)
             self._reader = None
+        return status
 
     def _request(self, message: dict, timeout: float) -> dict:
         """One round trip. Raises _Fatal("timeout"|"crashed") after killing the worker."""
@@ -342,9 +439,7 @@ class Sandbox:
             self._kill()
             raise _Fatal("timeout", f"no answer within {timeout:g} s") from None
         except protocol.WorkerGone:
-            code = self._proc.wait() if self._proc else None
-            self._kill()
-            raise _Fatal("crashed", _exit_reason(code)) from None
+            raise _Fatal("crashed", _exit_reason(self._kill())) from None
         except protocol.ProtocolError as exc:
             self._kill()
             raise _Fatal("crashed", f"it sent malformed data to the grader ({exc})") from None
@@ -405,12 +500,12 @@ class Sandbox:
                                       else "stopped the process running it")
             raise SubmissionError(f"not called again: it already {what} {STRIKES} times",
                                   kind=kind)
-        if self._proc is None and not self.gave_up:
+        if self._pid is None and not self.gave_up:
             try:
                 self._load()
             except _Fatal:
                 pass
-        if self.gave_up or self._proc is None:
+        if self.gave_up or self._pid is None:
             raise SubmissionError(self.gave_up or "your code could not be run", kind="crashed")
         try:
             reply = self._request({"op": "call", "function": function_name, "args": list(args)},

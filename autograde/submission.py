@@ -3,8 +3,9 @@
 * A notebook (``.ipynb``, or a Jupytext-paired MyST ``.md``) gives one unit per code cell.
   Stored outputs are ignored: the code is run again. Lines that only IPython understands
   (``%magic``, ``!shell``) become ``pass``; cells in another language (``%%bash``...) and the
-  notebook's self-check cells (they import ``tests.grading``, which the sandbox does not
-  have) are dropped.
+  cells that set up the self-check (they import or look for ``tests.grading``, which the
+  sandbox does not have) are dropped. ``self_check(...)`` calls themselves do nothing in the
+  sandbox (the worker defines it as a no-op).
 * A ``.py`` file gives one unit per top-level statement (statements sharing a line stay
   together), executed in order in one namespace, exactly like importing the module, except
   that a statement that fails (``sys.exit(0)``, a ``NameError``, an infinite loop) costs only
@@ -25,7 +26,12 @@ from pathlib import Path
 SUFFIXES = (".ipynb", ".md", ".py")
 MAX_BYTES = 20 * 1024 * 1024
 
-SELF_CHECK = re.compile(r"^\s*(from\s+tests(\.|\s)|import\s+tests(\.|\s|$))", re.M)
+#: Cells that import, or go looking for, the course's own packages (the self-check's setup,
+#: a Colab bootstrap): the sandbox has neither ``tests.grading`` nor ``solutions``.
+COURSE_PLUMBING = re.compile(
+    r"^\s*(from|import)\s+(tests|solutions)(\.|\s|$)"
+    r"|find_spec\(\s*[\"'](tests|solutions)\b"
+    r"|[\"']tests[\"']\s*/\s*[\"']grading[\"']", re.M)
 DEF_LINE = re.compile(r"^(?:async\s+)?def\s+([A-Za-z_]\w*)\s*\(", re.M)
 #: Cell magics whose body is still Python: only the magic line goes.
 PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug"}
@@ -187,7 +193,7 @@ def units_from_cells(cells, label_prefix: str = "cell") -> tuple[list, list, set
         if cell.get("cell_type") != "code":
             markdown_defs |= set(DEF_LINE.findall(source))
             continue
-        if SELF_CHECK.search(source):
+        if COURSE_PLUMBING.search(source):
             dropped_checks += 1
             continue
         code, changed = clean_cell(source)
@@ -200,7 +206,8 @@ def units_from_cells(cells, label_prefix: str = "cell") -> tuple[list, list, set
         label = f"{label_prefix} {number}"
         units.append(Unit(len(units), label, label, code, names_defined(code)))
     if dropped_checks:
-        notes.append(f"{dropped_checks} self-check cell(s) were skipped (the grader runs its own checks)")
+        notes.append(f"{dropped_checks} cell(s) that set up the self-check were skipped "
+                     "(the grader runs its own checks)")
     if dropped_other:
         notes.append(f"{dropped_other} cell(s) in another language (%%bash, ...) were skipped")
     if cleaned:

@@ -1,33 +1,42 @@
-"""The sandbox worker: runs one submission's code, confined, and answers the grader's calls.
+"""The sandbox: a template process (the *zygote*) and the workers it forks, one per submission.
 
-The grader starts this file as ``python -I -S -B worker.py REQUEST_FD RESPONSE_FD``: isolated
-mode (no environment variables, no user site, not even this file's folder on ``sys.path``)
-and no ``site`` (so no ``.pth`` file, ``sitecustomize`` or ``usercustomize`` runs). Its
-standard output and error are ``/dev/null``; the two pipes are the only channel back.
+The grader starts this file once as ``python -I -S -B worker.py --zygote FD``: isolated mode
+(no environment variables, no user site, not even this file's folder on ``sys.path``) and no
+``site`` (so no ``.pth`` file, ``sitecustomize`` or ``usercustomize`` runs); FD is a Unix
+socket to the grader. Standard output and error are ``/dev/null``.
 
-Order matters. Before any student code exists in this process, :func:`confine` builds the
-walls (strongest first, falling back when the platform refuses):
+The zygote pays once for what every worker needs (the confined file system, Python's start,
+importing numpy), then never runs student code: for each submission it forks a worker, which
+adds the per-submission walls and serves the grader's requests over two pipes. A fork costs
+milliseconds where starting Python and numpy costs a few hundred. Every worker starts from
+the same pristine zygote, so nothing one submission does can reach the next.
 
-1. ``namespaces``: new PID, mount, network, IPC and UTS namespaces; the root directory
-   becomes a small tmpfs holding only read-only bind mounts of the Python standard library,
-   the allowed packages (numpy) and the system libraries, plus a writable ``/work`` tmpfs
-   holding a copy of the submission. No network interface is up. The process then drops to
-   an unprivileged uid (or, where the grader is not root, into a nested user namespace), so
-   it cannot undo any of this.
-2. ``uid``: the grader is root but namespaces are refused (e.g. a Docker container under its
-   default seccomp profile, as on Gradescope): drop to a dedicated unprivileged uid, which
-   cannot read a course folder whose mode is 700 and cannot signal the grader.
-3. ``rlimits``: neither is possible (a student's laptop): only the resource limits below.
+The walls, strongest first (``auto`` takes the first the platform allows):
+
+1. ``namespaces``. The zygote enters a new mount namespace whose root is a small tmpfs
+   holding only read-only bind mounts of the Python standard library, the allowed packages
+   (numpy) and the system libraries (``/usr``, ``/lib*``): no course files, no tests, no
+   solutions, no home folders exist there. Each worker then gets new PID, mount, network,
+   IPC and UTS namespaces (no network interface is up; no other process is visible or can
+   be signalled), a fresh writable ``/work`` tmpfs holding only a copy of the submission,
+   and drops to an unprivileged uid (or, where the grader is not root, into a nested user
+   namespace), so it cannot undo any of this. It is PID 1 of its namespace: when the grader
+   kills it, every process it started dies with it.
+2. ``uid``. The grader is root but namespaces are refused (a Docker container under its
+   default seccomp profile, as on Gradescope): each worker drops to its own unprivileged
+   uid, which cannot signal the grader or other workers and cannot read a course folder of
+   mode 700. Modules are preloaded, since the interpreter's folders may be unreadable then.
+3. ``rlimits``. Neither is possible (a student's laptop): only the limits below.
 
 In every mode: resource limits (CPU seconds, address space, processes, file size, open
-files, no core dumps); in the two weaker modes, Python-level socket creation is disabled too.
+files, no core dumps), no PATH, and in the two weaker modes Python-level sockets disabled.
 
-Everything after that is untrusted: student code may rewrite any object in this process. The
-grader therefore trusts nothing it says except frames that parse strictly as plain data
-(see :mod:`autograde.protocol`), and enforces every timeout from the outside.
+Everything after that is untrusted: student code may rewrite any object in its worker. The
+grader trusts nothing it says except frames that parse strictly as plain data (see
+:mod:`autograde.protocol`), and enforces every timeout from the outside.
 
-This file imports only the standard library until confinement is done, and never imports
-the course: it must run where the course is not visible.
+This file imports only the standard library until the walls stand, and never imports the
+course: it must run where the course is not visible.
 """
 from __future__ import annotations
 
@@ -39,11 +48,12 @@ import math
 import os
 import platform
 import resource
-import shutil
 import signal
+import socket
 import struct
 import sys
 import traceback
+import types
 
 HEADER = struct.Struct(">I")
 MAX_REQUEST = 16 * 1024 * 1024
@@ -109,17 +119,16 @@ def untag(obj):
 
 # ----------------------------------------------------------------------------- confinement
 
-#: Loaded before dropping to the sandbox uid (mode 2): numpy, what the worker itself needs,
-#: and the standard modules exercise code plausibly uses.
-PRELOAD = ("numpy", "socket", "math", "cmath", "statistics", "random", "itertools",
-           "functools", "collections", "dataclasses", "typing", "fractions", "decimal", "re",
-           "json", "time", "copy", "operator", "string", "textwrap", "numbers", "bisect",
-           "heapq", "warnings", "enum", "contextlib", "threading", "gc", "inspect",
-           "urllib.request", "ctypes")
-
-
 class SetupError(Exception):
     """The sandbox could not be built as asked."""
+
+
+#: Imported by the zygote, so that every worker has them at no cost (and, in the ``uid``
+#: mode, has them at all if the interpreter's own folders are unreadable to its uid).
+PRELOAD = ("numpy", "math", "cmath", "statistics", "random", "itertools", "functools",
+           "collections", "dataclasses", "typing", "fractions", "decimal", "re", "json",
+           "time", "copy", "operator", "string", "textwrap", "numbers", "bisect", "heapq",
+           "warnings", "enum", "contextlib", "threading", "gc", "inspect", "urllib.request")
 
 
 def _libc():
@@ -146,14 +155,12 @@ def _bind_readonly(libc, source: str, target: str) -> None:
     _mount(libc, None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
-def _map_ids(pid: str, uid: int, gid: int) -> None:
+def _map_ids(uid: int, gid: int) -> None:
     """Map this process's own uid/gid into its new user namespace (no other ids exist)."""
-    with open(f"/proc/{pid}/setgroups", "w") as f:
-        f.write("deny")
-    with open(f"/proc/{pid}/uid_map", "w") as f:
-        f.write(f"{uid} {uid} 1")
-    with open(f"/proc/{pid}/gid_map", "w") as f:
-        f.write(f"{gid} {gid} 1")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                       ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
 
 
 def stdlib_dirs() -> list:
@@ -162,45 +169,15 @@ def stdlib_dirs() -> list:
     return [p for p in sys.path if p and os.path.isdir(p)]
 
 
-def namespace_mounts(cfg) -> dict:
-    """Inside the new root: ``/py/lib0``, ``/py/lib1``... for the standard library and
-    ``/py/site/<name>`` for each allowed package, and nothing else of the host's Python."""
-    mounts = {f"/py/lib{i}": p for i, p in enumerate(stdlib_dirs())}
-    for name, source in cfg["packages"].items():
-        mounts["/py/site/" + name] = source
-    return mounts
-
-
-def namespace_path(cfg) -> list:
-    return [t for t in cfg["_mounts"] if t.startswith("/py/lib")] + ["/py/site", "/work"]
-
-
-def enter_namespaces(cfg) -> None:
-    """Mode 1. Returns in a child process that is PID 1 of a new PID namespace; the original
-    process stays behind, waits for it and exits with its status (see the module docstring).
-    """
+def build_root(cfg) -> list:
+    """Mode 1, zygote part: pivot into a root that holds only what running Python and numpy
+    needs. Returns the ``sys.path`` to use inside it."""
     libc = _libc()
-    uid, gid = os.geteuid(), os.getegid()
-    if uid != 0:
-        # Unprivileged: a user namespace first, to be allowed the rest.
+    if os.geteuid() != 0:  # unprivileged: a user namespace first, to be allowed the rest
+        uid, gid = os.geteuid(), os.getegid()
         _check(libc.unshare(CLONE_NEWUSER), "unshare(user)")
-        _map_ids("self", uid, gid)
-    _check(libc.unshare(CLONE_NEWPID), "unshare(pid)")
-    # A sandbox that cannot be built must not be half-built: probe before forking.
-    pid = os.fork()
-    if pid:
-        for fd in (cfg["request_fd"], cfg["response_fd"]):
-            os.close(fd)
-        _, status = os.waitpid(pid, 0)
-        if os.WIFSIGNALED(status):  # die the same way, so the grader sees the signal
-            signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
-            os.kill(os.getpid(), os.WTERMSIG(status))
-        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
-    # Child: PID 1 of the new namespace. If the grader kills our parent, we die, and with us
-    # every process in the namespace, including any that called setsid() to escape a kill.
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    _check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS),
-           "unshare(mount, net, ipc, uts)")
+        _map_ids(uid, gid)
+    _check(libc.unshare(CLONE_NEWNS), "unshare(mount)")
     _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
     root = cfg["root_dir"]
     _mount(libc, "tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=256,mode=755")
@@ -211,21 +188,17 @@ def enter_namespaces(cfg) -> None:
         elif os.path.isdir(top):
             os.makedirs(root + top)
             _bind_readonly(libc, top, root + top)
-    for target, source in cfg["_mounts"].items():  # stdlib and allowed packages
+    mounts = {f"/py/lib{i}": p for i, p in enumerate(stdlib_dirs())}
+    for name, source in cfg["packages"].items():
+        mounts["/py/site/" + name] = source
+    for target, source in mounts.items():
         os.makedirs(root + target, exist_ok=True)
         _bind_readonly(libc, source, root + target)
     os.makedirs(root + "/dev")
     for dev in ("null", "zero", "urandom"):
         open(root + "/dev/" + dev, "w").close()
         _mount(libc, "/dev/" + dev, root + "/dev/" + dev, None, MS_BIND)
-    work_uid = cfg["sandbox_uid"] if uid == 0 else uid
-    work_gid = cfg["sandbox_uid"] if uid == 0 else gid
-    os.makedirs(root + "/work")
-    _mount(libc, "tmpfs", root + "/work", "tmpfs", MS_NOSUID | MS_NODEV,
-           f"size={cfg['work_mb']}m,nr_inodes=4096,mode=700,uid={work_uid},gid={work_gid}")
-    copy = cfg.get("submission_copy")
-    if copy and os.path.getsize(copy) <= cfg["work_mb"] * 1024 * 1024 // 4:
-        shutil.copyfile(copy, root + "/work/" + os.path.basename(copy))
+    os.makedirs(root + "/work")  # each worker mounts its own tmpfs here
     os.makedirs(root + "/old")
     os.chdir(root)
     number = SYS_PIVOT_ROOT.get(platform.machine())
@@ -235,14 +208,37 @@ def enter_namespaces(cfg) -> None:
     _check(libc.umount2(b"/old", MNT_DETACH), "umount old root")
     os.rmdir("/old")
     _mount(libc, None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    os.chdir("/work")
-    if uid == 0:
-        _drop_to(cfg["sandbox_uid"])
-    else:
-        # Cannot change uid: a nested user namespace removes every capability over the
-        # mount namespace built above, so none of it can be remounted or undone.
-        _check(libc.unshare(CLONE_NEWUSER), "unshare(user, nested)")
-        _map_ids("self", uid, gid)
+    os.chdir("/")
+    return [t for t in mounts if t.startswith("/py/lib")] + ["/py/site"]
+
+
+def prepare_zygote(cfg) -> str:
+    """Build what all workers share; return the mode reached."""
+    wanted = cfg["isolation"]
+    mode = None
+    if wanted in ("auto", "namespaces") and sys.platform.startswith("linux"):
+        try:
+            sys.path[:] = build_root(cfg)
+            mode = "namespaces"
+        except (SetupError, OSError, AttributeError) as exc:
+            # Maybe half-built: the grader starts a new zygote without namespaces.
+            raise SetupError(f"namespace sandbox: {exc}") from None
+    if mode is None:
+        sys.path[:] = stdlib_dirs() + [cfg["lib_dir"]]
+        if wanted in ("auto", "fallback", "uid") and os.geteuid() == 0:
+            mode = "uid"
+        elif wanted in ("auto", "fallback", "rlimits"):
+            mode = "rlimits"
+        else:
+            raise SetupError(f"isolation {wanted!r} is not available here")
+    for name in PRELOAD:
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+    if "numpy" not in sys.modules:
+        raise SetupError("numpy cannot be imported in the sandbox")
+    return mode
 
 
 def _drop_to(sandbox_uid: int) -> None:
@@ -251,6 +247,68 @@ def _drop_to(sandbox_uid: int) -> None:
     os.setresuid(sandbox_uid, sandbox_uid, sandbox_uid)
     if os.geteuid() == 0 or os.getuid() == 0:
         raise SetupError("could not drop root privileges")
+
+
+def _copy_submission(fd: int, name: str, limit: int) -> None:
+    """The submission's bytes, from the file descriptor the grader passed, into the cwd."""
+    with os.fdopen(fd, "rb") as source:
+        data = source.read(limit + 1)
+    if len(data) <= limit:
+        with open(os.path.basename(name) or "submission", "wb") as f:
+            f.write(data)
+
+
+def enter_worker(mode: str, job, submission_fd: int) -> None:
+    """Per-worker walls, in the forked child. In the namespaces mode this forks once more
+    and returns in the grandchild (PID 1 of a new PID namespace); the child waits for it and
+    exits the same way, so the grader sees one process that lives and dies with the worker.
+    """
+    libc = _libc() if sys.platform.startswith("linux") else None
+    os.setsid()  # its own process group: the zygote kills the whole group
+    if mode == "namespaces":
+        _check(libc.unshare(CLONE_NEWPID), "unshare(pid)")
+        pid = os.fork()
+        if pid:
+            os.close(job["request_fd"])
+            os.close(job["response_fd"])
+            os.close(submission_fd)
+            _, status = os.waitpid(pid, 0)
+            if os.WIFSIGNALED(status):  # die the same way, so the grader sees the signal
+                signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+                os.kill(os.getpid(), os.WTERMSIG(status))
+            os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+        # If the child is killed, so is this process, and with it (PID 1) its namespace:
+        # every process the student started, including any that left the process group.
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        _check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS),
+               "unshare(mount, net, ipc, uts)")
+        root = os.geteuid() == 0
+        owner = job["sandbox_uid"] if root else os.geteuid()
+        group = job["sandbox_uid"] if root else os.getegid()
+        _mount(libc, "tmpfs", "/work", "tmpfs", MS_NOSUID | MS_NODEV,
+               f"size={job['work_mb']}m,nr_inodes=4096,mode=700,uid={owner},gid={group}")
+        os.chdir("/work")
+        if root:
+            _drop_to(job["sandbox_uid"])
+        else:
+            # Cannot change uid: a nested user namespace removes every capability over the
+            # mount namespace, so none of the walls can be remounted or undone.
+            uid, gid = os.geteuid(), os.getegid()
+            _check(libc.unshare(CLONE_NEWUSER), "unshare(user, nested)")
+            _map_ids(uid, gid)
+        sys.path.append("/work")
+    else:
+        os.chdir(job["work_dir"])
+        if mode == "uid":
+            _drop_to(job["sandbox_uid"])
+        sys.path.append(job["work_dir"])
+    _copy_submission(submission_fd, job["submission_name"], job["work_mb"] * 1024 * 1024 // 4)
+    os.environ["HOME"] = os.environ["TMPDIR"] = os.getcwd()
+    if libc is not None:
+        libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    set_limits(job)
+    if mode != "namespaces":
+        block_sockets()
 
 
 def set_limits(cfg) -> None:
@@ -277,7 +335,6 @@ def set_limits(cfg) -> None:
 def block_sockets() -> None:
     """Where no network namespace is available: refuse Python-level socket creation. (Code
     can still reach the C library through ctypes; only the namespace mode closes that.)"""
-    import socket
 
     def refuse(*args, **kwargs):
         raise PermissionError("network access is disabled in the grading sandbox")
@@ -285,50 +342,6 @@ def block_sockets() -> None:
     socket.socket = refuse  # type: ignore[assignment]
     socket.create_connection = refuse  # type: ignore[assignment]
     socket.socketpair = refuse  # type: ignore[assignment]
-
-
-def confine(cfg) -> str:
-    """Build the walls; return the mode reached ("namespaces", "uid" or "rlimits")."""
-    wanted = cfg["isolation"]
-    cfg["_mounts"] = namespace_mounts(cfg)  # computed while the host's folders are visible
-    mode = None
-    if wanted in ("auto", "namespaces") and sys.platform.startswith("linux"):
-        try:
-            enter_namespaces(cfg)
-            mode = "namespaces"
-        except (SetupError, OSError, AttributeError) as exc:
-            if wanted == "namespaces" or os.getpid() == 1:
-                # Failed after the fork, half-built: do not fall back silently.
-                raise SetupError(f"namespace sandbox: {exc}") from None
-    if mode is None:
-        # Outside the namespaces the real standard library and numpy stay where they are.
-        sys.path[:] = stdlib_dirs() + cfg["fallback_path"]
-        os.chdir(cfg["work_dir"])
-        if wanted in ("auto", "fallback", "uid") and os.geteuid() == 0:
-            # Import while the interpreter's own folders are surely readable: after the drop
-            # they may not be (a Python installed under /root), and then only modules
-            # already loaded can be imported.
-            for name in PRELOAD:
-                try:
-                    __import__(name)
-                except ImportError:
-                    pass
-            _drop_to(cfg["sandbox_uid"])
-            mode = "uid"
-        elif wanted in ("auto", "fallback", "rlimits"):
-            mode = "rlimits"
-        else:
-            raise SetupError(f"isolation {wanted!r} is not available here")
-    else:
-        sys.path[:] = namespace_path(cfg)
-    try:
-        _libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    except AttributeError:
-        pass
-    set_limits(cfg)
-    if mode != "namespaces":
-        block_sockets()
-    return mode
 
 
 # ----------------------------------------------------------------------------- serving
@@ -394,15 +407,16 @@ def to_argument(value, np):
     return value
 
 
-def serve(cfg, request_fd: int, response_fd: int, mode: str) -> None:
+def install_runtime(cfg) -> dict:
+    """What every worker's serving loop needs, built once in the zygote: numpy, the
+    plain-data converter, and stand-ins for plotting libraries."""
     import numpy as np
 
     plain = {"__name__": "autograde_plain"}
     exec(compile(cfg["plain_source"], "plain.py", "exec"), plain)
-    to_plain, NotPlainData = plain["to_plain"], plain["NotPlainData"]
 
-    # A stand-in for plotting libraries: a cell that draws a figure beside an exercise runs,
-    # draws nothing, and the exercise is still graded.
+    # A cell that draws a figure beside an exercise runs, draws nothing, and the exercise
+    # is still graded.
     class Silent:
         def __getattr__(self, name):
             if name.startswith("__"):
@@ -418,19 +432,42 @@ def serve(cfg, request_fd: int, response_fd: int, mode: str) -> None:
         def __iter__(self):
             return iter(())
 
-    class Pyplot(Silent):
-        def subplots(self, *args, **kwargs):
-            return self, self
+        def __enter__(self):
+            return self
 
-    silent, pyplot = Silent(), Pyplot()
-    import types
+        def __exit__(self, *exc):
+            return False
+
+    silent = Silent()
+
+    def subplots(nrows=1, ncols=1, *args, squeeze=True, **kwargs):
+        """Like matplotlib's: (figure, axes), axes shaped (nrows, ncols) and squeezed."""
+        axes = np.empty((int(nrows), int(ncols)), dtype=object)
+        axes.fill(silent)
+        if squeeze:
+            axes = axes.item() if axes.size == 1 else axes.reshape(-1) if 1 in axes.shape else axes
+        return silent, axes
+
     for name in cfg["stub_modules"]:
         module = types.ModuleType(name)
-        module.__getattr__ = lambda attr, _p=pyplot if name.endswith("pyplot") else silent: _p  # noqa: E731
+        module.__path__ = []  # a package, so "import matplotlib.pyplot" works
+        module.__getattr__ = lambda attr: subplots if attr == "subplots" else silent
         sys.modules[name] = module
+    for name in cfg["stub_modules"]:
+        parent, _, child = name.rpartition(".")
+        if parent in sys.modules:
+            setattr(sys.modules[parent], child, sys.modules[name])
+    return {"np": np, "to_plain": plain["to_plain"], "NotPlainData": plain["NotPlainData"]}
 
+
+def serve(runtime, job, mode: str) -> None:
+    """Answer the grader's requests until it closes the pipe."""
+    request_fd, response_fd = job["request_fd"], job["response_fd"]
+    np, to_plain, NotPlainData = runtime["np"], runtime["to_plain"], runtime["NotPlainData"]
     namespace = {"__name__": "submission", "__builtins__": builtins,
-                 "__file__": "/work/" + cfg["submission_name"]}
+                 "__file__": os.path.join(os.getcwd(), job["submission_name"]),
+                 # The notebook's check cells call self_check(...); here it does nothing.
+                 "self_check": lambda *args, **kwargs: None}
     sys.argv = [namespace["__file__"]]  # no host paths, no pipe numbers handed out
     output = CappedOutput()
     sys.stdout = sys.stderr = output
@@ -487,22 +524,96 @@ def serve(cfg, request_fd: int, response_fd: int, mode: str) -> None:
                                       "message": "returned a value that cannot be sent back"})
 
 
-def main(argv) -> None:
-    request_fd, response_fd = int(argv[1]), int(argv[2])
-    cfg = read_frame(request_fd)
-    cfg["request_fd"], cfg["response_fd"] = request_fd, response_fd
+# ----------------------------------------------------------------------------- zygote
+
+def spawn(mode: str, runtime, job, fds, control) -> int:
+    """Fork one worker; the zygote returns its pid at once."""
+    request_fd, response_fd, submission_fd = fds
+    pid = os.fork()
+    if pid:
+        return pid
     try:
-        mode = confine(cfg)
-    except Exception as exc:  # report why, instead of dying silently
-        write_frame(response_fd, {"op": "fatal", "message": f"{type(exc).__name__}: {exc}"})
-        os._exit(3)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        control.close()  # a worker must not be able to ask for more workers
+        job["request_fd"], job["response_fd"] = request_fd, response_fd
+        enter_worker(mode, job, submission_fd)
+    except BaseException as exc:
+        try:
+            write_frame(response_fd, {"op": "fatal", "message": f"{type(exc).__name__}: {exc}"})
+        finally:
+            os._exit(3)
     try:
-        serve(cfg, request_fd, response_fd, mode)
+        serve(runtime, job, mode)
     except BaseException:
         # Student code (a thread, a signal handler) can break the serving loop itself; the
         # grader sees the pipe close and treats the call as a crash.
-        os._exit(4)
+        pass
+    os._exit(4)
+
+
+def zygote(control_fd: int) -> None:
+    control = socket.socket(fileno=control_fd)
+    cfg = json.loads(control.recv(1 << 20))
+    try:
+        mode = prepare_zygote(cfg)
+        runtime = install_runtime(cfg)
+    except Exception as exc:
+        control.send(json.dumps({"op": "fatal", "message": f"{type(exc).__name__}: {exc}"}).encode())
+        os._exit(3)
+    control.send(json.dumps({"op": "ready", "isolation": mode}).encode())
+    statuses: dict = {}  # reaped workers: pid -> wait status, until the grader asks
+
+    def reap(signum, frame):
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            statuses[pid] = status
+
+    def kill(pid: int):
+        """Kill a worker's process group, unless it was already reaped (then its pid might
+        belong to someone else by now); return its exit code (negative: a signal)."""
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+        try:
+            if pid not in statuses:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                try:
+                    statuses[pid] = os.waitpid(pid, 0)[1]
+                except ChildProcessError:
+                    pass
+            status = statuses.pop(pid, None)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+        return None if status is None else os.waitstatus_to_exitcode(status)
+
+    signal.signal(signal.SIGCHLD, reap)
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(control, 1 << 20, 4)
+        except OSError:
+            os._exit(0)
+        if not data:  # the grader is gone
+            os._exit(0)
+        message = json.loads(data)
+        if message["op"] == "spawn" and len(fds) == 3:
+            reply = {"pid": spawn(mode, runtime, message["job"], fds, control)}
+        elif message["op"] == "kill":
+            reply = {"status": kill(int(message["pid"]))}
+        else:
+            reply = {"error": "bad request"}
+        for fd in fds:
+            os.close(fd)
+        control.send(json.dumps(reply).encode())
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    if len(sys.argv) == 3 and sys.argv[1] == "--zygote":
+        zygote(int(sys.argv[2]))
+    else:
+        sys.exit("usage: python -I -S -B worker.py --zygote FD (started by autograde.sandbox)")
