@@ -4,3 +4,12 @@ import os
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def pytest_addoption(parser):
+    """Grade a submission instead of the reference: ``pytest tests/grading --submission PATH``."""
+    group = parser.getgroup("grading")
+    group.addoption("--submission", action="store", default=None, metavar="PATH",
+                    help="grade this submission (.ipynb, .md or .py) instead of solutions/")
+    group.addoption("--submission-timeout", action="store", type=float, default=10.0,
+                    metavar="SECONDS", help="time limit per call of a submitted function")

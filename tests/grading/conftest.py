@@ -4,19 +4,12 @@
 
 Without ``--submission`` the grading tests run against ``solutions/``. With it, the
 reference-scoring tests grade that file through ``autograde.sandbox`` (skipped if the
-autograder is not installed); the planted-mistake tests are unaffected.
+autograder is not installed); the planted-mistake tests are unaffected. The options are
+registered in tests/conftest.py, so that they parse from the repository root as well.
 """
 from __future__ import annotations
 
 import pytest
-
-
-def pytest_addoption(parser):
-    group = parser.getgroup("grading")
-    group.addoption("--submission", action="store", default=None, metavar="PATH",
-                    help="grade this submission (.ipynb, .md or .py) instead of solutions/")
-    group.addoption("--submission-timeout", action="store", type=float, default=10.0,
-                    metavar="SECONDS", help="time limit per call of a submitted function")
 
 
 def _option(config, name, default=None):
