@@ -200,9 +200,10 @@ class Zygote:
             raise RuntimeError("the sandbox's template process could not fork a worker")
         return reply["pid"]
 
-    def kill(self, pid: int):
-        """Kill a worker and everything it started; its exit code (negative: a signal)."""
-        return self._ask({"op": "kill", "pid": pid}).get("status")
+    def kill(self, pid: int, grace: float = 0.0):
+        """Kill a worker and everything it started; its exit code (negative: a signal).
+        ``grace``: seconds a worker that closed its pipe gets to exit by itself first."""
+        return self._ask({"op": "kill", "pid": pid, "grace": grace}).get("status")
 
     @property
     def alive(self) -> bool:
@@ -397,13 +398,13 @@ class Sandbox:
                                + (protocol.text(hello.get("message")) or "no greeting"))
         self.isolation = zygote.isolation
 
-    def _kill(self):
+    def _kill(self, grace: float = 0.0):
         """Stop the worker (and all it started); its exit code, if known."""
         pid, self._pid = self._pid, None
         status = None
         if pid is not None:
             try:
-                status = self._zygote.kill(pid)
+                status = self._zygote.kill(pid, grace)
             except RuntimeError:
                 pass  # the zygote is gone; its workers lost their parent and are exiting
             if self.isolation == "uid" and self._lease is not None:
@@ -439,7 +440,7 @@ class Sandbox:
             self._kill()
             raise _Fatal("timeout", f"no answer within {timeout:g} s") from None
         except protocol.WorkerGone:
-            raise _Fatal("crashed", _exit_reason(self._kill())) from None
+            raise _Fatal("crashed", _exit_reason(self._kill(grace=0.5))) from None
         except protocol.ProtocolError as exc:
             self._kill()
             raise _Fatal("crashed", f"it sent malformed data to the grader ({exc})") from None

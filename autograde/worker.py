@@ -52,6 +52,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 import traceback
 import types
 
@@ -128,7 +129,8 @@ class SetupError(Exception):
 PRELOAD = ("numpy", "math", "cmath", "statistics", "random", "itertools", "functools",
            "collections", "dataclasses", "typing", "fractions", "decimal", "re", "json",
            "time", "copy", "operator", "string", "textwrap", "numbers", "bisect", "heapq",
-           "warnings", "enum", "contextlib", "threading", "gc", "inspect", "urllib.request")
+           "warnings", "enum", "contextlib", "threading", "gc", "inspect", "urllib.request",
+           "encodings.idna", "ctypes.util")
 
 
 def _libc():
@@ -209,6 +211,18 @@ def build_root(cfg) -> list:
     os.rmdir("/old")
     _mount(libc, None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     os.chdir("/")
+    # Packages imported before the pivot (encodings, json, ctypes...) still look for their
+    # submodules under the host's paths, which no longer exist: point them at the mounts.
+    moves = sorted(((source.rstrip("/") + "/", target + "/") for target, source in mounts.items()),
+                   key=lambda pair: -len(pair[0]))
+    for module in list(sys.modules.values()):
+        search = getattr(module, "__path__", None)
+        if type(search) is list:
+            for i, entry in enumerate(search):
+                for old, new in moves:
+                    if (entry + "/").startswith(old):
+                        search[i] = new + entry[len(old):]
+                        break
     return [t for t in mounts if t.startswith("/py/lib")] + ["/py/site"]
 
 
@@ -573,11 +587,23 @@ def zygote(control_fd: int) -> None:
                 return
             statuses[pid] = status
 
-    def kill(pid: int):
+    def kill(pid: int, grace: float):
         """Kill a worker's process group, unless it was already reaped (then its pid might
-        belong to someone else by now); return its exit code (negative: a signal)."""
+        belong to someone else by now); return its exit code (negative: a signal). With a
+        ``grace`` period, a worker that is already on its way out gets to finish, so that
+        its own exit status is the one reported."""
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
         try:
+            until = time.monotonic() + grace
+            while pid not in statuses and time.monotonic() < until:
+                try:
+                    done, status = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if done:
+                    statuses[pid] = status
+                else:
+                    time.sleep(0.005)
             if pid not in statuses:
                 try:
                     os.killpg(pid, signal.SIGKILL)
@@ -604,7 +630,7 @@ def zygote(control_fd: int) -> None:
         if message["op"] == "spawn" and len(fds) == 3:
             reply = {"pid": spawn(mode, runtime, message["job"], fds, control)}
         elif message["op"] == "kill":
-            reply = {"status": kill(int(message["pid"]))}
+            reply = {"status": kill(int(message["pid"]), min(float(message.get("grace", 0)), 2.0))}
         else:
             reply = {"error": "bad request"}
         for fd in fds:
