@@ -45,9 +45,21 @@ def _strip_volatile(nb: nbformat.NotebookNode) -> None:
     nb.metadata.pop("widgets", None)
 
 
+def _keep_cell_ids(nb: nbformat.NotebookNode, target: Path) -> None:
+    """Reuse the previous .ipynb's cell ids, position by position, so that regenerating a
+    notebook does not rewrite every cell's random id (noisy diffs)."""
+    if not target.exists():
+        return
+    previous = nbformat.read(target, as_version=4).cells
+    for cell, old in zip(nb.cells, previous):
+        if cell.cell_type == old.cell_type and "id" in old:
+            cell["id"] = old["id"]
+
+
 def build(source: Path, execute: bool, timeout: int = 300) -> Path:
     nb = jupytext.read(source)
     target = source.with_suffix(".ipynb")
+    _keep_cell_ids(nb, target)
     if execute:
         client = NotebookClient(
             nb, timeout=timeout, kernel_name="python3",
