@@ -112,7 +112,8 @@ def write_csv(path, reports) -> None:
     write_atomically(path, buffer.getvalue())
 
 
-def gradescope_results(report: SubmissionReport, hidden_visibility: str = "after_published") -> dict:
+def gradescope_results(report: SubmissionReport, hidden_visibility: str = "after_published",
+                       extra: dict | None = None) -> dict:
     """Gradescope's results.json for one submission. Hidden tests get ``hidden_visibility``;
     the top-level ``output`` (shown at once) covers the public tests only."""
     if hidden_visibility not in VISIBILITIES:
@@ -128,11 +129,15 @@ def gradescope_results(report: SubmissionReport, hidden_visibility: str = "after
                 "output": test["feedback"],
                 "visibility": hidden_visibility if test["hidden"] else "visible",
             })
-    return {"score": report.score, "execution_time": round(report.seconds, 3),
-            "output": student_text(report, include_hidden=False), "output_format": "text",
-            "stdout_visibility": "hidden", "tests": tests}
+    results = {"score": report.score, "execution_time": round(report.seconds, 3),
+               "output": student_text(report, include_hidden=False), "output_format": "text",
+               "stdout_visibility": "hidden", "tests": tests}
+    if extra:
+        results["extra_data"] = extra
+    return results
 
 
-def write_gradescope(path, report: SubmissionReport, hidden_visibility: str = "after_published") -> None:
-    write_atomically(path, json.dumps(gradescope_results(report, hidden_visibility), indent=2,
-                                      allow_nan=False) + "\n")
+def write_gradescope(path, report: SubmissionReport, hidden_visibility: str = "after_published",
+                     extra: dict | None = None) -> None:
+    write_atomically(path, json.dumps(gradescope_results(report, hidden_visibility, extra),
+                                      indent=2, allow_nan=False) + "\n")

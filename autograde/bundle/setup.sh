@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Gradescope runs this once, as root, when it builds the autograder's image (Ubuntu).
+# It installs Python 3.11 and the grader's pinned dependencies into /autograder/venv.
+set -euo pipefail
+cd /autograder/source
+if ! command -v python3.11 >/dev/null 2>&1; then
+    apt-get update
+    apt-get install -y --no-install-recommends software-properties-common
+    # Python 3.11 for Ubuntu releases that do not ship it.
+    add-apt-repository -y ppa:deadsnakes/ppa || true
+    apt-get update
+    apt-get install -y --no-install-recommends python3.11 python3.11-venv
+fi
+python3.11 -m venv /autograder/venv
+/autograder/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check \
+    -r requirements-autograder.txt
+# Smoke test: the grader imports, and its sandbox can be built on this image.
+/autograder/venv/bin/python -c "import autograde.sandbox, tests.grading"

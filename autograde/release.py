@@ -1,0 +1,266 @@
+"""Build what instructors hand out: the student release and the Gradescope autograder.
+
+    python -m autograde.release student --out _build/student-release
+    python -m autograde.release gradescope --out _build/gradescope
+
+``student`` copies the course (its git-tracked files) without ``solutions/``, without the
+hidden checks, the red-team suite or the project's own tests, and with the exercises
+notebook replaced by its student version (``tools/student_notebook.py``). It then checks,
+with the course folder removed from ``sys.path``, that the release's self-check and grader
+run on the public tests: a correct submission earns every public point, and the unsolved
+notebook earns zero with a message per exercise.
+
+``gradescope`` writes ``autograder.zip`` (``setup.sh`` and ``run_autograder`` at the top,
+the grader, the checks with the hidden ones, and ``solutions/``), then unpacks it into a
+temporary folder and runs its ``run_autograder`` on the reference submission, which must
+earn full marks.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLE = Path(__file__).with_name("bundle")
+REFERENCE = ROOT / "tests" / "redteam" / "reference_submission.py"
+EXERCISES_MASTER = "chapters/09-exercises.md"
+
+#: Never in the student release (prefixes of repository paths).
+STUDENT_EXCLUDED = (
+    "solutions/", "tests/", "benchmarks/", ".ci/", ".github/", "book/instructors.md",
+    "autograde/release.py", "autograde/gradescope.py", "autograde/bundle/",
+    "tools/student_notebook.py", "chapters/09-exercises.",
+)
+#: Gradescope needs only what grading imports: numpy, and jupytext for .md submissions.
+GRADESCOPE_PACKAGES = ("numpy", "jupytext")
+
+STUDENT_README = """\
+# Scaling laws & distributed training: the exercises
+
+This is the student version of the course. The four exercises are in
+`chapters/09-exercises.ipynb` (and its MyST twin `chapters/09-exercises.md`): every place to
+write code raises `NotImplementedError` until you replace it.
+
+- Run each exercise's check cell as you go: it runs the public tests and explains what is
+  wrong. Your instructor's grader adds hidden tests with random inputs.
+- To see the report the grader will print, from this folder:
+
+      python -m autograde chapters/09-exercises.ipynb
+
+- The other chapters' notebooks are included with their outputs, for reading. Their code
+  uses the course's reference package, which is not part of this release, so they do not
+  run here.
+
+Requirements: Python 3.11 and `pip install -r requirements.txt`.
+"""
+
+
+def git_files(root: Path = ROOT) -> list:
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=root, check=True,
+                             capture_output=True).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise SystemExit(f"release: the course must be a git checkout ({exc})") from None
+    return [p for p in out.decode().split("\0") if p and (root / p).is_file()]
+
+
+def without_hidden_checks(source: str) -> str:
+    """A check module with the body of ``hidden_checks`` replaced by ``return []``."""
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "hidden_checks":
+            start = node.body[0].lineno - 1
+            indent = " " * node.body[0].col_offset
+            lines[start:node.end_lineno] = [
+                f'{indent}"""Hidden checks are not part of the student release."""\n',
+                f"{indent}return []\n"]
+            return "".join(lines)
+    return source
+
+
+# ----------------------------------------------------------------------------- student
+
+def build_student(out: Path) -> None:
+    from tests.grading import STUDENT_RELEASE_FILES
+
+    if out.exists():
+        shutil.rmtree(out)
+    keep_grading = {f"tests/grading/{name}" for name in STUDENT_RELEASE_FILES}
+    for rel in git_files():
+        if rel.startswith(STUDENT_EXCLUDED) and rel not in keep_grading:
+            continue
+        target = out / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, target)
+    for rel in sorted(keep_grading):  # also those not committed yet (e.g. regenerated JSON)
+        target = out / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        source = (ROOT / rel).read_text(encoding="utf-8")
+        if rel.endswith(".py"):
+            source = without_hidden_checks(source)
+        target.write_text(source, encoding="utf-8")
+    (out / "README.md").write_text(STUDENT_README, encoding="utf-8")
+    subprocess.run([sys.executable, str(ROOT / "tools" / "student_notebook.py"),
+                    str(ROOT / EXERCISES_MASTER), "--out", str(out / "chapters")],
+                   check=True, capture_output=True, cwd=ROOT)
+    verify_student(out)
+
+
+VERIFY_STUDENT = r"""
+import io, json, runpy, sys, contextlib
+release, course, reference = sys.argv[1:4]
+sys.path[:] = [release] + [p for p in sys.path if p not in ("", ".", course)]
+try:
+    import solutions
+    sys.exit("solutions/ is importable from the release")
+except ImportError:
+    pass
+import tests.grading as grading
+assert grading.__file__.startswith(release), grading.__file__
+from tests.grading import EXERCISES, load_checks
+from tests.grading.selfcheck import self_check
+checks = load_checks(include_hidden=True, seed=1)
+assert checks and not any(c.hidden for c in checks), "hidden checks in the release"
+functions = runpy.run_path(reference)
+out = {}
+for exercise in EXERCISES:
+    with contextlib.redirect_stdout(io.StringIO()):
+        earned = self_check(exercise.id, functions[exercise.function])
+    public = sum(c.points for c in checks if c.exercise == exercise.id)
+    out[exercise.id] = [earned, public]
+from autograde.cli import main
+with contextlib.redirect_stdout(io.StringIO()) as text:
+    code = main([release + "/chapters/09-exercises.ipynb", "--json", release + "/.verify.json"])
+report = json.load(open(release + "/.verify.json"))
+out["cli"] = [code, report["score"], text.getvalue().count("not implemented yet")]
+print(json.dumps(out))
+"""
+
+
+def verify_student(out: Path) -> dict:
+    """Run the release's self-check and grader with the course out of reach."""
+    done = subprocess.run([sys.executable, "-c", VERIFY_STUDENT, str(out), str(ROOT),
+                           str(REFERENCE)], capture_output=True, text=True, cwd=out, timeout=300)
+    (out / ".verify.json").unlink(missing_ok=True)
+    if done.returncode != 0:
+        raise SystemExit(f"release: the student release does not work:\n{done.stderr[-3000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    for exercise, (earned, public) in ((k, v) for k, v in result.items() if k != "cli"):
+        if earned != public:
+            raise SystemExit(f"release: the reference earns {earned}/{public} public points "
+                             f"for {exercise} in the student release")
+    code, score, messages = result["cli"]
+    if code != 0 or score != 0 or messages != 4:
+        raise SystemExit(f"release: grading the student notebook gave exit {code}, score "
+                         f"{score}, {messages} 'not implemented' messages (want 0, 0, 4)")
+    return result
+
+
+# ----------------------------------------------------------------------------- gradescope
+
+def pinned_requirements(names=GRADESCOPE_PACKAGES) -> list:
+    """``name==version`` for the packages and everything they need, as installed here."""
+    from packaging.requirements import Requirement
+
+    seen: dict = {}
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        key = name.lower().replace("_", "-")
+        if key in seen:
+            continue
+        dist = importlib.metadata.distribution(name)
+        seen[key] = f"{dist.metadata['Name']}=={dist.version}"
+        for text in dist.requires or []:
+            requirement = Requirement(text)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(requirement.name)
+    return sorted(seen.values(), key=str.lower)
+
+
+def gradescope_files() -> list:
+    """Repository paths that go into the autograder, besides the bundle's scripts."""
+    files = [p.relative_to(ROOT).as_posix() for folder in ("autograde", "solutions")
+             for p in (ROOT / folder).rglob("*.py") if "__pycache__" not in p.parts]
+    grading = ROOT / "tests" / "grading"
+    files += [f"tests/grading/{p.name}" for p in sorted(grading.iterdir())
+              if (p.suffix == ".py" and not p.name.startswith("test_") and p.name != "conftest.py")
+              or p.name == "public_expected.json"]
+    return sorted(set(files))
+
+
+def build_gradescope(out: Path, verify: bool = True) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    archive = out / "autograder.zip"
+    requirements = "".join(line + "\n" for line in pinned_requirements())
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
+        for name in ("setup.sh", "run_autograder"):
+            info = zipfile.ZipInfo(name, date_time=(2024, 1, 1, 0, 0, 0))
+            info.external_attr = 0o100755 << 16
+            z.writestr(info, (BUNDLE / name).read_bytes(), zipfile.ZIP_DEFLATED)
+        z.writestr(zipfile.ZipInfo("requirements-autograder.txt", (2024, 1, 1, 0, 0, 0)),
+                   requirements, zipfile.ZIP_DEFLATED)
+        for rel in gradescope_files():
+            info = zipfile.ZipInfo(rel, date_time=(2024, 1, 1, 0, 0, 0))
+            info.external_attr = 0o100644 << 16
+            z.writestr(info, (ROOT / rel).read_bytes(), zipfile.ZIP_DEFLATED)
+    if verify:
+        results = run_bundle(archive, REFERENCE)
+        if results["score"] != sum(t["max_score"] for t in results["tests"]):
+            raise SystemExit(f"release: the bundle gave the reference {results['score']}")
+    return archive
+
+
+def run_bundle(archive: Path, submission: Path, python: str = sys.executable) -> dict:
+    """Unpack the autograder as Gradescope would and run ``run_autograder`` on one file;
+    return the results.json it wrote."""
+    with tempfile.TemporaryDirectory(prefix="autograder-") as tmp:
+        tmp = Path(tmp)
+        source, uploads, results = tmp / "source", tmp / "submission", tmp / "results"
+        with zipfile.ZipFile(archive) as z:
+            z.extractall(source)
+        for name in ("run_autograder", "setup.sh"):
+            os.chmod(source / name, 0o755)
+        uploads.mkdir()
+        shutil.copy(submission, uploads / submission.name)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "AUTOGRADER_SOURCE": str(source),
+               "AUTOGRADER_SUBMISSION": str(uploads), "AUTOGRADER_RESULTS": str(results),
+               "AUTOGRADER_PYTHON": python}
+        done = subprocess.run(["bash", str(source / "run_autograder")], env=env,
+                              capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise SystemExit(f"release: run_autograder failed:\n{done.stderr[-3000:]}")
+        return json.loads((results / "results.json").read_text())
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograde.release",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=("student", "gradescope"))
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--no-verify", action="store_true",
+                        help="gradescope: skip running the bundle on the reference")
+    args = parser.parse_args(argv)
+    if args.what == "student":
+        build_student(args.out)
+        print(f"Student release written to {args.out} (checked: public tests and grader run "
+              "without solutions/).")
+    else:
+        archive = build_gradescope(args.out, verify=not args.no_verify)
+        print(f"Gradescope autograder written to {archive}"
+              + ("" if args.no_verify else " (checked: it gives the reference full marks)."))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
