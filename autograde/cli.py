@@ -92,11 +92,13 @@ def main(argv=None) -> int:
     if args.gradescope and len(paths) != 1:
         parser.error(f"--gradescope grades exactly one submission, got {len(paths)}")
 
+    from .sandbox import prestart, protect_grader_memory
+
+    prestart(args.isolation)  # the sandbox's template process starts while we import
     from tests.grading import load_checks
 
     from . import reports
     from .grade import grade_many
-    from .sandbox import protect_grader_memory
 
     protect_grader_memory()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)

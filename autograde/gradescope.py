@@ -52,9 +52,10 @@ def main(argv=None) -> int:
     parser.add_argument("--hidden-visibility", default="after_published", choices=VISIBILITIES)
     args = parser.parse_args(argv)
 
-    from tests.grading import load_checks
+    from .sandbox import prestart, protect_grader_memory
 
-    from .sandbox import protect_grader_memory
+    prestart()
+    from tests.grading import load_checks
 
     protect_grader_memory()
     path, note = pick_submission(args.submission_dir)

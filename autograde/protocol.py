@@ -23,8 +23,6 @@ import select
 import struct
 import time
 
-import numpy as np
-
 HEADER = struct.Struct(">I")
 MAX_FRAME = 8 * 1024 * 1024
 MAX_TOTAL = 64 * 1024 * 1024
@@ -49,10 +47,8 @@ class WorkerGone(Exception):
 # ----------------------------------------------------------------------------- encoding
 
 def _tag(value):
-    if isinstance(value, np.ndarray):
+    if type(value).__module__ == "numpy":  # arrays and scalars, without importing numpy here
         value = value.tolist()
-    if isinstance(value, (np.floating, np.integer)):
-        value = value.item()
     if type(value) is float and not math.isfinite(value):
         return {"$float": "nan" if value != value else ("inf" if value > 0 else "-inf")}
     if isinstance(value, (list, tuple)):

@@ -247,6 +247,19 @@ def zygote_for(wanted: str) -> Zygote:
         return zygote
 
 
+def prestart(wanted: str = "auto") -> None:
+    """Start the zygote in the background (it takes as long as the grader's own imports;
+    the command line overlaps the two). Errors surface later, at the first real use."""
+
+    def start():
+        try:
+            zygote_for(wanted)
+        except Exception:
+            pass
+
+    threading.Thread(target=start, name="autograde-zygote", daemon=True).start()
+
+
 @atexit.register
 def _stop_zygotes() -> None:
     with _zygotes_lock:

@@ -245,7 +245,9 @@ def prepare_zygote(cfg) -> str:
             mode = "rlimits"
         else:
             raise SetupError(f"isolation {wanted!r} is not available here")
-    for name in PRELOAD:
+    # Where the worker's uid may be unable to read the interpreter's folders (mode 2),
+    # import now what it may need; otherwise numpy alone, and the rest on demand.
+    for name in PRELOAD if mode == "uid" else ("numpy",):
         try:
             __import__(name)
         except ImportError:
