@@ -34,7 +34,13 @@ from .report import check_at_most, check_exact
 LAB = "collectives"
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "ring_all_reduce")
 
-__all__ = ["ring_all_reduce", "RingStats", "build_parser", "worker", "main"]
+__all__ = ["ring_all_reduce", "RingStats", "all_gather_single", "reduce_scatter_single",
+           "build_parser", "worker", "main"]
+
+# torch 2.13 renamed the single-tensor collectives (and deprecated the old names); Colab and
+# Kaggle may ship an older torch that only has the old ones.
+all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 class RingStats:
@@ -129,12 +135,12 @@ def correctness_checks(ctx, elements: int) -> list[dict]:
     err_ar = (ar - total).abs().max().item()
 
     ag = torch.empty(n * elements, dtype=torch.float32, device=dev)
-    dist.all_gather_into_tensor(ag, x)
+    all_gather_single(ag, x)
     expected_ag = torch.cat([base * (k + 1) for k in range(n)])
     err_ag = (ag - expected_ag).abs().max().item()
 
     rs = torch.empty(elements // n, dtype=torch.float32, device=dev)
-    dist.reduce_scatter_tensor(rs, x)
+    reduce_scatter_single(rs, x)
     err_rs = (rs - total.chunk(n)[r]).abs().max().item()
 
     return [
@@ -193,8 +199,8 @@ def sweep(ctx, sizes: list[int], iters: int) -> list[dict]:
         shard = torch.zeros(numel // n, dtype=torch.float32, device=dev)
         run = {
             "all_reduce": lambda: dist.all_reduce(buf),
-            "all_gather": lambda: dist.all_gather_into_tensor(buf, shard),
-            "reduce_scatter": lambda: dist.reduce_scatter_tensor(shard, buf),
+            "all_gather": lambda: all_gather_single(buf, shard),
+            "reduce_scatter": lambda: reduce_scatter_single(shard, buf),
             "ring_all_reduce": lambda: ring_all_reduce(buf),
         }
         for op in OPS:
