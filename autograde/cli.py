@@ -139,7 +139,8 @@ def print_results(args, results, seed, started) -> None:
 
     if len(results) == 1:
         report = results[0]
-        print(f"{report.submission} (sandbox: {report.isolation or 'none needed'}, "
+        sandbox = report.isolation or ("failed" if report.grader_errors else "not needed")
+        print(f"{report.submission} (sandbox: {sandbox}, "
               f"{report.seconds:.2f} s)\n")
         print(reports.student_text(report))
     else:

@@ -110,6 +110,27 @@ def protect_grader_memory() -> None:
         pass  # not Linux
 
 
+_switch_uid: bool | None = None
+
+
+def can_switch_uid() -> bool:
+    """Whether this process may give a child another uid: root on the host, not root inside
+    a user namespace that maps no other uid (rootless containers)."""
+    global _switch_uid
+    if _switch_uid is None:
+        if not hasattr(os, "geteuid") or os.geteuid() != 0:
+            _switch_uid = False
+        else:
+            probe = subprocess.run(
+                [sys.executable, "-I", "-S", "-c",
+                 f"import os; os.setgroups([]); os.setresgid(*[{SANDBOX_UID_BASE}] * 3); "
+                 f"os.setresuid(*[{SANDBOX_UID_BASE}] * 3)"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                env={})
+            _switch_uid = probe.returncode == 0
+    return _switch_uid
+
+
 class _UidLease:
     """An unprivileged uid no other sandbox on this machine uses right now (a lock file per
     uid), so that sandboxes cannot signal or share process limits with each other."""
@@ -171,6 +192,7 @@ class Zygote:
         self.lock = threading.Lock()
         config = {"isolation": wanted, "packages": packages, "root_dir": str(self.dir / "root"),
                   "lib_dir": str(lib), "plain_source": PLAIN_SOURCE,
+                  "switch_uid": can_switch_uid(),
                   "stub_modules": list(STUB_MODULES)}
         try:
             hello = self._ask(config, timeout=START_TIMEOUT)
@@ -365,7 +387,7 @@ class Sandbox:
         """The worker's folder where namespaces are unavailable (else it gets a tmpfs)."""
         work = self._dir / f"work{self.starts}"
         work.mkdir(mode=0o700)
-        if os.geteuid() == 0:
+        if self._lease is not None:
             os.chown(work, self._lease.uid, self._lease.uid)
         return work
 
@@ -374,11 +396,12 @@ class Sandbox:
             self.gave_up = (f"the grader gave up after restarting your code {self.starts} times "
                             "(it kept crashing or hanging)")
             raise _Fatal("crashed", self.gave_up)
-        if os.geteuid() == 0 and self._lease is None:
+        if can_switch_uid() and self._lease is None:
             self._lease = _UidLease()
         self.starts += 1
         work = self._fresh_work_dir()
         job = {"work_dir": str(work), "submission_name": self.path.name,
+               "switch_uid": self._lease is not None,
                "sandbox_uid": self._lease.uid if self._lease else os.geteuid(), **self.limits}
         request_r, request_w = os.pipe()
         response_r, response_w = os.pipe()

@@ -157,12 +157,19 @@ def _bind_readonly(libc, source: str, target: str) -> None:
     _mount(libc, None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
-def _map_ids(uid: int, gid: int) -> None:
-    """Map this process's own uid/gid into its new user namespace (no other ids exist)."""
+def _map_ids(uid: int, gid: int, proc=None) -> None:
+    """Map this process's own uid/gid into its new user namespace (no other ids exist).
+    ``proc``: a file descriptor of a proc file system, where /proc is not mounted."""
     for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
                        ("gid_map", f"{gid} {gid} 1")):
-        with open(f"/proc/self/{name}", "w") as f:
-            f.write(text)
+        if proc is None:
+            fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
+        else:
+            fd = os.open(f"self/{name}", os.O_WRONLY, dir_fd=proc)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
 
 
 def stdlib_dirs() -> list:
@@ -201,6 +208,8 @@ def build_root(cfg) -> list:
         open(root + "/dev/" + dev, "w").close()
         _mount(libc, "/dev/" + dev, root + "/dev/" + dev, None, MS_BIND)
     os.makedirs(root + "/work")  # each worker mounts its own tmpfs here
+    if not cfg["switch_uid"]:  # workers will need it to map ids (see enter_worker)
+        HOST_PROC[0] = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY)
     os.makedirs(root + "/old")
     os.chdir(root)
     number = SYS_PIVOT_ROOT.get(platform.machine())
@@ -239,7 +248,7 @@ def prepare_zygote(cfg) -> str:
             raise SetupError(f"namespace sandbox: {exc}") from None
     if mode is None:
         sys.path[:] = stdlib_dirs() + [cfg["lib_dir"]]
-        if wanted in ("auto", "fallback", "uid") and os.geteuid() == 0:
+        if wanted in ("auto", "fallback", "uid") and cfg["switch_uid"]:
             mode = "uid"
         elif wanted in ("auto", "fallback", "rlimits"):
             mode = "rlimits"
@@ -255,6 +264,16 @@ def prepare_zygote(cfg) -> str:
     if "numpy" not in sys.modules:
         raise SetupError("numpy cannot be imported in the sandbox")
     return mode
+
+
+#: A handle on the host's /proc, kept by the zygote only where workers need it.
+HOST_PROC = [None]
+
+
+def _close_host_proc() -> None:
+    if HOST_PROC[0] is not None:
+        os.close(HOST_PROC[0])
+        HOST_PROC[0] = None
 
 
 def _drop_to(sandbox_uid: int) -> None:
@@ -285,6 +304,7 @@ def enter_worker(mode: str, job, submission_fd: int) -> None:
         _check(libc.unshare(CLONE_NEWPID), "unshare(pid)")
         pid = os.fork()
         if pid:
+            _close_host_proc()
             os.close(job["request_fd"])
             os.close(job["response_fd"])
             os.close(submission_fd)
@@ -298,26 +318,31 @@ def enter_worker(mode: str, job, submission_fd: int) -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         _check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS),
                "unshare(mount, net, ipc, uts)")
-        root = os.geteuid() == 0
-        owner = job["sandbox_uid"] if root else os.geteuid()
-        group = job["sandbox_uid"] if root else os.getegid()
+        switch = job["switch_uid"]
+        owner = job["sandbox_uid"] if switch else os.geteuid()
+        group = job["sandbox_uid"] if switch else os.getegid()
         _mount(libc, "tmpfs", "/work", "tmpfs", MS_NOSUID | MS_NODEV,
                f"size={job['work_mb']}m,nr_inodes=4096,mode=700,uid={owner},gid={group}")
         os.chdir("/work")
-        if root:
+        if switch:
             _drop_to(job["sandbox_uid"])
         else:
-            # Cannot change uid: a nested user namespace removes every capability over the
-            # mount namespace, so none of the walls can be remounted or undone.
+            # Cannot change uid (not root, or root of a user namespace that maps no other
+            # uid): a nested user namespace removes every capability over the mount
+            # namespace, so none of the walls can be remounted or undone.
             uid, gid = os.geteuid(), os.getegid()
+            # Mapping ids needs a proc file system, which the sandbox's tree does not have:
+            # the zygote kept a handle on the host's (closed right after, so student code
+            # never sees it).
             _check(libc.unshare(CLONE_NEWUSER), "unshare(user, nested)")
-            _map_ids(uid, gid)
+            _map_ids(uid, gid, HOST_PROC[0])
         sys.path.append("/work")
     else:
         os.chdir(job["work_dir"])
-        if mode == "uid":
+        if mode == "uid" and job["switch_uid"]:
             _drop_to(job["sandbox_uid"])
         sys.path.append(job["work_dir"])
+    _close_host_proc()
     _copy_submission(submission_fd, job["submission_name"], job["work_mb"] * 1024 * 1024 // 4)
     os.environ["HOME"] = os.environ["TMPDIR"] = os.getcwd()
     if libc is not None:

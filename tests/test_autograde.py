@@ -429,3 +429,26 @@ def test_cli_refuses_bad_arguments_with_a_clear_message(args, message):
     done = run_cli(*args)
     assert done.returncode == 2
     assert message in done.stderr
+
+
+def test_the_namespace_sandbox_without_switching_uid(tmp_path):
+    """Root of a user namespace that maps no other uid (like a rootless container): the
+    workers drop their capabilities into a nested user namespace instead of changing uid."""
+    import shutil
+
+    if not shutil.which("unshare") or subprocess.run(
+            ["unshare", "-r", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unprivileged user namespaces are not available")
+    redteam = ROOT / "tests" / "redteam" / "submissions"
+    done = subprocess.run(
+        ["unshare", "-r", sys.executable, "-m", "autograde", str(REFERENCE),
+         str(redteam / "os_exit_at_import.py"), str(redteam / "read_test_files.py"),
+         "--json", str(tmp_path / "r.json"), "--seed", str(SEED), "--timeout", "5"],
+        cwd=ROOT, capture_output=True, text=True, timeout=180,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    reports = json.loads((tmp_path / "r.json").read_text())["submissions"]
+    scores = {Path(k).name: (v["score"], v["isolation"]) for k, v in reports.items()}
+    assert scores == {"reference_submission.py": (100, "namespaces"),
+                      "os_exit_at_import.py": (70, "namespaces"),
+                      "read_test_files.py": (60, "namespaces")}
