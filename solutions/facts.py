@@ -1,5 +1,6 @@
 """Cited figures the chapter relies on: hardware, models, parallel layouts,
-utilisation, and the brief's claims that turned out wrong.
+clusters, utilisation, the scope of the scaling-law studies, and the brief's
+claims that turned out wrong (quoted in full in :mod:`solutions.brief`).
 
 Every entry carries ``cite``, a bibtex key in ``book/references.bib``. Figures
 are as reported by the sources; derived numbers (training time, ratios,
@@ -24,6 +25,14 @@ __all__ = [
     "LLAMA3_405B_BATCH_SCHEDULE",
     "Layout",
     "LAYOUTS",
+    "Cluster",
+    "SELENE",
+    "LLAMA3_CLUSTER",
+    "CLUSTERS",
+    "PowerLaw",
+    "KAPLAN_LOSS_LAWS",
+    "ScalingStudy",
+    "HOFFMANN_STUDY",
     "MFU",
     "ZERO_EXAMPLE",
     "Erratum",
@@ -188,6 +197,97 @@ LAYOUTS = (
            note="long-context stage"),
 )
 
+
+@dataclass(frozen=True)
+class Cluster:
+    """A machine a reported run was trained on. ``num_gpus`` is the size of
+    the machine, not of any job on it; :attr:`largest_run` is the largest
+    job in :data:`LAYOUTS` for ``model``. ``nodes`` and ``gpus_per_node``
+    only where the source states them."""
+
+    name: str
+    num_gpus: int
+    gpu: str
+    model: str
+    cite: str
+    nodes: Optional[int] = None
+    gpus_per_node: Optional[int] = None
+    note: str = ""
+
+    def __post_init__(self):
+        if (self.nodes is None) != (self.gpus_per_node is None):
+            raise ValueError(f"cluster {self.name!r}: give both nodes and gpus_per_node, or neither")
+        if self.nodes is not None and self.nodes * self.gpus_per_node != self.num_gpus:
+            raise ValueError(f"cluster {self.name!r}: nodes x gpus_per_node does not equal num_gpus")
+
+    @property
+    def largest_run(self) -> int:
+        """GPUs in the largest reported layout of ``model`` (from :data:`LAYOUTS`)."""
+        return max(lay.num_gpus for lay in LAYOUTS if lay.model == self.model)
+
+
+#: NVIDIA's Selene, where Megatron-Turing NLG was trained (Smith et al. 2022):
+#: 560 DGX A100 nodes of 8 GPUs. The reported runs used half to three quarters of it.
+SELENE = Cluster("Selene", 4480, "A100", "MT-NLG", "smith2022mtnlg", nodes=560, gpus_per_node=8)
+
+#: Meta's H100 cluster for Llama 3 (Dubey et al. 2024). The paper gives its
+#: size as "24K GPUs"; 405B pre-training used at most 16,384 of them
+#: (:attr:`Cluster.largest_run`, from Table 4 in :data:`LAYOUTS`).
+LLAMA3_CLUSTER = Cluster("Llama 3 H100 cluster", 24_000, "H100", "Llama 3 405B", "dubey2024llama3",
+                         note='size given as "24K GPUs"')
+
+CLUSTERS = {c.name: c for c in (SELENE, LLAMA3_CLUSTER)}
+
+
+@dataclass(frozen=True)
+class PowerLaw:
+    """A one-variable scaling law ``L(X) = (X_c / X)^exponent`` as reported
+    (only the exponent is stored: the fitted ``X_c`` is not used here)."""
+
+    name: str
+    variable: str
+    exponent: float
+    cite: str
+    note: str = ""
+
+
+#: Kaplan et al. 2020, eqs. 1.1 and 1.2: test loss against model size (models
+#: trained near convergence on enough data) and against data (large models
+#: stopped early). ``N`` counts non-embedding parameters.
+KAPLAN_LOSS_LAWS = {
+    "N": PowerLaw("L(N)", "non-embedding parameters", 0.076, "kaplan2020scaling"),
+    "D": PowerLaw("L(D)", "training tokens", 0.095, "kaplan2020scaling"),
+}
+
+
+@dataclass(frozen=True)
+class ScalingStudy:
+    """The scope of a scaling-law experiment as its authors state it: more
+    than ``min_models`` runs, with parameter and token counts spanning the
+    given (low, high) ranges."""
+
+    name: str
+    min_models: int
+    params: tuple
+    tokens: tuple
+    cite: str
+    note: str = ""
+
+    def __post_init__(self):
+        for field in ("params", "tokens"):
+            low, high = getattr(self, field)
+            if not 0 < low < high:
+                raise ValueError(f"study {self.name!r}: {field} must be a (low, high) range, got {(low, high)}")
+
+
+#: Hoffmann et al. 2022 (abstract): more than 400 models, from 70M to more than
+#: 16B parameters, trained on 5B to 500B tokens.
+HOFFMANN_STUDY = ScalingStudy(
+    "Hoffmann et al. 2022", 400, (70e6, 16e9), (5e9, 500e9), "hoffmann2022chinchilla",
+    note="'more than' applies to the model count and the largest size",
+)
+
+
 #: Reported model FLOPs utilisation, as fractions (Chowdhery et al. 2022,
 #: Table 3 for PaLM, MT-NLG, Gopher, GPT-3; Dubey et al. 2024 Table 4 for Llama 3).
 MFU = {
@@ -211,7 +311,9 @@ ZERO_EXAMPLE = {
 
 @dataclass(frozen=True)
 class Erratum:
-    """A claim in the chapter's brief, what is actually true, and the source."""
+    """A claim in the chapter's brief, what is actually true, and the source,
+    in prose. The brief's figures themselves, for notebooks and tests, are in
+    :data:`solutions.brief.BRIEF_CLAIMS`."""
 
     claim: str
     correction: str

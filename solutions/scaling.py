@@ -38,6 +38,8 @@ __all__ = [
     "compute_optimal_sweep",
     "allocation_exponent",
     "allocation_coefficient",
+    "ratio_growth_exponent",
+    "iso_flop_tokens",
     "compute_optimal_closed_form",
     "CHINCHILLA_TOKENS_PER_PARAM",
     "twenty_tokens_allocation",
@@ -227,6 +229,24 @@ def allocation_coefficient(constants: ChinchillaConstants = HOFFMANN_ROUNDED) ->
     eq. 4: ``N_opt = G (C/6)^a`` and ``D_opt = G^-1 (C/6)^b``."""
     c = constants
     return (c.alpha * c.A / (c.beta * c.B)) ** (1.0 / (c.alpha + c.beta))
+
+
+def ratio_growth_exponent(constants: ChinchillaConstants = HOFFMANN_ROUNDED) -> float:
+    """Exponent ``(alpha - beta) / (alpha + beta)`` in ``D_opt / N_opt ~ C^k``
+    (from Hoffmann et al. 2022, eq. 4: ``b - a``). Positive when ``alpha >
+    beta``: the optimal tokens per parameter then grow with compute."""
+    if not isinstance(constants, ChinchillaConstants):
+        raise ValueError(f"constants must be a ChinchillaConstants, got {constants!r}")
+    return (constants.alpha - constants.beta) / (constants.alpha + constants.beta)
+
+
+def iso_flop_tokens(C, N):
+    """Tokens ``D = C / (6 N)`` that exhaust a budget of ``C`` FLOPs with ``N``
+    parameters: the iso-FLOP line of :func:`training_flops` solved for ``D``.
+    Elementwise on numpy arrays."""
+    C = positive("C", C)
+    N = positive("N", N)
+    return C / (FLOPS_PER_PARAM_PER_TOKEN * N)
 
 
 def compute_optimal_closed_form(C, constants: ChinchillaConstants = HOFFMANN_ROUNDED):
