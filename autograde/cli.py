@@ -47,7 +47,7 @@ def parse_args(argv):
                         help="run only the public tests (what students can run themselves)")
     parser.add_argument("--isolation", default="auto", choices=ISOLATION_MODES,
                         help="sandbox strength; auto takes the strongest the system allows")
-    parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    parser.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")

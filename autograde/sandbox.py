@@ -3,10 +3,13 @@
     with Sandbox("alice.ipynb", timeout=10) as sandbox:
         loss = sandbox.call("chinchilla_loss", 175e9, 300e9)   # a float, or SubmissionError
 
-One worker serves every call for one submission (starting Python and numpy once is most of
-the cost; a process per call would be ten times slower). The worker runs the submission's
-units (cells, or top-level statements of a ``.py``) when the sandbox opens; then each
-``call`` sends a function name and JSON arguments, and gets back plain data or an error.
+One worker serves every call for one submission, and it is forked in milliseconds from a
+*zygote*, a template process started once per grading run that has already built the
+confined file system and imported numpy (:class:`Zygote`; starting Python and numpy is
+most of the cost, and a process per call would be far slower). The worker runs the
+submission's units (cells, or top-level statements of a ``.py``) when the sandbox opens;
+then each ``call`` sends a function name and JSON arguments, and gets back plain data or
+an error.
 
 What the grader enforces from the outside, because nothing inside the worker can be
 trusted once student code has run there (:mod:`autograde.worker` builds the walls):
@@ -498,7 +501,7 @@ class Sandbox:
                             self.unit_results[unit.index] = UnitResult(unit, "ok")
                         else:
                             self.unit_results[unit.index] = UnitResult(
-                                unit, "error", _error_text(reply))
+                                unit, "error", _error_text(reply, unit))
                 return
             except _Fatal as fatal:
                 if self.gave_up:
@@ -523,7 +526,7 @@ class Sandbox:
         """Call ``function_name(*args)`` in the submission; plain data or SubmissionError."""
         SubmissionError = _submission_error()
         if self.submission.problem is not None:
-            raise SubmissionError(f"the submission defines no function `{function_name}`: "
+            raise SubmissionError(f"{self.path.name} could not be run: "
                                   f"{self.submission.problem}", kind="missing")
         timeout = self.timeout
         if self._deadline is not None:
@@ -575,9 +578,10 @@ class Sandbox:
                               exception_type=exception_type)
 
     def _missing_message(self, name: str, why: str) -> str:
-        message = f"the submission defines no function `{name}`"
+        """Why ``name`` cannot be called, as precisely as the units' history allows."""
         if why == "not a function":
-            return f"`{name}` in the submission is not a function"
+            return f"`{name}` in {self.path.name} is not a function"
+        message = f"`{name}` is not defined in {self.path.name}"
         broken = [self.unit_results[u.index] for u in self.submission.defining_units(name)
                   if u.index in self.unit_results and self.unit_results[u.index].status != "ok"]
         if broken:
@@ -588,16 +592,19 @@ class Sandbox:
         return message
 
 
-def _error_text(reply: dict) -> str:
-    """'NameError: name 'np' is not defined (cell 4, line 2)' from a worker's error reply."""
+def _error_text(reply: dict, unit: Unit | None = None) -> str:
+    """'NameError: name 'np' is not defined (cell 4, line 2)' from a worker's error reply;
+    the place is left out when it is just the unit's own label."""
     name = protocol.text(reply.get("exception"), 80) or "Exception"
     message = protocol.text(reply.get("message"), 300)
     text = f"{name}: {message}" if message else name
     where = reply.get("where")
     if type(where) is dict and type(where.get("line")) is int:
         place = protocol.text(where.get("file"), 80)
-        text += f" ({place}, line {where['line']})" if place.startswith("cell") else \
-            f" (line {where['line']})"
+        if place.startswith("cell"):
+            text += f" ({place}, line {where['line']})"
+        elif unit is None or unit.label != f"line {where['line']}":
+            text += f" (line {where['line']})"
     return text
 
 

@@ -578,7 +578,7 @@ def chinchilla_loss(N, D):
 '''},
          lost=("ex1",)),
     Case("deleted_cell.ipynb", "exercise 3's cell was deleted",
-         notebook="delete:ex3", lost=("ex3",), message="defines no function"),
+         notebook="delete:ex3", lost=("ex3",), message="is not defined in"),
     Case("duplicated_cell.ipynb",
          "exercise 1's cell appears twice; exercise 2's solution is followed by the template's stub",
          notebook="duplicate", replace={"ex2": '''
