@@ -144,7 +144,7 @@ def is_notebook_markdown(path: Path) -> bool:
 def find_submissions(folder: Path) -> list:
     """Every submission in a class folder (recursively, e.g. one sub-folder per student).
 
-    Hidden folders, ``__pycache__``, ``.ipynb_checkpoints`` and Python's configuration
+    Symbolic links, hidden folders, ``__pycache__``, ``.ipynb_checkpoints`` and Python's configuration
     files (:data:`NOT_SUBMISSIONS`, which a student may ship hoping they run) are skipped; of a paired
     ``x.ipynb`` / ``x.md``, only the notebook is graded; a ``.md`` file counts only if it is
     a Jupytext notebook.
@@ -154,8 +154,8 @@ def find_submissions(folder: Path) -> list:
         parts = path.relative_to(folder).parts
         if any(p.startswith(".") or p in ("__pycache__",) for p in parts):
             continue
-        if not path.is_file() or path.suffix.lower() not in SUFFIXES:
-            continue
+        if path.is_symlink() or not path.is_file() or path.suffix.lower() not in SUFFIXES:
+            continue  # a student's symbolic link could point at the solutions
         if path.name in NOT_SUBMISSIONS:
             continue
         if path.suffix.lower() == ".md":

@@ -23,7 +23,7 @@ PREFERENCE = (".ipynb", ".py", ".md")
 
 def pick_submission(folder: Path):
     """(path or None, a note for the student about what was chosen)."""
-    candidates = [p for p in sorted(folder.rglob("*")) if p.is_file()
+    candidates = [p for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()
                   and p.suffix.lower() in PREFERENCE and p.name not in NOT_SUBMISSIONS
                   and not any(part.startswith(".") for part in p.relative_to(folder).parts)
                   and (p.suffix.lower() != ".md" or is_notebook_markdown(p))]

@@ -296,7 +296,7 @@ def _stop_zygotes() -> None:
 @dataclass
 class UnitResult:
     unit: Unit
-    status: str  # "ok", "error", "timeout" or "crashed"
+    status: str  # "ok", "error", "timeout", "crashed" or "skipped"
     message: str = ""
 
     def describe(self) -> str:
@@ -307,6 +307,8 @@ class UnitResult:
             return f"{where} did not finish within the time limit and was skipped"
         if self.status == "crashed":
             return f"{where} stopped the process running it ({self.message}) and was skipped"
+        if self.status == "skipped":
+            return f"{where} was skipped: {self.message}"
         return f"{where} ran"
 
 
@@ -353,6 +355,8 @@ class Sandbox:
         self._dir = None
         self._lease = None
         self._strikes: dict = {}  # function -> (last fatal kind, how many times)
+        self.load_budget = max(60.0, 6 * self.timeout)
+        self._load_seconds = 0.0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -487,15 +491,26 @@ class Sandbox:
     # ------------------------------------------------------------------ units
 
     def _load(self) -> None:
-        """Start a worker and run every unit not known to be fatal, in order."""
+        """Start a worker and run every unit not known to be fatal, in order. All runs of
+        the units together get :attr:`load_budget` seconds; units past it are skipped."""
         while True:
             self._spawn()
             try:
                 for unit in self.submission.units:
                     if unit.index in self.skipped:
                         continue
-                    reply = self._request({"op": "exec", "source": unit.source,
-                                           "filename": unit.filename}, self.timeout)
+                    if self._load_seconds > self.load_budget:
+                        self.skipped.add(unit.index)
+                        self.unit_results.setdefault(unit.index, UnitResult(
+                            unit, "skipped", f"the file as a whole ran for more than "
+                                             f"{self.load_budget:g} s"))
+                        continue
+                    started = time.monotonic()
+                    try:
+                        reply = self._request({"op": "exec", "source": unit.source,
+                                               "filename": unit.filename}, self.timeout)
+                    finally:
+                        self._load_seconds += time.monotonic() - started
                     if unit.index not in self.unit_results:
                         if reply.get("ok") is True:
                             self.unit_results[unit.index] = UnitResult(unit, "ok")

@@ -25,6 +25,9 @@ from pathlib import Path
 
 SUFFIXES = (".ipynb", ".md", ".py")
 MAX_BYTES = 20 * 1024 * 1024
+#: More units than this are run in consecutive groups: each unit is a round trip to the
+#: sandbox, and a file of 100,000 one-line statements must not take minutes to load.
+MAX_UNITS = 500
 
 #: Cells that import, or go looking for, the course's own packages (the self-check's setup,
 #: a Colab bootstrap): the sandbox has neither ``tests.grading`` nor ``solutions``.
@@ -158,6 +161,28 @@ def _imports_tests(node) -> bool:
     return False
 
 
+def bounded(units: list) -> list:
+    """At most :data:`MAX_UNITS` units: consecutive ones merged into equal groups. Lines of
+    a ``.py`` keep their numbers; merged cells are labelled "cells 5-9"."""
+    if len(units) <= MAX_UNITS:
+        return units
+    size = -(-len(units) // MAX_UNITS)
+    merged = []
+    for first in range(0, len(units), size):
+        group = units[first:first + size]
+        if all(u.filename == group[0].filename for u in group):  # statements of one file
+            source = group[0].source
+            for unit in group[1:]:
+                source += "".join(unit.source.splitlines(keepends=True)[source.count("\n"):])
+            label, filename = group[0].label, group[0].filename
+        else:
+            source = "\n".join(u.source for u in group)
+            label = filename = f"cells {group[0].label.split()[-1]}-{group[-1].label.split()[-1]}"
+        merged.append(Unit(len(merged), label, filename, source,
+                           frozenset().union(*(u.defines for u in group))))
+    return merged
+
+
 # ----------------------------------------------------------------------------- notebooks
 
 def clean_cell(source: str) -> tuple[str | None, bool]:
@@ -245,13 +270,15 @@ def read_submission(path) -> Submission:
         submission.problem = problem
         return submission
     if kind == "py":
-        submission.units, submission.problem = units_from_python(text, path.name)
+        units, submission.problem = units_from_python(text, path.name)
+        submission.units = bounded(units)
         return submission
     cells, problem = _notebook_cells(text, kind)
     if problem:
         submission.problem = problem
         return submission
-    submission.units, submission.notes, submission.markdown_defs = units_from_cells(cells)
+    units, submission.notes, submission.markdown_defs = units_from_cells(cells)
+    submission.units = bounded(units)
     if not submission.units:
         submission.problem = "it has no code cells to run"
     return submission

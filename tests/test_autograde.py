@@ -452,3 +452,33 @@ def test_the_namespace_sandbox_without_switching_uid(tmp_path):
     assert scores == {"reference_submission.py": (100, "namespaces"),
                       "os_exit_at_import.py": (70, "namespaces"),
                       "read_test_files.py": (60, "namespaces")}
+
+
+def test_a_slow_file_as_a_whole_is_cut_off_and_says_so(tmp_path):
+    path = tmp_path / "slow.py"
+    path.write_text("import time\n" + "time.sleep(0.4)\n" * 4 + REFERENCE.read_text())
+    sandbox = Sandbox(path, timeout=1.0)
+    sandbox.load_budget = 1.0
+    with sandbox:
+        with pytest.raises(SubmissionError) as err:
+            sandbox.call("chinchilla_loss", 1e9, 1e10)
+    assert err.value.kind == "missing"
+    assert "as a whole ran for more than 1 s" in err.value.message
+
+
+def test_very_many_statements_are_run_in_groups_with_their_line_numbers(tmp_path):
+    path = tmp_path / "long.py"
+    path.write_text("".join(f"x{i} = {i}\n" for i in range(2000)) +
+                    "def chinchilla_loss(N, D):\n    return 1 / 0\n")
+    submission = read_submission(path)
+    assert len(submission.units) <= 500
+    with Sandbox(path, timeout=10) as sandbox:
+        with pytest.raises(SubmissionError) as err:
+            sandbox.call("chinchilla_loss", 1.0, 1.0)
+    assert "ZeroDivisionError" in err.value.message and "line 2002" in err.value.message
+
+
+def test_class_folders_skip_symbolic_links(tmp_path):
+    (tmp_path / "real.py").write_text("x = 1\n")
+    (tmp_path / "link.py").symlink_to(COURSE_ROOT / "solutions" / "scaling.py")
+    assert find_submissions(tmp_path) == [tmp_path / "real.py"]
