@@ -372,7 +372,11 @@ class Sandbox:
         if self.submission.problem is None:
             self._dir = Path(tempfile.mkdtemp(prefix="autograde-"))
             os.chmod(self._dir, 0o711)
-            self._load()
+            try:
+                self._load()
+            except BaseException:
+                self.close()  # __exit__ will not run when __enter__ fails
+                raise
 
     def close(self) -> None:
         self._kill()
