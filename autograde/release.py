@@ -93,6 +93,7 @@ def without_hidden_checks(source: str) -> str:
 def build_student(out: Path) -> None:
     from tests.grading import STUDENT_RELEASE_FILES
 
+    out = Path(out).resolve()
     if out.exists():
         shutil.rmtree(out)
     keep_grading = {f"tests/grading/{name}" for name in STUDENT_RELEASE_FILES}
@@ -149,6 +150,7 @@ print(json.dumps(out))
 
 def verify_student(out: Path) -> dict:
     """Run the release's self-check and grader with the course out of reach."""
+    out = Path(out).resolve()
     done = subprocess.run([sys.executable, "-c", VERIFY_STUDENT, str(out), str(ROOT),
                            str(REFERENCE)], capture_output=True, text=True, cwd=out, timeout=300)
     (out / ".verify.json").unlink(missing_ok=True)
@@ -200,6 +202,7 @@ def gradescope_files() -> list:
 
 
 def build_gradescope(out: Path, verify: bool = True) -> Path:
+    out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     archive = out / "autograder.zip"
     requirements = "".join(line + "\n" for line in pinned_requirements())
