@@ -1,8 +1,13 @@
 """Suite-wide settings: a non-interactive plotting backend and one thread per process, so that
-tests behave the same on a laptop, in CI and on a 2-core machine."""
+tests behave the same on a laptop, in CI and on a 2-core machine.
+
+The backend is chosen with ``matplotlib.use`` in this process only: an MPLBACKEND variable
+would leak into the kernels nbval starts, and the notebooks' figures would stop displaying."""
 import os
 
-os.environ.setdefault("MPLBACKEND", "Agg")
+import matplotlib
+
+matplotlib.use("Agg")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 

@@ -45,9 +45,23 @@ def strip_non_prose(markdown: str) -> tuple[str, list[str]]:
     """Return (prose, maths) where prose has code, maths, roles and markup removed."""
     maths: list[str] = []
     text = re.sub(r"<!--.*?-->", " ", markdown, flags=re.S)
-    text = re.sub(r"^(```|~~~).*?^\1\s*$", " ", text, flags=re.S | re.M)  # fenced code
+    # Fenced blocks: code is dropped, {math} is maths, other directives (admonitions,
+    # dropdowns, figures) keep their prose and lose only the fence lines and options.
+    def fence(match: re.Match) -> str:
+        info, body = match.group(2).strip(), match.group(3)
+        if info.startswith("{math}"):
+            maths.append(body)
+            return " MATH "
+        if info.startswith("{") and not info.startswith(("{code", "{eval-rst}")):
+            title = re.sub(r"^\{[\w:-]+\}", "", info)
+            return title + "\n" + body
+        return " CODE "
+
+    previous = None
+    while previous != text:  # innermost fences first, so nested directives unwrap
+        previous = text
+        text = re.sub(r"^(`{3,}|~{3,}|:{3,})([^\n]*)\n((?:(?!^\1).)*?)^\1\s*$", fence, text, flags=re.S | re.M)
     text = re.sub(r"^\s*:[\w-]+:.*$", " ", text, flags=re.M)  # directive options
-    text = re.sub(r"^[:`]{3,}\s*\{[\w:-]+\}.*$", " ", text, flags=re.M)  # directive heads
     text = re.sub(r"^\([\w:.-]+\)=\s*$", " ", text, flags=re.M)  # labels
 
     def keep_math(match: re.Match) -> str:
@@ -85,7 +99,8 @@ def hand_typed_numbers(markdown: str) -> list[str]:
             if classify(token) == "quantity":
                 found.append(f"{token.group(0)!r} in: {line.strip()[:100]}")
     for formula in maths:
-        for m in re.finditer(r"\\(approx|sim|simeq)\s*[\d.]", formula):
+        # a number right after \approx, unless it is a coefficient of a symbol (6ND)
+        for m in re.finditer(r"\\(approx|sim|simeq)\s*\d[\d.,]*(?![\d.,]*\s*[A-Za-z])", formula):
             found.append(f"result typed in maths: {formula.strip()[:100]}")
     return found
 
@@ -116,6 +131,9 @@ def test_prose_numbers_are_glued(chapter: Path):
         ("The law is $L = E + A/N^{\\alpha}$ with 6ND FLOPs.", 0),
         ("```python\nx = 12345\n```", 0),
         ("A 4x speed-up at 80 GB.", 2),
+        ("Training costs $C \\approx 6ND$ FLOPs.", 0),
+        ("It is $\\approx 4.2 \\times 10^{22}$ FLOPs.", 1),
+        ("```{admonition} Correction: about 1,000 TFLOP/s\n:class: warning\nText.\n```", 1),
     ],
 )
 def test_the_checker_itself(text, offending):
