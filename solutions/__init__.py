@@ -13,7 +13,7 @@ Richer models live in the submodules: :mod:`solutions.scaling`,
 and the cited tables in :mod:`solutions.facts`.
 """
 
-from . import communication, compute, facts, layout, memory, pipeline, scaling
+from . import brief, communication, compute, facts, layout, memory, pipeline, scaling
 from .communication import communication_time_per_step
 from .memory import memory_per_gpu
 from .scaling import chinchilla_loss, compute_optimal
@@ -30,4 +30,5 @@ __all__ = [
     "compute",
     "facts",
     "layout",
+    "brief",
 ]

@@ -35,8 +35,6 @@ __all__ = [
     "HOFFMANN_STUDY",
     "MFU",
     "ZERO_EXAMPLE",
-    "Erratum",
-    "ERRATA",
 ]
 
 
@@ -309,43 +307,3 @@ ZERO_EXAMPLE = {
 }
 
 
-@dataclass(frozen=True)
-class Erratum:
-    """A claim in the chapter's brief, what is actually true, and the source,
-    in prose. The brief's figures themselves, for notebooks and tests, are in
-    :data:`solutions.brief.BRIEF_CLAIMS`."""
-
-    claim: str
-    correction: str
-    cite: str
-
-
-ERRATA = {
-    "mtnlg_17920": Erratum(
-        claim="Megatron-Turing NLG 530B trained with 8-way TP x 35-way PP x 64-way DP across 17,920 GPUs",
-        correction=(
-            "Each replica spans 280 A100s (8-way TP within a node x 35-way PP across nodes). "
-            "Selene has 560 DGX A100 nodes = 4,480 GPUs; throughput is reported on 2,240 / "
-            "2,800 / 3,360 GPUs, i.e. data-parallel degree 8 / 10 / 12, at 126 / 121 / 113 "
-            "TFLOP/s per GPU. 8 x 35 x 64 = 17,920 would exceed the machine four times over."
-        ),
-        cite="smith2022mtnlg",
-    ),
-    "llama3_24k": Erratum(
-        claim="Llama 3 was trained on a 24,000-GPU H100 cluster",
-        correction=(
-            "The cluster has about 24K GPUs, but 405B pre-training used at most 16,384: "
-            "TP8 x CP1 x PP16 x DP64 on 8,192 GPUs (43% MFU), TP8 x PP16 x DP128 on 16,384 "
-            "(41%), and TP8 x CP16 x PP16 x DP8 on 16,384 for long context (38%)."
-        ),
-        cite="dubey2024llama3",
-    ),
-    "exercise_constants": Erratum(
-        claim="Chinchilla fit A=406.0, B=410.0 (Exercise 1)",
-        correction=(
-            "The paper prints A=406.4, B=410.7; the exercise's 2.002 and 1.936 hold only for "
-            "406.0/410.0 (406.4/410.7 give 1.937 for Chinchilla)."
-        ),
-        cite="hoffmann2022chinchilla",
-    ),
-}
