@@ -1,9 +1,10 @@
 """A small GPT-style language model for the labs (nanoGPT's shape, a few lines per part).
 
 Pre-norm transformer blocks: LayerNorm, causal self-attention, LayerNorm, a 4x MLP with
-GELU; learned token and position embeddings; an untied output head. The head is untied on
-purpose: with weight tying one tensor belongs to two modules, and FSDP must then keep both
-in one sharding unit. Untied, each part can be its own unit (see ``labs/fsdp.py``).
+GELU; learned token and position embeddings (``embed``); a final LayerNorm and an untied
+output layer (``out``). The head is untied on purpose: with weight tying one tensor belongs
+to two modules, and FSDP must then keep both in one sharding unit. Untied, ``embed``, each
+block and ``out`` can each be an FSDP unit (see ``labs/fsdp.py``).
 
 The parameter count has a closed form (:func:`param_count`), which the labs use to predict
 gradient bytes and traffic *before* looking at the model; the tests check the closed form
@@ -54,7 +55,7 @@ class GPTConfig:
 def param_shapes(cfg: GPTConfig) -> dict[str, tuple[int, ...]]:
     """Every parameter's shape, by name, derived from the architecture (not from a model)."""
     V, T, L, d = cfg.vocab_size, cfg.block_size, cfg.n_layer, cfg.d_model
-    shapes = {"tok_emb.weight": (V, d), "pos_emb.weight": (T, d)}
+    shapes = {"embed.tok.weight": (V, d), "embed.pos.weight": (T, d)}
     for i in range(L):
         p = f"blocks.{i}."
         shapes.update({
@@ -65,7 +66,7 @@ def param_shapes(cfg: GPTConfig) -> dict[str, tuple[int, ...]]:
             p + "mlp.fc.weight": (4 * d, d), p + "mlp.fc.bias": (4 * d,),
             p + "mlp.proj.weight": (d, 4 * d), p + "mlp.proj.bias": (d,),
         })
-    shapes.update({"ln_f.weight": (d,), "ln_f.bias": (d,), "head.weight": (V, d)})
+    shapes.update({"out.ln.weight": (d,), "out.ln.bias": (d,), "out.logits.weight": (V, d)})
     return shapes
 
 
@@ -121,6 +122,30 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
+class Embedding(nn.Module):
+    """Token plus learned position embeddings."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos = nn.Embedding(cfg.block_size, cfg.d_model)
+
+    def forward(self, idx):
+        return self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+
+
+class Head(nn.Module):
+    """Final LayerNorm and the projection to one logit per vocabulary entry."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.ln = nn.LayerNorm(cfg.d_model)
+        self.logits = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+
+    def forward(self, x):
+        return self.logits(self.ln(x))
+
+
 class GPT(nn.Module):
     """``GPT(cfg)(idx, targets)`` returns ``(logits, loss)``; the loss is the mean
     next-character cross-entropy, the objective every lab trains on."""
@@ -128,11 +153,9 @@ class GPT(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.cfg = cfg
-        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.pos_emb = nn.Embedding(cfg.block_size, cfg.d_model)
+        self.embed = Embedding(cfg)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.ln_f = nn.LayerNorm(cfg.d_model)
-        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.out = Head(cfg)
         self.apply(self._init_weights)
         # GPT-2's scaled init of the projections that write into the residual stream.
         for name, p in self.named_parameters():
@@ -147,14 +170,12 @@ class GPT(nn.Module):
             nn.init.zeros_(module.bias)
 
     def forward(self, idx, targets=None):
-        B, T = idx.shape
-        if T > self.cfg.block_size:
-            raise ValueError(f"sequence length {T} exceeds block_size {self.cfg.block_size}")
-        pos = torch.arange(T, device=idx.device)
-        x = self.tok_emb(idx) + self.pos_emb(pos)
+        if idx.shape[1] > self.cfg.block_size:
+            raise ValueError(f"sequence length {idx.shape[1]} exceeds block_size {self.cfg.block_size}")
+        x = self.embed(idx)
         for block in self.blocks:
             x = block(x)
-        logits = self.head(self.ln_f(x))
+        logits = self.out(x)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))

@@ -38,7 +38,7 @@ def test_param_count_closed_form_matches_the_module(cfg):
     model = GPT(cfg)
     assert param_count(cfg) == sum(p.numel() for p in model.parameters())
     assert {k: tuple(v.shape) for k, v in model.named_parameters()} == param_shapes(cfg)
-    embeddings = model.tok_emb.weight.numel() + model.pos_emb.weight.numel()
+    embeddings = model.embed.tok.weight.numel() + model.embed.pos.weight.numel()
     assert matmul_params(cfg) == param_count(cfg) - embeddings
 
 
@@ -203,7 +203,7 @@ def test_ddp_equals_one_process(tmp_path, n):
     assert _check(report, "bytes each rank sends per step (ring)")["measured"] == 2 * (n - 1) / n * grad_bytes
     assert _check(report, "steps where replicas differ")["measured"] == 0
     assert _check(report, "DDP vs one process: gradient")["ok"]
-    assert _check(report, "DDP vs one process: parameter")["ok"]
+    assert _check(report, "DDP vs one process: weights")["ok"]
     assert len(report["history"]["loss"]) == 3
     assert report["metrics"]["tokens_per_s"] > 0 and 0 < report["metrics"]["scaling_efficiency"]
 
@@ -238,7 +238,7 @@ def test_fsdp_memory_and_traffic(tmp_path, n):
     assert dp_sent == 2 * (n - 1) / n * 4 * P
     assert fsdp_sent == pytest.approx(1.5 * dp_sent)
     assert _check(report, "FSDP vs one process: gradient")["ok"]
-    assert _check(report, "FSDP vs one process: parameter")["ok"]
+    assert _check(report, "FSDP vs one process: weights")["ok"]
     assert report["phases"]["dp"]["loss"] == pytest.approx(report["phases"]["fsdp"]["loss"], rel=1e-4)
 
 
