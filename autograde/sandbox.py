@@ -26,7 +26,6 @@ import atexit
 import contextlib
 import fcntl
 import importlib.util
-import json
 import os
 import shutil
 import signal
@@ -39,7 +38,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import protocol
+from . import protocol, worker
 from .submission import Submission, Unit, read_submission
 
 WORKER = Path(__file__).with_name("worker.py")
@@ -179,7 +178,7 @@ class Zygote:
         packages = package_dirs()
         for name, folder in packages.items():
             (lib / name).symlink_to(folder)
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         # No PATH: student code has no business starting programs (a notebook's Colab
         # bootstrap would try `git clone`); a name lookup fails at once.
         env = {"PATH": "", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/",
@@ -211,13 +210,13 @@ class Zygote:
         with self.lock:
             try:
                 self.socket.settimeout(timeout)
-                socket.send_fds(self.socket, [json.dumps(message).encode()], list(fds))
-                data = self.socket.recv(1 << 16)
-            except OSError as exc:
+                worker.send_message(self.socket, message, fds)
+                reply, _ = worker.recv_message(self.socket)
+            except (OSError, ValueError) as exc:
                 raise RuntimeError(f"the sandbox's template process failed ({exc})") from None
-        if not data:
+        if type(reply) is not dict:
             raise RuntimeError("the sandbox's template process has stopped")
-        return json.loads(data)
+        return reply
 
     def spawn(self, job: dict, fds) -> int:
         reply = self._ask({"op": "spawn", "job": job}, fds)

@@ -100,6 +100,38 @@ def write_frame(fd: int, obj) -> None:
         data = data[os.write(fd, data):]
 
 
+def send_message(sock, obj, fds=()) -> None:
+    """One control message (grader <-> zygote): a length-prefixed JSON frame on a Unix
+    stream socket, with file descriptors attached to its first byte."""
+    data = json.dumps(obj).encode()
+    data = HEADER.pack(len(data)) + data
+    sent = socket.send_fds(sock, [data], list(fds)) if fds else sock.send(data)
+    sock.sendall(data[sent:])
+
+
+def recv_message(sock, max_fds: int = 0):
+    """(object, file descriptors); (None, []) when the other end has closed."""
+    head, fds = b"", []
+    while len(head) < HEADER.size:
+        if max_fds and not fds:
+            chunk, fds, _, _ = socket.recv_fds(sock, HEADER.size - len(head), max_fds)
+        else:
+            chunk = sock.recv(HEADER.size - len(head))
+        if not chunk:
+            return None, fds
+        head += chunk
+    (size,) = HEADER.unpack(head)
+    if size > MAX_REQUEST:
+        return None, fds
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(min(size - len(data), 1 << 20))
+        if not chunk:
+            return None, fds
+        data += chunk
+    return json.loads(data), list(fds)
+
+
 def tag(value):
     """Non-finite floats travel as ``{"$float": "nan"|"inf"|"-inf"}``: JSON has no literal
     for them, and the grader refuses the non-standard ``NaN``/``Infinity`` tokens."""
@@ -594,14 +626,16 @@ def spawn(mode: str, runtime, job, fds, control) -> int:
 
 def zygote(control_fd: int) -> None:
     control = socket.socket(fileno=control_fd)
-    cfg = json.loads(control.recv(1 << 20))
+    cfg, _ = recv_message(control)
+    if cfg is None:
+        os._exit(0)
     try:
         mode = prepare_zygote(cfg)
         runtime = install_runtime(cfg)
     except Exception as exc:
-        control.send(json.dumps({"op": "fatal", "message": f"{type(exc).__name__}: {exc}"}).encode())
+        send_message(control, {"op": "fatal", "message": f"{type(exc).__name__}: {exc}"})
         os._exit(3)
-    control.send(json.dumps({"op": "ready", "isolation": mode}).encode())
+    send_message(control, {"op": "ready", "isolation": mode})
     statuses: dict = {}  # reaped workers: pid -> wait status, until the grader asks
 
     def reap(signum, frame):
@@ -648,12 +682,11 @@ def zygote(control_fd: int) -> None:
     signal.signal(signal.SIGCHLD, reap)
     while True:
         try:
-            data, fds, _, _ = socket.recv_fds(control, 1 << 20, 4)
-        except OSError:
+            message, fds = recv_message(control, max_fds=4)
+        except (OSError, ValueError):
             os._exit(0)
-        if not data:  # the grader is gone
+        if message is None:  # the grader is gone
             os._exit(0)
-        message = json.loads(data)
         if message["op"] == "spawn" and len(fds) == 3:
             reply = {"pid": spawn(mode, runtime, message["job"], fds, control)}
         elif message["op"] == "kill":
@@ -662,7 +695,7 @@ def zygote(control_fd: int) -> None:
             reply = {"error": "bad request"}
         for fd in fds:
             os.close(fd)
-        control.send(json.dumps(reply).encode())
+        send_message(control, reply)
 
 
 if __name__ == "__main__":
