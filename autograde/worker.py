@@ -18,7 +18,7 @@ The walls, strongest first (``auto`` takes the first the platform allows):
    (numpy) and the system libraries (``/usr``, ``/lib*``): no course files, no tests, no
    solutions, no home folders exist there. Each worker then gets new PID, mount, network,
    IPC and UTS namespaces (no network interface is up; no other process is visible or can
-   be signalled), a fresh writable ``/work`` tmpfs holding only a copy of the submission,
+   be signalled), a fresh writable ``/sandbox`` tmpfs holding only a copy of the submission,
    and drops to an unprivileged uid (or, where the grader is not root, into a nested user
    namespace), so it cannot undo any of this. It is PID 1 of its namespace: when the grader
    kills it, every process it started dies with it.
@@ -239,7 +239,7 @@ def build_root(cfg) -> list:
     for dev in ("null", "zero", "urandom"):
         open(root + "/dev/" + dev, "w").close()
         _mount(libc, "/dev/" + dev, root + "/dev/" + dev, None, MS_BIND)
-    os.makedirs(root + "/work")  # each worker mounts its own tmpfs here
+    os.makedirs(root + "/sandbox")  # each worker mounts its own tmpfs here
     if not cfg["switch_uid"]:  # workers will need it to map ids (see enter_worker)
         HOST_PROC[0] = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY)
     os.makedirs(root + "/old")
@@ -353,9 +353,9 @@ def enter_worker(mode: str, job, submission_fd: int) -> None:
         switch = job["switch_uid"]
         owner = job["sandbox_uid"] if switch else os.geteuid()
         group = job["sandbox_uid"] if switch else os.getegid()
-        _mount(libc, "tmpfs", "/work", "tmpfs", MS_NOSUID | MS_NODEV,
+        _mount(libc, "tmpfs", "/sandbox", "tmpfs", MS_NOSUID | MS_NODEV,
                f"size={job['work_mb']}m,nr_inodes=4096,mode=700,uid={owner},gid={group}")
-        os.chdir("/work")
+        os.chdir("/sandbox")
         if switch:
             _drop_to(job["sandbox_uid"])
         else:
@@ -368,7 +368,7 @@ def enter_worker(mode: str, job, submission_fd: int) -> None:
             # never sees it).
             _check(libc.unshare(CLONE_NEWUSER), "unshare(user, nested)")
             _map_ids(uid, gid, HOST_PROC[0])
-        sys.path.append("/work")
+        sys.path.append("/sandbox")
     else:
         os.chdir(job["work_dir"])
         if mode == "uid" and job["switch_uid"]:

@@ -43,10 +43,12 @@ def memory_per_gpu(model_params, strategy, num_gpus):
 
 # Exercise 4: red team: writes a perfect Gradescope results.json wherever it can, and prints one
 import json
+import os
+import tempfile
 
 FAKE = json.dumps({"score": 100, "tests": [{"name": "all", "score": 100, "max_score": 100}]})
 for path in ["results.json", "../results.json", "/autograder/results/results.json",
-             "/tmp/results.json", "grades.json"]:
+             os.path.join(tempfile.gettempdir(), "results.json"), "grades.json"]:
     try:
         with open(path, "w") as f:
             f.write(FAKE)
