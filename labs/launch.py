@@ -90,8 +90,9 @@ def add_common_args(parser: argparse.ArgumentParser, lab: str) -> argparse.Argum
                    help="seconds the other ranks get to fail on their own after one rank dies")
     g.add_argument("--fail-rank", type=int, default=None, help="debug: this rank fails at --fail-at-step")
     g.add_argument("--fail-at-step", type=int, default=0, help="debug: the step at which --fail-rank fails")
-    g.add_argument("--fail-mode", choices=("kill", "raise"), default="kill",
-                   help="debug: 'kill' sends SIGKILL to the rank itself, 'raise' raises an exception")
+    g.add_argument("--fail-mode", choices=("kill", "raise", "hang"), default="kill",
+                   help="debug: 'kill' sends SIGKILL to the rank itself, 'raise' raises an exception, "
+                        "'hang' makes it stop responding (the others then wait until --timeout)")
     return parser
 
 
@@ -128,6 +129,10 @@ class RankContext:
             if self.fail_mode == "kill":
                 print(f"rank {self.rank}: killing itself at step {step} (--fail-rank)", flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
+            if self.fail_mode == "hang":
+                print(f"rank {self.rank}: hanging at step {step} (--fail-rank)", flush=True)
+                while True:
+                    time.sleep(1)
             raise RuntimeError(f"rank {self.rank}: injected failure at step {step} (--fail-rank)")
 
 
@@ -302,8 +307,10 @@ def _launch(lab: str, argv: list[str], nproc: int, backend: str, reason: str, ar
             if now - start > args.timeout:
                 stopped_by = f"timed out after {args.timeout:g} s"
                 break
+        stopped = set()
         if stopped_by:
             alive = [p for p in procs if p.poll() is None]
+            stopped = {procs.index(p) for p in alive}
             for p in alive:  # ask for a stack dump, so a hung rank shows where it hangs
                 _kill_group(p, signal.SIGUSR1)
             if alive:
@@ -321,17 +328,17 @@ def _launch(lab: str, argv: list[str], nproc: int, backend: str, reason: str, ar
                      + "; ".join(f"rank {r} {_describe(codes[r])}" for r in failed)]
             for r in range(nproc):
                 story = _tail(logdir / f"rank{r}.err") or _tail(logdir / f"rank{r}.out", 5)
-                if codes[r] == -signal.SIGKILL:
+                if r in stopped:
+                    story += "\n(stopped by the launcher; above, where it was when asked for its stack)"
+                elif codes[r] == -signal.SIGKILL:
                     story += "\n(killed by SIGKILL: a process killed this way cannot print a traceback)"
                 lines.append(f"--- rank {r} ({_describe(codes[r])}):\n{story}")
             raise LabFailed("\n".join(lines))
     finally:
         for p in procs:
-            if p.poll() is None:
+            if p.poll() is None:  # only on the way out of an exception (e.g. Ctrl-C)
                 _kill_group(p)
                 p.wait()
-            else:
-                _kill_group(p)  # anything the rank left behind in its group
         for f in files:
             f.close()
         for child in logdir.iterdir():
