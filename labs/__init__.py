@@ -23,5 +23,5 @@ if "LABS_LAUNCHER_PID" in _os.environ and "RANK" in _os.environ:
         _ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(_signal.SIGKILL))
         if _os.getppid() != int(_os.environ["LABS_LAUNCHER_PID"]):
             _os._exit(1)  # the launcher is already gone
-    except (OSError, AttributeError, ValueError):
+    except (OSError, AttributeError, ValueError, TypeError):
         pass  # not Linux: the launcher's own clean-up still kills its ranks

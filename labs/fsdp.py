@@ -230,7 +230,9 @@ def run_phase(strategy: str, ctx, corpus, mcfg, tcfg, dtype, reference: bool) ->
         "worst_grad": worst_grad,
         "worst_param": worst_param,
     }
-    del model, opt, ref, ref_opt, ref_low
+    # Free this phase's model before the next one starts (DDP holds reference cycles), so
+    # that the next phase's peak memory is its own.
+    del model, params_of, opt, ref, ref_opt, ref_low, initial
     gc.collect()
     return out
 
