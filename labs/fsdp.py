@@ -280,8 +280,10 @@ def worker(ctx, args) -> dict:
     gather_elem = 2 if dtype == torch.bfloat16 else 4  # FSDP gathers in the compute dtype
     ag = fs["collective_bytes_per_step"].get("all_gather", 0)
     rs = fs["collective_bytes_per_step"].get("reduce_scatter", 0)
-    checks.append(check_exact("FSDP: all-gathered bytes per step (2 x parameters)", 2 * P_pad * gather_elem, ag))
-    checks.append(check_exact("FSDP: reduce-scattered bytes per step (1 x gradients)", P_pad * 4, rs))
+    moves = n > 1  # on one rank there is nothing to gather or scatter, and FSDP skips both
+    checks.append(check_exact("FSDP: all-gathered bytes per step (2 x parameters)",
+                              2 * P_pad * gather_elem if moves else 0, ag))
+    checks.append(check_exact("FSDP: reduce-scattered bytes per step (1 x gradients)", P_pad * 4 if moves else 0, rs))
     if n > 1:
         sent = allgather_bytes_per_rank(ag, n) + reduce_scatter_bytes_per_rank(rs, n)
         if gather_elem == 4:

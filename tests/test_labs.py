@@ -274,3 +274,16 @@ def test_a_killed_rank_ends_the_lab_quickly_and_leaves_nothing(tmp_path):
     assert "--- rank 0" in message and "--- rank 1" in message  # every rank's story
     assert not report.exists()
     assert _processes_mentioning(str(report)) == []
+
+
+@pytest.mark.slow
+def test_fsdp_bf16_mixed_precision(tmp_path):
+    """The GPU path's mixed precision, run on CPU: FSDP gathers bf16 weights (half the bytes),
+    reduces fp32 gradients, and still stores fp32 state; DDP runs under bf16 autocast."""
+    report = _run("fsdp", 2, tmp_path, *TINY, "--dtype", "bf16")
+    assert all_ok(report), _failed(report)
+    assert report["config"]["dtype"] == "torch.bfloat16"
+    P = sum(p.numel() for p in GPT(GPTConfig(**report["config"]["model"])).parameters())
+    assert _check(report, "FSDP: all-gathered bytes")["measured"] == 2 * 2 * P  # two gathers, 2 bytes each
+    assert _check(report, "FSDP: reduce-scattered bytes")["measured"] == 4 * P  # fp32 gradients
+    assert _check(report, "FSDP: weights bytes per rank")["measured"] == 4 * P / 2  # fp32 shards
