@@ -37,7 +37,7 @@ import torch.distributed as dist
 from solutions.communication import (allgather_bytes_per_rank, communication_breakdown,
                                      reduce_scatter_bytes_per_rank)
 from solutions.compute import flops_per_token, model_flops_utilization
-from solutions.memory import ByteConvention, memory_breakdown
+from solutions.memory import BYTE_CONVENTIONS, memory_breakdown
 
 from . import launch
 from .data import batch_offsets, get_batch, load_corpus, rank_slice
@@ -50,16 +50,9 @@ from .training import (CollectiveCounter, add_model_args, configs_from_args, for
 LAB = "fsdp"
 MEMORY_TOLERANCE_PERCENT = 2.0
 
-# LOCAL HELPER (pending a named convention in solutions.memory.BYTE_CONVENTIONS): the labs
-# keep fp32 weights, fp32 gradients and fp32 Adam m and v, with no separate master copy
-# (bf16 runs cast a copy of the weights for compute only). memory_breakdown accepts a
-# ByteConvention object, so this plugs into the reference model unchanged.
-FP32_ADAMW = ByteConvention(
-    "fp32_adamw_16", 4, 4, 8,
-    "fp32 weights (4) + fp32 grads (4) + fp32 AdamW m and v (4 + 4); bf16 mixed precision "
-    "casts the weights for compute but stores these",
-    "loshchilov2019adamw",
-)
+# The labs keep fp32 weights, gradients and AdamW moments (bf16 runs cast a copy of the
+# weights for compute only): the reference's "fp32_adamw_16" convention.
+FP32_ADAMW = BYTE_CONVENTIONS["fp32_adamw_16"]
 
 __all__ = ["FP32_ADAMW", "fsdp_padded_numel", "shard_model", "build_parser", "worker", "main"]
 

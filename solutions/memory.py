@@ -90,6 +90,12 @@ BYTE_CONVENTIONS = {
             "bf16 weights (2) + bf16 grads (2) + fp32 master weights (4) + 8-bit m and v (1 + 1)",
             "dettmers2022optimizers",
         ),
+        ByteConvention(
+            "fp32_adamw_16", 4, 4, 8,
+            "fp32 weights (4) + fp32 grads (4) + fp32 AdamW m and v (4 + 4), no separate master "
+            "copy: what the labs store (bf16 mixed precision casts the weights for compute only)",
+            "loshchilov2019adamw",
+        ),
     )
 }
 

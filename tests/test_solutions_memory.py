@@ -95,7 +95,8 @@ def test_dp_does_not_need_divisibility_and_float_gpu_counts_allowed():
 # -- conventions ------------------------------------------------------------
 def test_byte_conventions():
     totals = {k: c.total for k, c in mem.BYTE_CONVENTIONS.items()}
-    assert totals == {"chapter_12": 12, "zero_16": 16, "fp32_grads_18": 18, "fp32_accum_20": 20, "adam8bit_10": 10}
+    assert totals == {"chapter_12": 12, "zero_16": 16, "fp32_grads_18": 18, "fp32_accum_20": 20,
+                      "adam8bit_10": 10, "fp32_adamw_16": 16}
     assert mem.CHAPTER_BYTES_PER_PARAM == 12 and mem.ZERO_BYTES_PER_PARAM == 16
     for c in mem.BYTE_CONVENTIONS.values():
         assert c.weights == 2  # every convention keeps 16-bit working weights
