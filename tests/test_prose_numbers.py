@@ -25,7 +25,7 @@ import jupytext
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = sorted(p for p in (ROOT / "chapters").glob("*.md"))
+CHAPTERS = sorted(p for d in ("chapters", "labs") for p in (ROOT / d).glob("*.md"))
 
 UNIT_SUFFIX = r"(?:[KMBT]|GB|GiB|MB|TB|PB|B/s|x|×|%|s|ms|k)"
 NUMBER = re.compile(
