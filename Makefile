@@ -21,7 +21,8 @@ setup: $(STAMP)
 $(STAMP): requirements.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=/path/to/python3.11'"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	@echo "Installing the pinned requirements into $(VENV) (the first run takes a few minutes)"
+	$(PY) -m pip install --quiet --quiet --disable-pip-version-check -r requirements.txt
 	@# Make the course's own packages (solutions, autograde, labs, tests) importable from any
 	@# folder, e.g. by notebooks executing inside chapters/.
 	@$(PY) -c "import sysconfig, pathlib; pathlib.Path(sysconfig.get_paths()['purelib'], 'course-root.pth').write_text(str(pathlib.Path.cwd()) + '\n')"
