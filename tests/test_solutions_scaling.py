@@ -78,7 +78,7 @@ def test_parametric_loss_limits(constants):
 
 def test_constant_sets_values():
     # Hoffmann et al. 2022 App. D.2 eq. 10 (rounded and TeX-precise) and
-    # Besiroglu et al. 2024; copied from FACTS.md.
+    # Besiroglu et al. 2024.
     assert (sc.HOFFMANN_ROUNDED.A, sc.HOFFMANN_ROUNDED.B) == (406.4, 410.7)
     assert sc.HOFFMANN_PRECISE.alpha == 0.33917084 and sc.HOFFMANN_PRECISE.beta == 0.2849083
     assert (sc.EPOCH_2024.E, sc.EPOCH_2024.B) == (1.8172, 2085.43)
@@ -135,7 +135,7 @@ def test_iso_flop_constraint_holds(C):
 @pytest.mark.parametrize(
     "constants, C, ratio, tol",
     [
-        # FACTS.md (checked against Hoffmann et al. 2022 eq. 4 with the printed
+        # Figures checked against Hoffmann et al. 2022 eq. 4 with the printed
         # constants); the tolerance is half a unit of the quoted last digit.
         (sc.HOFFMANN_ROUNDED, 1e22, 62.6, 0.05),
         (sc.HOFFMANN_ROUNDED, 5.76e23, 92.6, 0.05),
