@@ -136,7 +136,7 @@ def test_iso_flop_constraint_holds(C):
     "constants, C, ratio, tol",
     [
         # Figures checked against Hoffmann et al. 2022 eq. 4 with the printed
-        # constants); the tolerance is half a unit of the quoted last digit.
+        # constants; the tolerance is half a unit of the quoted last digit.
         (sc.HOFFMANN_ROUNDED, 1e22, 62.6, 0.05),
         (sc.HOFFMANN_ROUNDED, 5.76e23, 92.6, 0.05),
         (sc.HOFFMANN_ROUNDED, 1e25, 122, 0.5),
