@@ -9,7 +9,6 @@ takes part.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -121,6 +120,8 @@ def grade_many(paths, checks, *, jobs: int = 1, progress=None, labels=None, **op
 
     if jobs <= 1:
         return [one(item) for item in zip(paths, labels)]
+    from concurrent.futures import ThreadPoolExecutor  # with its logging: only for classes
+
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         return list(pool.map(one, zip(paths, labels)))
 

@@ -8,7 +8,6 @@ top-level ``score``, ``execution_time``, ``output``, and ``tests``, each with ``
 """
 from __future__ import annotations
 
-import csv
 import io
 import json
 import os
@@ -99,6 +98,8 @@ def write_json(path, reports, seed: int | None) -> None:
 
 def write_csv(path, reports) -> None:
     """One row per submission: file, total, maximum, then one column per exercise function."""
+    import csv  # only here: not worth its import on every run
+
     functions = [(e["id"], e["function"]) for e in reports[0].exercises()] if reports else []
     buffer = io.StringIO()
     writer = csv.writer(buffer)

@@ -196,21 +196,39 @@ class Zygote:
                   "lib_dir": str(lib), "plain_source": PLAIN_SOURCE,
                   "switch_uid": can_switch_uid(),
                   "stub_modules": list(STUB_MODULES)}
+        self.isolation: str | None = None  # set by wait_ready, from the zygote's greeting
         try:
-            hello = self._ask(config, timeout=START_TIMEOUT)
+            self._ask(config, timeout=START_TIMEOUT, wait=False)
         except RuntimeError:
             self.close()
             raise
-        if hello.get("op") != "ready":
-            self.close()
-            raise ZygoteRefused(protocol.text(hello.get("message")) or "no greeting")
-        self.isolation = hello["isolation"]
 
-    def _ask(self, message: dict, fds=(), timeout: float = 30.0) -> dict:
+    def wait_ready(self) -> "Zygote":
+        """Wait for the greeting that says the walls stand (the constructor only launches,
+        so that the grader can import its checks meanwhile); raise :class:`ZygoteRefused`
+        if the isolation asked for could not be built."""
+        if self.isolation is None:
+            try:
+                hello = self._ask(None, timeout=START_TIMEOUT)
+            except RuntimeError:
+                self.close()
+                raise
+            if hello.get("op") != "ready":
+                self.close()
+                raise ZygoteRefused(protocol.text(hello.get("message")) or "no greeting")
+            self.isolation = hello["isolation"]
+        return self
+
+    def _ask(self, message: dict | None, fds=(), timeout: float = 30.0, *,
+             wait: bool = True) -> dict | None:
+        """Send ``message`` (None: nothing) and, with ``wait``, return the zygote's reply."""
         with self.lock:
             try:
                 self.socket.settimeout(timeout)
-                worker.send_message(self.socket, message, fds)
+                if message is not None:
+                    worker.send_message(self.socket, message, fds)
+                if not wait:
+                    return None
                 reply, _ = worker.recv_message(self.socket)
             except (OSError, ValueError) as exc:
                 raise RuntimeError(f"the sandbox's template process failed ({exc})") from None
@@ -248,32 +266,64 @@ _zygotes_lock = threading.Lock()
 
 
 def zygote_for(wanted: str) -> Zygote:
-    """The shared zygote for an isolation mode; ``auto`` falls back (once, for good) to
-    ``uid``/``rlimits`` when the kernel refuses namespaces."""
+    """The shared, ready zygote for an isolation mode; ``auto`` falls back (once, for good)
+    to ``uid``/``rlimits`` when the kernel refuses namespaces."""
     global _namespaces_refused
     with _zygotes_lock:
         if wanted == "auto" and _namespaces_refused:
             wanted = "fallback"
         zygote = _zygotes.get(wanted)
-        if zygote is not None and zygote.alive:
+        if zygote is not None and zygote.isolation is not None and zygote.alive:
             return zygote
         try:
-            zygote = Zygote(wanted)
+            zygote = _ready(_take_launched(wanted), wanted)
         except ZygoteRefused as exc:
             if wanted != "auto" or "namespace" not in str(exc):
                 raise RuntimeError(f"the sandbox could not be built: {exc}") from None
             _namespaces_refused = str(exc)
             wanted = "fallback"
             zygote = _zygotes.get(wanted)
-            if zygote is None or not zygote.alive:
-                zygote = Zygote(wanted)
+            if zygote is None or zygote.isolation is None or not zygote.alive:
+                zygote = _ready(_take_launched(wanted), wanted)
         _zygotes[wanted] = zygote
         return zygote
 
 
+def _take_launched(wanted: str) -> Zygote | None:
+    """Remove and return the zygote :func:`prestart` launched for ``wanted``, if it has not
+    greeted yet (a ready one, dead or alive, stays where it is)."""
+    zygote = _zygotes.get(wanted)
+    if zygote is not None and zygote.isolation is None:
+        return _zygotes.pop(wanted)
+    return None
+
+
+def _ready(launched: Zygote | None, wanted: str) -> Zygote:
+    """``launched`` (a zygote :func:`prestart` launched) once it greets; a new zygote when
+    there is none, or when it failed for any reason but a refusal (try once more)."""
+    if launched is not None:
+        try:
+            return launched.wait_ready()
+        except ZygoteRefused:
+            raise
+        except RuntimeError:
+            pass  # e.g. killed while starting; wait_ready has cleaned it up
+    return Zygote(wanted).wait_ready()
+
+
 def prestart(wanted: str = "auto") -> None:
-    """Start the zygote in the background (it takes as long as the grader's own imports;
-    the command line overlaps the two). Errors surface later, at the first real use."""
+    """Launch the zygote now, so that it builds its root and imports numpy while the grader
+    imports its checks (on another core), and wait for its greeting in a background thread,
+    which also starts the fallback zygote if namespaces are refused. The launch is done in
+    the calling thread: a background thread would be starved of the interpreter lock by
+    the imports. Errors surface later, at the first real use."""
+    try:
+        with _zygotes_lock:
+            key = "fallback" if wanted == "auto" and _namespaces_refused else wanted
+            if key not in _zygotes:
+                _zygotes[key] = Zygote(key)
+    except Exception:
+        pass
 
     def start():
         try:
