@@ -14,5 +14,7 @@ fi
 python3.11 -m venv /autograder/venv
 /autograder/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check \
     -r requirements-autograder.txt
+# Compile the grader once, so that no grading run pays for it.
+/autograder/venv/bin/python -m compileall -q -x '/redteam/' autograde tests solutions
 # Smoke test: the grader imports, and its sandbox can be built on this image.
 /autograder/venv/bin/python -c "import autograde.sandbox, tests.grading"
