@@ -28,7 +28,7 @@ $(STAMP): requirements.txt
 	@$(PY) -c "import sysconfig, pathlib; pathlib.Path(sysconfig.get_paths()['purelib'], 'course-root.pth').write_text(str(pathlib.Path.cwd()) + '\n')"
 	@# Byte-compile the course's packages once: a cold `python -m autograde` then starts in
 	@# under half a second even where Python is told not to write bytecode caches.
-	@$(PY) -m compileall -q -x '/redteam/' solutions autograde tests labs tools
+	@$(PY) -m compileall -q -x '/redteam/' solutions autograde tests labs tools coursefig
 	@touch $(STAMP)
 
 book: $(STAMP)
