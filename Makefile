@@ -3,8 +3,9 @@
 # The newest supported Python on the PATH (3.13, 3.12, then 3.11), unless PYTHON=... is given.
 # Each candidate is run, not only looked up: a pyenv shim can exist and still refuse to run.
 SUPPORTED_PYTHONS := python3.13 python3.12 python3.11
+PYTHON_PROBE = import sys, venv; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))
 ifeq ($(origin PYTHON),undefined)
-PYTHON := $(firstword $(shell for p in $(SUPPORTED_PYTHONS); do $$p -c 'import sys, venv; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))' >/dev/null 2>&1 && echo $$p; done))
+PYTHON := $(shell for p in $(SUPPORTED_PYTHONS); do $$p -c '$(PYTHON_PROBE)' >/dev/null 2>&1 && { echo $$p; break; }; done)
 endif
 # Extra arguments for the first pip install, e.g. a CPU-only build of torch (see the README):
 #   make book TORCH_INDEX=https://download.pytorch.org/whl/cpu
@@ -28,11 +29,11 @@ setup: $(STAMP)
 
 $(STAMP): requirements.txt
 	@test -n "$(PYTHON)" || { echo "error: no Python 3.11, 3.12 or 3.13 found on the PATH; install one, or run 'make PYTHON=/path/to/python3.12'"; exit 1; }
-	@$(PYTHON) -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))' 2>/dev/null || { echo "error: $(PYTHON) is not a working Python 3.11, 3.12 or 3.13; run 'make PYTHON=/path/to/python3.12'"; exit 1; }
+	@$(PYTHON) -c '$(PYTHON_PROBE)' >/dev/null 2>&1 || { echo "error: $(PYTHON) is not a working Python 3.11, 3.12 or 3.13; run 'make PYTHON=/path/to/python3.12'"; exit 1; }
 	@test -x $(PY) || { echo "Creating $(VENV) with $(PYTHON) ($$($(PYTHON) -c 'import platform; print("Python", platform.python_version())'))"; $(PYTHON) -m venv $(VENV); }
 	@echo "Installing the pinned requirements into $(VENV) with $$($(PY) -c 'import platform; print("Python", platform.python_version())')."
-	@echo "The first run downloads about 0.5 GB where torch's CPU build is at hand; elsewhere PyPI's"
-	@echo "torch brings its CUDA libraries (about 3.5 GB). To keep it small on a laptop without a GPU:"
+	@echo "The first run takes a few minutes. On Linux, PyPI's torch brings its CUDA libraries: .venv"
+	@echo "grows to about 5.4 GB, against 1.7 GB with torch's CPU build. Without an NVIDIA GPU, use"
 	@echo "  make book TORCH_INDEX=https://download.pytorch.org/whl/cpu"
 	@$(if $(TORCH_INDEX),$(PY) -m pip install --quiet --disable-pip-version-check --index-url $(TORCH_INDEX) "$$(grep -m1 '^torch==' requirements.txt)")
 	@$(PY) -m pip install --quiet --quiet --disable-pip-version-check -r requirements.txt 2>$(VENV)/pip-errors.log || { \
