@@ -36,6 +36,7 @@ __all__ = [
     "effective_data",
     "SCHEDULES",
     "learning_rate",
+    "last_layer_flop_share",
 ]
 
 #: A forward pass costs about 2 FLOPs per parameter per token (Kaplan et al. 2020, sec. 2.1).
@@ -164,4 +165,19 @@ def learning_rate(step, total_steps, schedule="cosine", peak=1.0, warmup=0, deca
         progress = np.clip((s - start) / (n - start), 0, 1)
         shape = 1 - (1 - final) * progress
     out = peak * np.where(s < w, warm, shape)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def last_layer_flop_share(layers, d_model, vocab):
+    """Share of a decoder's matrix-multiply FLOPs per token spent in the output
+    layer (the projection onto the vocabulary): ``V h / (12 L h^2 + V h)``,
+    with ``12 L h^2`` the non-embedding parameters of ``L`` standard layers
+    (Kaplan et al. 2020, Table 1). Kaplan et al.'s ``C = 6 N`` per token counts
+    only the non-embedding part; Porian et al. (2024) found this omission, large
+    for small models, to be one of the causes of the Kaplan-Chinchilla gap."""
+    L = positive_integer("layers", layers)
+    h = positive_integer("d_model", d_model)
+    V = positive_integer("vocab", vocab)
+    head = np.asarray(V, dtype=np.float64) * h
+    out = head / (12.0 * np.asarray(L) * h * h + head)
     return float(out) if np.ndim(out) == 0 else out

@@ -40,6 +40,7 @@ __all__ = [
     "MOE_LAYOUTS",
     "LLAMA3_LONG_CONTEXT_TOKENS",
     "NVLINK_DOMAINS",
+    "RUN_SIZES_COMPARED",
 ]
 
 
@@ -341,7 +342,8 @@ class MoEArchitecture:
     (``total_params``) and used per token (``active_params``), layers, width,
     heads, routed ``experts`` per MoE layer of which ``top_k`` are used per
     token, always-used ``shared_experts``, each expert's MLP width
-    ``expert_ffn``, and ``dense_layers`` (leading layers with a plain MLP)."""
+    ``expert_ffn``, ``dense_layers`` (leading layers with a plain MLP) and
+    ``node_limit``, the most nodes one token's experts may span."""
 
     name: str
     total_params: float
@@ -357,6 +359,7 @@ class MoEArchitecture:
     shared_experts: int = 0
     dense_layers: int = 0
     vocab: Optional[int] = None
+    node_limit: Optional[int] = None
     note: str = ""
 
 
@@ -371,8 +374,8 @@ MOE_ARCHITECTURES = {
         # 1 shared + 256 routed experts of width 2,048, 8 routed per token;
         # multi-head latent attention with 128 heads; 671B stored, 37B active.
         MoEArchitecture("DeepSeek-V3", 671e9, 37e9, 61, 7168, 128, 256, 8, 2048, "liu2024deepseekv3",
-                        shared_experts=1, dense_layers=3,
-                        note="each token is sent to at most 4 nodes (node-limited routing)"),
+                        shared_experts=1, dense_layers=3, node_limit=4,
+                        note="node-limited routing; one multi-token-prediction module on top"),
     )
 }
 
@@ -390,4 +393,14 @@ MOE_LAYOUTS = (
 NVLINK_DOMAINS = {
     "HGX H100": {"gpus": 8, "cite": "nvidia2022h100"},
     "GB200 NVL72": {"gpus": 72, "cite": "nvidia2024gb200"},
+}
+
+#: Hoffmann et al. 2022, sec. 2, on why their allocation differs from Kaplan
+#: et al.'s: "the majority of the models used in our analysis have more than
+#: 500 million parameters", while "many" of Kaplan et al.'s runs were "less
+#: than 100M parameters".
+RUN_SIZES_COMPARED = {
+    "hoffmann_most_above": 500e6,
+    "kaplan_many_below": 100e6,
+    "cite": "hoffmann2022chinchilla",
 }

@@ -123,3 +123,12 @@ def test_schedules():
 def test_schedule_bad_input(kwargs, name):
     with pytest.raises(ValueError, match=name):
         ac.learning_rate(**kwargs)
+
+
+def test_last_layer_flop_share():
+    # L=1, h=2, V=24: head 48 against 12 * 1 * 4 = 48 in the layers.
+    assert ac.last_layer_flop_share(1, 2, 24) == pytest.approx(0.5)
+    shares = ac.last_layer_flop_share(np.array([2, 8, 32, 128]), 4096, 50257)
+    assert np.all(np.diff(shares) < 0)  # the deeper the model, the smaller the share
+    with pytest.raises(ValueError, match="vocab"):
+        ac.last_layer_flop_share(2, 8, 0)
