@@ -24,7 +24,6 @@ from .scaling import (
     FLOPS_PER_PARAM_PER_TOKEN,
     HOFFMANN_ROUNDED,
     ChinchillaConstants,
-    compute_optimal_closed_form,
 )
 
 __all__ = [
