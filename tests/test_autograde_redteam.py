@@ -20,6 +20,7 @@ from autograde.grade import find_submissions, grade_many, grade_submission
 from tests.grading import EXERCISES, load_checks
 from tests.redteam import build
 from tests.redteam.cases import CASES, Case
+from tests.redteam.leftovers import in_ci, leftover_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBMISSIONS = ROOT / "tests" / "redteam" / "submissions"
@@ -40,7 +41,7 @@ def strong_isolation():
     if mode == "rlimits":
         reason = ("the red-team suite needs the namespace or uid sandbox; this machine only "
                   "allows rlimits isolation (enable unprivileged user namespaces, or run as root)")
-        if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+        if in_ci():
             pytest.fail(reason)
         pytest.skip(reason)
     return mode
@@ -159,10 +160,6 @@ def test_shipped_conftest_and_sitecustomize_are_ignored(tmp_path, checks):
     assert scores["ex1"] == 0 and scores["ex4"] == 40 and scores["ex2"] == 20
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-
-
 def require_root() -> None:
     """The uid mode needs a root grader: skip without one, except under CI (which runs as
     root), where not running the real check is a failure."""
@@ -170,34 +167,6 @@ def require_root() -> None:
         if in_ci():
             pytest.fail("the uid-mode tests need a root grader, and CI runs as root")
         pytest.skip("the uid mode needs a root grader")
-
-
-def leftover_processes() -> list:
-    """Processes forked from a sandbox's template process (workers, and anything they
-    started), other than the template processes themselves, and processes of a sandbox uid.
-    They share the template's command line (worker.py of this checkout), since none of
-    them execs anything."""
-    from autograde import sandbox
-
-    zygotes = {z.process.pid for z in sandbox._zygotes.values()}
-    marker = str(sandbox.WORKER).encode()
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) in zygotes:
-            continue
-        try:
-            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                command = f.read()
-            with open(f"/proc/{entry.name}/status", "rb") as f:
-                uids = [int(u) for line in f if line.startswith(b"Uid:")
-                        for u in line.split()[1:]]
-        except OSError:
-            continue
-        in_range = any(sandbox.SANDBOX_UID_BASE <= u < sandbox.SANDBOX_UID_BASE +
-                       sandbox.SANDBOX_UID_COUNT for u in uids)
-        if marker in command or in_range:
-            found.append((int(entry.name), command.replace(b"\0", b" ")[:120], uids))
-    return found
 
 
 def test_no_process_outlives_grading(graded):
