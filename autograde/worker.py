@@ -73,6 +73,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096,
 MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 4, 38, 22
+PR_SET_CHILD_SUBREAPER = 36
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 
 
@@ -161,9 +162,8 @@ class SetupError(Exception):
 
 #: Imported by the zygote, so that every worker has them at no cost (and, in the ``uid``
 #: mode, has them at all if the interpreter's own folders are unreadable to its uid).
-PRELOAD = ("numpy", "numpy.linalg", "numpy.random", "numpy.fft", "numpy.polynomial", "ast",
-           "math", "cmath", "statistics", "random", "itertools", "functools",
-           "collections", "dataclasses", "typing", "fractions", "decimal", "re", "json",
+PRELOAD = ("numpy", "numpy.linalg", "numpy.random", "numpy.fft", "numpy.polynomial", "math",
+           "cmath", "statistics", "random", "itertools", "functools", "collections", "dataclasses", "typing", "fractions", "decimal", "re", "json",
            "time", "copy", "operator", "string", "textwrap", "numbers", "bisect", "heapq",
            "warnings", "enum", "contextlib", "threading", "gc", "inspect", "urllib.request",
            "encodings.idna", "ctypes.util")
@@ -304,7 +304,7 @@ def prepare_zygote(cfg) -> str:
             raise SetupError(f"isolation {wanted!r} is not available here")
     # Where the worker's uid may be unable to read the interpreter's folders (mode 2),
     # import now what it may need; otherwise numpy alone, and the rest on demand.
-    for name in PRELOAD if mode == "uid" else ("numpy", "ast"):
+    for name in PRELOAD if mode == "uid" else ("numpy",):
         try:
             __import__(name)
         except ImportError:
@@ -693,13 +693,17 @@ def install_runtime(cfg) -> dict:
 
 def compile_unit(source: str, filename: str, line: int):
     """Compile a unit whose first line is line ``line`` of the student's file, so that
-    tracebacks give the file's own line numbers (the grader sends the unit unpadded)."""
-    if type(line) is not int or line <= 1:
-        return compile(source, filename, "exec", dont_inherit=True)
-    import ast
+    tracebacks give the file's own line numbers (the grader sends the unit unpadded: padding
+    would cost the square of a long file's line count). A code object's line table is
+    relative to its first line, so moving the first lines moves every line."""
+    code = compile(source, filename, "exec", dont_inherit=True)
+    return _shift_lines(code, line - 1) if type(line) is int and line > 1 else code
 
-    tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
-    return compile(ast.increment_lineno(tree, line - 1), filename, "exec", dont_inherit=True)
+
+def _shift_lines(code, by: int):
+    consts = tuple(_shift_lines(c, by) if isinstance(c, types.CodeType) else c
+                   for c in code.co_consts)
+    return code.replace(co_firstlineno=code.co_firstlineno + by, co_consts=consts)
 
 
 def serve(runtime, job, mode: str) -> None:
@@ -777,6 +781,7 @@ def spawn(mode: str, runtime, job, fds, control) -> int:
         return pid
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})  # blocked while forking
         control.close()  # a worker must not be able to ask for more workers
         job["request_fd"], job["response_fd"] = request_fd, response_fd
         enter_worker(mode, job, submission_fd)
@@ -807,6 +812,13 @@ def zygote(control_fd: int) -> None:
         os._exit(3)
     send_message(control, {"op": "ready", "isolation": mode})
     statuses: dict = {}  # reaped workers: pid -> wait status, until the grader asks
+    workers: set = set()  # pids of the workers forked and not yet reported
+    # Orphans of a worker (its children, once it is killed) come to the zygote instead of
+    # the machine's init, which may be slow to reap them: they are reaped here at once.
+    try:
+        _libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
     def reap(signum, frame):
         while True:
@@ -816,7 +828,8 @@ def zygote(control_fd: int) -> None:
                 return
             if pid == 0:
                 return
-            statuses[pid] = status
+            if pid in workers:  # an orphan's status interests no one
+                statuses[pid] = status
 
     def kill(pid: int, grace: float):
         """Kill a worker's process group, unless it was already reaped (then its pid might
@@ -845,6 +858,7 @@ def zygote(control_fd: int) -> None:
                 except ChildProcessError:
                     pass
             status = statuses.pop(pid, None)
+            workers.discard(pid)
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         return None if status is None else os.waitstatus_to_exitcode(status)
@@ -858,7 +872,12 @@ def zygote(control_fd: int) -> None:
         if message is None:  # the grader is gone
             os._exit(0)
         if message["op"] == "spawn" and len(fds) == 3:
-            reply = {"pid": spawn(mode, runtime, message["job"], fds, control)}
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+            try:
+                reply = {"pid": spawn(mode, runtime, message["job"], fds, control)}
+                workers.add(reply["pid"])
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         elif message["op"] == "kill":
             reply = {"status": kill(int(message["pid"]), min(float(message.get("grace", 0)), 2.0))}
         else:

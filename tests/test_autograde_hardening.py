@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -182,6 +183,37 @@ def probe():
     assert result == {"setsid": "EPERM", "setpgid": "EPERM", "flock": "EPERM",
                       "setlk": "EPERM", "getlk": "EPERM", "socket": "EPERM",
                       "getfd": "allowed"}
+
+
+@pytest.fixture
+def open_class_folder():
+    """A class folder that other users may read, as instructors' folders often are."""
+    folder = Path(tempfile.mkdtemp(prefix="autograde-class-"))
+    os.chmod(folder, 0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_uid_mode_hides_classmates_and_the_grader_command_line(open_class_folder):
+    """Without namespaces (the uid mode), a submission used to read the grader's command
+    line in /proc, find the class folder there and run a classmate's file as its own."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        if in_ci():
+            pytest.fail("the uid mode needs a root grader, and CI runs as root")
+        pytest.skip("the uid mode needs a root grader")
+    shutil.copy(REFERENCE, open_class_folder / "classmate.py")
+    shutil.copy(REDTEAM / "proc_cmdline_thief.py", open_class_folder)
+    for path in open_class_folder.iterdir():
+        os.chmod(path, 0o644)
+    done, _, _ = autograde(open_class_folder, "--isolation", "uid", "--json",
+                           open_class_folder / "r.json", "--seed", SEED, "--quiet")
+    assert done.returncode == 0, done.stderr
+    graded = json.loads((open_class_folder / "r.json").read_text())["submissions"]
+    scores = {Path(k).name: {e["id"]: e["score"] for e in v["exercises"]}
+              for k, v in graded.items()}
+    assert scores == {"classmate.py": {"ex1": 10, "ex2": 20, "ex3": 30, "ex4": 40},
+                      "proc_cmdline_thief.py": {"ex1": 10, "ex2": 0, "ex3": 30, "ex4": 40}}
+    assert {v["isolation"] for v in graded.values()} == {"uid"}
 
 
 # ----------------------------------------------------------------------------- one class
