@@ -92,6 +92,11 @@ def _bound_names(nodes) -> set:
     """Names bound at module level by these statements (not inside functions or classes)."""
     names: set = set()
     for node in nodes:
+        if type(node) is ast.Assign and all(type(t) is ast.Name for t in node.targets):
+            names.update(t.id for t in node.targets)  # the common case, without a walk
+            continue
+        if type(node) is ast.Expr:
+            continue
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
