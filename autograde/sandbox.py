@@ -18,7 +18,17 @@ trusted once student code has run there (:mod:`autograde.worker` builds the wall
 * a crash, a kill, ``os._exit`` or a malformed frame ends that worker; the next call starts
   a fresh one and replays the units, skipping any unit that itself killed or hung the
   worker, so one bad cell or function costs only itself;
-* only strictly parsed plain data comes back (:mod:`autograde.protocol`).
+* only strictly parsed plain data comes back (:mod:`autograde.protocol`);
+* a statement or cell too large to send is skipped, with a message, not the whole file;
+* where the grader is root, every submission runs as its own leased uid, handed out only
+  once no process runs as it (:class:`_UidLease`): nothing one submission leaves behind
+  can meet the next.
+
+Alternatives considered: bubblewrap (Flatpak's sandbox) builds similar namespaces, but
+starts a program per sandbox; the zygote forks a worker with Python and numpy already
+loaded, which is what keeps a cold grading run under half a second. The worker's
+namespaces give the guarantee bubblewrap's ``--die-with-parent`` and PID 1 give: its init
+dies, and the kernel kills the rest.
 """
 from __future__ import annotations
 

@@ -14,22 +14,34 @@ the same pristine zygote, so nothing one submission does can reach the next.
 The walls, strongest first (``auto`` takes the first the platform allows):
 
 1. ``namespaces``. The zygote enters a new mount namespace whose root is a small tmpfs
-   holding only read-only bind mounts of the Python standard library, the allowed packages
-   (numpy) and the system libraries (``/usr``, ``/lib*``): no course files, no tests, no
-   solutions, no home folders exist there. Each worker then gets new PID, mount, network,
-   IPC and UTS namespaces (no network interface is up; no other process is visible or can
-   be signalled), a fresh writable ``/sandbox`` tmpfs holding only a copy of the submission,
-   and drops to an unprivileged uid (or, where the grader is not root, into a nested user
-   namespace), so it cannot undo any of this. It is PID 1 of its namespace: when the grader
-   kills it, every process it started dies with it.
+   holding only read-only bind mounts of the Python standard library (its
+   ``site-packages``, and the system's Python packages under ``/usr``, covered by empty
+   folders), the allowed packages (numpy) and the system libraries (``/usr``, ``/lib*``):
+   no course files, no tests, no solutions, no home folders exist there. Each worker then
+   gets new PID, mount, network, IPC and UTS namespaces (no network interface is up; no
+   other process is visible or can be signalled), a fresh writable ``/sandbox`` tmpfs
+   holding only a copy of the submission, and drops to an unprivileged uid (or, where the
+   grader is not root, into a nested user namespace), so it cannot undo any of this. PID 1
+   of the namespace is a small trusted init that never runs student code: the zygote kills
+   it (it cannot leave the process group it shares with its parent, and its parent-death
+   signal survives because it never changes uid), and the kernel then kills every process
+   in the namespace, whatever it did to escape (``setsid``, ignored signals, double forks).
 2. ``uid``. The grader is root but namespaces are refused (a Docker container under its
    default seccomp profile, as on Gradescope): each worker drops to its own unprivileged
-   uid, which cannot signal the grader or other workers and cannot read a course folder of
-   mode 700. Modules are preloaded, since the interpreter's folders may be unreadable then.
+   uid, which cannot signal the grader or other workers, after a ``chroot`` into its own
+   folder: no ``/proc`` (the grader's command line names the class folder), no classmates'
+   files, no shared ``/tmp``. Modules are preloaded, since nothing else is importable
+   there. The grader kills everything that runs as that uid when the worker ends, and
+   hands the uid to another submission only once nothing runs as it.
 3. ``rlimits``. Neither is possible (a student's laptop): only the limits below.
 
 In every mode: resource limits (CPU seconds, address space, processes, file size, open
 files, no core dumps), no PATH, and in the two weaker modes Python-level sockets disabled.
+On Linux a seccomp filter (:data:`SECCOMP_DENY`) refuses the system calls that would let a
+worker leave its process group or reach another sandbox through the kernel (record locks,
+sockets, SysV and POSIX IPC, key rings), so that in the modes without a PID namespace the
+process group the zygote kills holds everything the worker started. The zygote is a child
+subreaper: orphans of a killed worker are reaped at once.
 
 Everything after that is untrusted: student code may rewrite any object in its worker. The
 grader trusts nothing it says except frames that parse strictly as plain data (see
