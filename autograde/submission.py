@@ -34,6 +34,9 @@ MAX_BYTES = 20 * 1024 * 1024
 MAX_LINES = 100_000
 MAX_TOKENS = 250_000
 MAX_MARKDOWN_BYTES = 2 * 1024 * 1024
+#: Objects and lists in a notebook's JSON (counted as brackets, strings included, so an
+#: over-estimate): each costs about 70 bytes once parsed; a notebook has a few thousand.
+MAX_JSON_CONTAINERS = 500_000
 #: A statement or cell longer than this is not run (the request carrying it to the sandbox
 #: would be too large); the rest of the file is.
 MAX_UNIT_CHARS = 2 * 1024 * 1024
@@ -317,6 +320,10 @@ def _notebook_cells(text: str, kind: str):
         except Exception as exc:  # a malformed file is the student's problem, not a crash
             return None, f"it could not be read as a MyST notebook ({type(exc).__name__})"
         return [dict(c) for c in notebook.cells], None
+    containers = text.count("{") + text.count("[")
+    if containers > MAX_JSON_CONTAINERS:
+        return None, (f"the notebook's JSON holds {containers:,} brackets, more than the "
+                      f"{MAX_JSON_CONTAINERS:,} the grader reads")
     try:
         notebook = json.loads(text)
     except (ValueError, RecursionError):
