@@ -153,6 +153,21 @@ def test_no_relay_through_posix_locks_between_two_submissions(tmp_path):
     assert leftover_processes() == []
 
 
+def test_without_a_pid_namespace_nothing_outlives_grading_either():
+    """The weakest mode (no namespaces, no root: the grader's own uid) has only the process
+    group; seccomp keeps the daemon of setsid_daemon.py from leaving it."""
+    from autograde.grade import grade_submission
+    from tests.grading import load_checks
+
+    report = grade_submission(REDTEAM / "setsid_daemon.py", load_checks(seed=SEED),
+                              timeout=3, isolation="rlimits")
+    assert report.isolation == "rlimits"
+    assert {e["id"]: e["score"] for e in report.exercises()} == {
+        "ex1": 10, "ex2": 20, "ex3": 30, "ex4": 0}
+    time.sleep(3)
+    assert leftover_processes() == []
+
+
 def test_kernel_channels_are_closed_inside_the_sandbox(tmp_path):
     """Each system call that could reach another sandbox, or outlive this one, is refused."""
     probe = tmp_path / "probe.py"
