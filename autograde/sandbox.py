@@ -639,7 +639,8 @@ class Sandbox:
                                               self.timeout)
                     except protocol.FrameTooLarge as exc:  # escapes made it larger than a frame
                         self.skipped.add(unit.index)
-                        self.unit_results.setdefault(unit.index, UnitResult(unit, "skipped", str(exc)))
+                        self.unit_results.setdefault(unit.index,
+                                                     UnitResult(unit, "skipped", str(exc)))
                         continue
                     finally:
                         self._load_seconds += time.monotonic() - started

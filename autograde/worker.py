@@ -175,10 +175,11 @@ class SetupError(Exception):
 #: Imported by the zygote, so that every worker has them at no cost (and, in the ``uid``
 #: mode, has them at all if the interpreter's own folders are unreadable to its uid).
 PRELOAD = ("numpy", "numpy.linalg", "numpy.random", "numpy.fft", "numpy.polynomial", "math",
-           "cmath", "statistics", "random", "itertools", "functools", "collections", "dataclasses", "typing", "fractions", "decimal", "re", "json",
-           "time", "copy", "operator", "string", "textwrap", "numbers", "bisect", "heapq",
-           "warnings", "enum", "contextlib", "threading", "gc", "inspect", "urllib.request",
-           "encodings.idna", "ctypes.util")
+           "cmath", "statistics", "random", "itertools", "functools", "collections",
+           "dataclasses", "typing", "fractions", "decimal", "re", "json", "time", "copy",
+           "operator", "string", "textwrap", "numbers", "bisect", "heapq", "warnings", "enum",
+           "contextlib", "threading", "gc", "inspect", "urllib.request", "encodings.idna",
+           "ctypes.util")
 
 
 def _libc():

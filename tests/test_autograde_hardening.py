@@ -87,7 +87,8 @@ def publish_as_locks():
     if os.fork() == 0:
         fd = os.open(np.__file__, os.O_RDONLY)
         for slot, value in enumerate((1.69, 406.0, 410.0, 0.34, 0.28)):
-            lock = struct.pack("hhqqi4x", fcntl.F_RDLCK, 0, slot * 10**7 + round(value * 1000), 1, 0)
+            start = slot * 10**7 + round(value * 1000)
+            lock = struct.pack("hhqqi4x", fcntl.F_RDLCK, 0, start, 1, 0)
             try:
                 fcntl.fcntl(fd, fcntl.F_SETLK, lock)
             except OSError:
@@ -290,8 +291,9 @@ def test_gradescope_writes_results_even_when_the_grader_fails(tmp_path):
     (tmp_path / "submission").mkdir()
     shutil.copy(REFERENCE, tmp_path / "submission" / "exercises.py")
     results = tmp_path / "results" / "results.json"
-    done = subprocess.run([sys.executable, "-m", "autograde.gradescope", str(tmp_path / "submission"),
-                           str(results), "--timeout", "0", "--seed", str(SEED)],
+    done = subprocess.run([sys.executable, "-m", "autograde.gradescope",
+                           str(tmp_path / "submission"), str(results), "--timeout", "0",
+                           "--seed", str(SEED)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 3, done.stderr

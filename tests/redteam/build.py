@@ -107,7 +107,8 @@ def notebook_cells(case: Case) -> list:
         cells.insert(2, _cell("code", "%%bash\necho this is not python; exit 1"))
     elif transform.startswith("surrogate:"):
         cell = cells[code_of[transform.split(":")[1]]]
-        cell["source"] = "x = 1  # \ud800 is half of a character\nraise ValueError\n" + cell["source"]
+        cell["source"] = ("x = 1  # \ud800 is half of a character\nraise ValueError\n"
+                          + cell["source"])
     elif transform != "plain":
         raise ValueError(f"unknown notebook transformation {transform!r}")
     return cells
