@@ -179,7 +179,7 @@ PRELOAD = ("numpy", "numpy.linalg", "numpy.random", "numpy.fft", "numpy.polynomi
            "dataclasses", "typing", "fractions", "decimal", "re", "json", "time", "copy",
            "operator", "string", "textwrap", "numbers", "bisect", "heapq", "warnings", "enum",
            "contextlib", "threading", "gc", "inspect", "urllib.request", "encodings.idna",
-           "ctypes.util")
+           "ctypes.util", "datetime", "pprint", "array", "csv", "logging", "numpy.testing")
 
 
 def _libc():
