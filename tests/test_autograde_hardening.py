@@ -248,7 +248,8 @@ def test_a_class_of_hostile_files_grades_to_one_row_each(tmp_path):
     shutil.copy(REDTEAM / "lone_surrogate.ipynb", klass)
     shutil.copy(REDTEAM / "yaml_anchors.md", klass)
     done, seconds, peak_kib = autograde(klass, "--jobs", "2", "--csv", tmp_path / "grades.csv",
-                                        "--seed", SEED, "--timeout", "10")
+                                        "--json", tmp_path / "grades.json", "--seed", SEED,
+                                        "--timeout", "10")
     assert done.returncode == 0, done.stderr.decode(errors="replace")
     assert b"\x1b" not in done.stdout
     table = rows(tmp_path / "grades.csv")
@@ -256,9 +257,33 @@ def test_a_class_of_hostile_files_grades_to_one_row_each(tmp_path):
     assert scores == {"correct.py": "100", "big_statement.py": "100",
                       "many_statements.py": "100", "caf\\xe9.py": "100",
                       "lone_surrogate.ipynb": "90", "yaml_anchors.md": "0"}
+    problems = {Path(name).name: " ".join(report["problems"]) for name, report in
+                json.loads((tmp_path / "grades.json").read_text())["submissions"].items()}
+    assert "9.0 MB of code, more than the 2 MB" in problems["big_statement.py"]
+    assert "YAML anchors" in problems["yaml_anchors.md"]
+    assert "\\ud800" in problems["lone_surrogate.ipynb"]
+    assert problems["correct.py"] == problems["many_statements.py"] == ""
     assert seconds < 60, seconds
     assert peak_kib < 1024 * 1024, peak_kib
     print(f"six-file class: {seconds:.1f} s, peak resident memory {peak_kib / 1024:.0f} MiB")
+
+
+def test_files_too_large_to_parse_are_refused_before_parsing(tmp_path):
+    """20 MB of dense code (its syntax tree would take about 10 GB) and 150,000 lines of
+    `0` (the grader once padded each unit with a newline per preceding line): each gets a
+    row that says why, quickly and within the memory bound."""
+    klass = tmp_path / "class"
+    klass.mkdir()
+    (klass / "dense.py").write_text("x = [" + "0," * 10_000_000 + "]\n")
+    (klass / "zeros.py").write_text("0\n" * 150_000)
+    done, seconds, peak_kib = autograde(klass, "--json", tmp_path / "r.json", "--seed", SEED)
+    assert done.returncode == 0, done.stderr
+    graded = json.loads((tmp_path / "r.json").read_text())["submissions"]
+    problems = {Path(k).name: " ".join(v["problems"]) for k, v in graded.items()}
+    assert "more than 250,000 tokens" in problems["dense.py"]
+    assert "150,001 lines, more than the 100,000" in problems["zeros.py"]
+    assert {v["score"] for v in graded.values()} == {0}
+    assert peak_kib < 1024 * 1024 and seconds < 60, (peak_kib, seconds)
 
 
 # ----------------------------------------------------------------------------- output
