@@ -97,7 +97,7 @@ def main(argv=None) -> int:
     prestart(args.isolation)  # the sandbox's template process starts while we import
     from tests.grading import load_checks
 
-    from . import reports
+    from . import reports, textsafe
     from .grade import grade_many
 
     protect_grader_memory()
@@ -129,12 +129,13 @@ def main(argv=None) -> int:
         reports.write_gradescope(args.gradescope, results[0], args.hidden_visibility)
     errors = [(r.submission, e) for r in results for e in r.grader_errors]
     for submission, error in errors:
-        print(f"autograde: grader error on {submission}: {error}", file=sys.stderr)
+        print(f"autograde: grader error on {submission}: {textsafe.printable(error)}",
+              file=sys.stderr)
     return 3 if errors else 0
 
 
 def print_results(args, results, seed, started) -> None:
-    from . import reports
+    from . import reports, textsafe
     from .sandbox import readable_by_others
 
     if len(results) == 1:
@@ -142,9 +143,9 @@ def print_results(args, results, seed, started) -> None:
         sandbox = report.isolation or ("failed" if report.grader_errors else "not needed")
         print(f"{report.submission} (sandbox: {sandbox}, "
               f"{report.seconds:.2f} s)\n")
-        print(reports.student_text(report))
+        print(textsafe.console(reports.student_text(report)))
     else:
-        print(reports.table(results))
+        print(textsafe.console(reports.table(results)))
         print(f"\nGraded {len(results)} submissions in {time.monotonic() - started:.1f} s "
               f"(hidden-test seed {seed}).")
     if any(r.isolation == "uid" for r in results) and readable_by_others():

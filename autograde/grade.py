@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import textsafe
 from .sandbox import Sandbox
 from .submission import SUFFIXES
 
@@ -66,13 +67,14 @@ def grade_submission(path, checks, *, timeout: float = 10.0, isolation: str = "a
     from tests.grading import Result, SubmissionError
 
     started = time.monotonic()
-    report = SubmissionReport(submission=label or str(path))
+    report = SubmissionReport(submission=textsafe.file_name(label or str(path)))
     try:
         with Sandbox(path, timeout=timeout, isolation=isolation, memory_mb=memory_mb) as sandbox:
             report.isolation = sandbox.isolation
             report.notes = list(sandbox.submission.notes)
             if sandbox.submission.problem:
-                report.problems.append(f"{Path(path).name}: {sandbox.submission.problem}.")
+                report.problems.append(f"{textsafe.file_name(Path(path).name)}: "
+                                       f"{sandbox.submission.problem}.")
             for check in checks:
                 try:
                     with sandbox.deadline(timeout):
@@ -89,8 +91,9 @@ def grade_submission(path, checks, *, timeout: float = 10.0, isolation: str = "a
             report.problems += sandbox.problems
             if sandbox.gave_up:
                 report.problems.append(sandbox.gave_up)
-    except RuntimeError as exc:  # the sandbox itself could not be built
-        report.grader_errors.append(str(exc))
+    except Exception as exc:  # the sandbox could not be built, or worse: this file's row says so
+        report.grader_errors.append(str(exc) if isinstance(exc, RuntimeError) else
+                                    f"{type(exc).__name__}: {textsafe.printable(exc)}")
         report.results = [(c, Result(False, "Not graded: the grader failed to start. Please "
                                             "tell your instructor.")) for c in checks]
     report.seconds = time.monotonic() - started

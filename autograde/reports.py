@@ -14,6 +14,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from . import textsafe
 from .grade import SubmissionReport
 
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
@@ -108,7 +109,7 @@ def write_csv(path, reports) -> None:
         by_id = {e["id"]: e["score"] for e in r.exercises()}
         status = "grader error" if r.grader_errors else ("not run" if r.problems and
                                                          r.score == 0 else "graded")
-        writer.writerow([r.submission, fmt_points(r.score), fmt_points(r.max_score)]
+        writer.writerow([textsafe.csv_cell(r.submission), fmt_points(r.score), fmt_points(r.max_score)]
                         + [fmt_points(by_id.get(i, 0.0)) for i, _ in functions] + [status])
     write_atomically(path, buffer.getvalue())
 
