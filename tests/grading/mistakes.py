@@ -68,7 +68,7 @@ def _sweep(C, ratios, loss, flops_per_param_token=6.0, pick="best"):
 
 
 def _reference_loss(N, D):
-    from solutions import chinchilla_loss
+    from .independent import chinchilla_loss
     return chinchilla_loss(N, D)
 
 
