@@ -103,6 +103,7 @@ def _bound(sandbox, function: str):
     def call(*args):
         return sandbox.call(function, *args)
 
+    call.other = lambda name: _bound(sandbox, name)  # the same submission's other functions
     return call
 
 

@@ -28,6 +28,11 @@ PUBLIC_EXPECTED_PATH = Path(__file__).with_name("public_expected.json")
 REL_TOL = 1e-9
 #: Looser tolerance for quantities derived from differences of two answers.
 DERIVED_REL_TOL = 1e-6
+#: A property check (monotone, proportional, independent of the degrees...) pays only a
+#: function whose values are also right to within this relative difference: a constant or
+#: an echo of the arguments has every property and earns nothing, while a slip in a
+#: constant (0.1 %) keeps the points of the properties it really has.
+PROPERTY_GATE_REL = 0.05
 
 
 @dataclass(frozen=True)
@@ -140,6 +145,47 @@ def fmt_outcome(outcome: dict) -> str:
     return outcome.get("message", "failed")
 
 
+# --------------------------------------------------------------------------- shapes
+
+def unwrap_single(value):
+    """``[x]`` -> ``x`` and ``[[a], [b]]`` -> ``[a, b]``: what a student meant when numpy
+    handed back 1-element arrays; None when the value is not of that shape."""
+    if type(value) is list and len(value) == 1 and type(value[0]) is float:
+        return value[0]
+    if type(value) is list and value and all(type(v) is list and len(v) == 1
+                                             and type(v[0]) is float for v in value):
+        return [v[0] for v in value]
+    return None
+
+
+def shape_problem(where: str, got, expected) -> str | None:
+    """A message for a value of the wrong type or shape, naming that cause (and whether
+    the numbers inside are right), or None when the shape is fine."""
+    inner = unwrap_single(got)
+    if type(expected) is float and type(got) is list:
+        if inner is not None:
+            right = "the value inside is right" if same(inner, expected) else \
+                f"the value inside, {fmt_value(inner)}, is not right either (expected {fmt_value(expected)})"
+            return (f"{where} returned a 1-element array [{fmt_value(inner)}]; return a single "
+                    f"number (e.g. `float(x)` or `x.item()`): {right}.")
+        return (f"{where} returned {fmt_value(got)} ({len(got)} values); expected a single "
+                f"number, {fmt_value(expected)}.")
+    if type(expected) is list and type(got) is list and inner is not None \
+            and type(inner) is list and len(inner) == len(expected):
+        right = "the values inside are right" if same(inner, expected) else \
+            "the values inside are not right either"
+        return (f"{where} returned {len(got)} 1-element arrays; return {len(expected)} plain "
+                f"numbers (e.g. `float(N)`): {right}.")
+    if type(expected) is list and type(got) is not list:
+        return f"{where} returned {fmt_value(got)}; expected {len(expected)} numbers, {fmt_value(expected)}."
+    if type(expected) is list and type(got) is list and len(got) != len(expected):
+        return (f"{where} returned {len(got)} values; expected {len(expected)}: "
+                f"{fmt_value(expected)}.")
+    if type(got) is str:
+        return f"{where} returned the text {got!r}; return a number, not a string."
+    return None
+
+
 # --------------------------------------------------------------------------- results
 
 def call_failure(function: str, args: Sequence, outcome: dict) -> Result | None:
@@ -203,12 +249,9 @@ def value_mismatch(function: str, probe: Probe, student: dict, hint: str | None 
     where = fmt_call(function, probe.args)
     if "raises" in probe.expected:
         text = f"{where} {fmt_outcome(student)}, but it should raise {probe.expected['raises']}."
-    elif type(got) is not type(expected) or (type(got) is list and len(got) != len(expected)):
-        text = f"{where} returned {fmt_value(got)}; expected {fmt_value(expected)}."
-        if type(expected) is list and type(got) is not list:
-            text += f" Return {len(expected)} numbers."
-        elif type(expected) is float and type(got) is list:
-            text += " Return a single number."
+    elif shape_problem(where, got, expected) is not None:
+        # The cause is the type or shape: say so, without the algorithm's hint.
+        return Result(False, shape_problem(where, got, expected))
     else:
         g, e = fmt_pair(got, expected)
         text = f"{where} returned {g}; expected {e}."
@@ -330,6 +373,11 @@ def collect(call, function: str, probes: Sequence[Probe], want: str = "number"):
                                 failed.not_implemented)
         value = student["value"]
         where = fmt_call(function, probe.args)
+        expected = probe.expected.get("value")
+        if want in ("number", "positive") and type(value) is not float:
+            text = shape_problem(where, value, expected) if type(expected) is float else None
+            return None, Result(False, text or f"{where} returned {fmt_value(value)}; expected "
+                                               "a single finite number.")
         if want == "positive" and not (is_number(value) and value > 0):
             return None, Result(False, with_why(
                 f"{where} returned {fmt_value(value)}; expected a positive finite number.",
@@ -339,10 +387,49 @@ def collect(call, function: str, probes: Sequence[Probe], want: str = "number"):
                 f"{where} returned {fmt_value(value)}; expected a single finite number.",
                 recognise(student, probe)))
         if want == "numbers" and not (type(value) is list and all(is_number(v) for v in value)):
-            return None, Result(False, f"{where} returned {fmt_value(value)}; expected a list "
-                                       "(or tuple, or array) of finite numbers.")
+            text = shape_problem(where, value, expected) if type(expected) is list else None
+            return None, Result(False, text or f"{where} returned {fmt_value(value)}; expected "
+                                               "a list (or tuple, or array) of finite numbers.")
         values.append(value)
     return values, None
+
+
+def gate(function: str, probes: Sequence[Probe], values: Sequence, what: str,
+         factors: Sequence[float] = (1.0,), alternatives: Sequence | None = None) -> Result | None:
+    """None when every value is within :data:`PROPERTY_GATE_REL` of the expected one (times
+    one of ``factors``, a unit slip charged to another check; or of ``alternatives[i]``,
+    e.g. the answer under the student's own Exercise 1); else the failed Result of a
+    property check that pays only right values."""
+    def near(a, b):
+        if type(a) is list and type(b) is list:
+            return len(a) == len(b) and all(near(x, y) for x, y in zip(a, b))
+        return type(a) is float and type(b) is float and b != 0 and \
+            any(abs(a - f * b) <= PROPERTY_GATE_REL * abs(f * b) for f in factors)
+
+    for i, (probe, value) in enumerate(zip(probes, values)):
+        expected = probe.expected.get("value")
+        if expected is None or near(value, expected):
+            continue
+        if alternatives is not None and alternatives[i] is not None and near(value, alternatives[i]):
+            continue
+        got, exp = fmt_pair(value, expected)
+        return Result(False, with_why(
+            f"{fmt_call(function, probe.args)} returned {got}; expected {exp}. {what} holds, "
+            "but this test pays only when the values are right too (within "
+            f"{PROPERTY_GATE_REL:.0%}).", recognise({"value": value}, probe)))
+    return None
+
+
+def other_call(call, function: str):
+    """The ``call`` of another function of the same submission, or None where the grader
+    did not provide one (see :func:`tests.grading.grade_callable` and autograde.grade)."""
+    get = getattr(call, "other", None)
+    if get is None:
+        return None
+    try:
+        return get(function)
+    except Exception:
+        return None
 
 
 def mistaken_values(probes: Sequence[Probe], mistake_id: str):

@@ -49,7 +49,8 @@ def test_a_wrong_answer_is_explained(capsys):
     def chinchilla_loss(N, D):
         return 1.69 + 406.0 / N**0.28 + 410.0 / D**0.34
 
-    assert self_check("ex1", chinchilla_loss) == PUBLIC_POINTS["ex1"] - 4
+    # Every value is off by more than 5 %: the property checks do not pay either.
+    assert self_check("ex1", chinchilla_loss) == 0
     assert "exponents swapped" in capsys.readouterr().out
 
 
