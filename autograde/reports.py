@@ -42,17 +42,31 @@ def student_text(report: SubmissionReport, include_hidden: bool = True) -> str:
 
     results = [(c, r) for c, r in report.results if include_hidden or not c.hidden]
     lines = []
-    if report.problems:
+    problems = [explain_problem(p) for p in report.problems]
+    if problems:
         lines.append("Parts of your submission that did not run:")
-        lines += [f"  - {p}" for p in report.problems]
+        lines += [f"  - {p}" for p in problems]
         lines.append("")
     if report.notes:
         lines += [f"Note: {n}." for n in report.notes]
         lines.append("")
-    lines.append(format_report(results))
+    first = problems[0] if problems and any(not r.passed for _, r in results) else None
+    lines.append(format_report(results, first_problem=first))
     if not include_hidden and any(c.hidden for c, _ in report.results):
         lines.append("Hidden tests are graded too; their results appear when grades are published.")
     return "\n".join(lines)
+
+
+#: What the sandbox lets submitted code import (autograde.sandbox.ALLOWED_PACKAGES).
+ALLOWED_IMPORTS = "numpy and the Python standard library"
+
+
+def explain_problem(problem: str) -> str:
+    """A problem line, with what to do where the cause is a package the grader lacks."""
+    if "ModuleNotFoundError" in problem or "No module named" in problem:
+        return (problem.rstrip(".") + f": only {ALLOWED_IMPORTS} can be imported when "
+                "grading; remove the import and write that part with numpy.")
+    return problem
 
 
 def table(reports) -> str:

@@ -44,10 +44,18 @@ def compute() -> dict:
         name: [compute_probe(function, args) for args in args_list]
         for name, (function, args_list) in sorted(PUBLIC_SPECS.items())
     }
+    hidden: dict = {}
+    for check in load_checks(include_hidden=True, seed=0):
+        if check.hidden:
+            hidden.setdefault(check.exercise, []).append(
+                {"name": check.name, "points": check.points, "description": check.description})
     return {
-        "about": "Expected outcomes of the public grading checks, computed from solutions/ "
-                 "by `python -m tests.grading.public_expected`. Do not edit by hand.",
+        "about": "Expected outcomes of the public grading checks, computed from "
+                 "tests/grading/independent.py by `python -m tests.grading.public_expected`; "
+                 "and the names and points of the hidden checks (their inputs are drawn at "
+                 "grading time). Do not edit by hand.",
         "checks": checks,
+        "hidden": hidden,
     }
 
 
