@@ -22,6 +22,9 @@ class SubmissionReport:
 
     submission: str
     results: list = field(default_factory=list)  # [(Check, Result)] in check order
+    student_id: str = ""  # from the roster, or the student's folder, or the file name
+    name: str = ""  # from the roster
+    missing: bool = False  # on the roster, but no submission was found
     problems: list = field(default_factory=list)  # cells/statements that did not run
     notes: list = field(default_factory=list)  # what the grader skipped, and why
     isolation: str | None = None
@@ -54,7 +57,8 @@ class SubmissionReport:
         return out
 
     def to_json(self) -> dict:
-        return {"submission": self.submission, "score": self.score, "max_score": self.max_score,
+        return {"submission": self.submission, "student_id": self.student_id, "name": self.name,
+                "missing": self.missing, "score": self.score, "max_score": self.max_score,
                 "exercises": self.exercises(), "problems": self.problems, "notes": self.notes,
                 "isolation": self.isolation, "seconds": round(self.seconds, 3),
                 "grader_errors": self.grader_errors}
@@ -165,3 +169,56 @@ def find_submissions(folder: Path) -> list:
                 continue
         found.append(path)
     return found
+
+
+# ----------------------------------------------------------------------------- a class
+
+def student_id_for(path: Path, folder: Path | None) -> str:
+    """Who submitted ``path``: in a class folder with one sub-folder per student
+    (``class/alice/09-exercises.ipynb``), the sub-folder's name; otherwise the file's name
+    without its suffix (``class/alice.ipynb`` -> ``alice``)."""
+    if folder is not None:
+        parts = Path(path).relative_to(folder).parts
+        if len(parts) > 1:
+            return parts[0]
+    return Path(path).stem
+
+
+def read_roster(path) -> list:
+    """``[(student_id, name, file_or_folder)]`` from a roster CSV with the columns
+    ``student_id``, ``name`` and ``file`` (a submission file, or a student's folder; relative
+    to the roster's own folder). Raises ValueError naming what is wrong."""
+    import csv
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except OSError as exc:
+        raise ValueError(f"roster: cannot read {path}: {exc.strerror}") from None
+    rows = list(csv.DictReader(text.splitlines()))
+    columns = {c.strip().lower() for c in (csv.DictReader(text.splitlines()).fieldnames or [])}
+    if not {"student_id", "file"} <= columns:
+        raise ValueError(f"roster: {path} must have the columns student_id, name, file "
+                         f"(found: {', '.join(sorted(columns)) or 'none'})")
+    out, seen = [], set()
+    for number, row in enumerate(rows, start=2):
+        row = {k.strip().lower(): (v or "").strip() for k, v in row.items() if k}
+        sid = row.get("student_id", "")
+        if not sid:
+            raise ValueError(f"roster: {path}, line {number}: empty student_id")
+        if sid in seen:
+            raise ValueError(f"roster: {path}, line {number}: student_id {sid!r} appears twice")
+        seen.add(sid)
+        target = (path.parent / row["file"]) if row.get("file") else None
+        out.append((sid, row.get("name", ""), target))
+    return out
+
+
+def pick_from_folder(folder: Path):
+    """A student's folder: their exercises notebook, else their only submission."""
+    found = find_submissions(folder)
+    for preferred in ("09-exercises.ipynb", "09-exercises.md", "09-exercises.py"):
+        for path in found:
+            if path.name == preferred:
+                return path
+    return found[0] if found else None

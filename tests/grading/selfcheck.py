@@ -56,6 +56,12 @@ def kernel_history() -> list[str] | None:
     if shell is None or not hasattr(shell, "history_manager"):
         return None
     cells = [c for c in shell.history_manager.input_hist_raw[1:] if c.strip()]
+    if not cells:  # cells run without history (e.g. by nbval): IPython still caches each one
+        import linecache
+
+        cells = ["".join(entry[2]) for name, entry in list(linecache.cache.items())
+                 if ("ipykernel_" in name or name.startswith("<ipython-input-"))
+                 and len(entry) == 4 and "".join(entry[2]).strip()]
     return cells or None
 
 
@@ -131,6 +137,8 @@ def self_check(exercise_id: str, namespace_or_function: Any, *, timeout: float =
     if report is not None:
         from autograde.reports import student_text
 
+        # The notebook's own set-up cells are skipped by design: not worth a note here.
+        report.notes = [n for n in report.notes if "set up the self-check" not in n]
         print(student_text(report))
         return Points(report.score)
 
