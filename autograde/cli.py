@@ -1,8 +1,10 @@
 """Command line: ``python -m autograde SUBMISSION... [options]``.
 
 Each SUBMISSION is a notebook (``.ipynb``), a Jupytext-paired MyST ``.md``, a ``.py`` file,
-or a folder (a class: every submission inside it, recursively). Prints the report for one
-submission, or a table for several; ``--json``, ``--csv`` and ``--gradescope`` write files.
+or a folder (a class: every submission inside it, recursively; with one sub-folder per
+student, the sub-folder's name is the student id). ``--roster CSV`` names the students
+instead. Prints the report for one submission, or a table for several; ``--json``,
+``--csv`` (grades for an LMS), ``--class-report`` (HTML) and ``--gradescope`` write files.
 Exits 0 whenever grading finished, whatever the scores; 2 for bad arguments; 3 when the
 grader itself failed (a check crashed, or a sandbox could not be started).
 """

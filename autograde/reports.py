@@ -97,7 +97,10 @@ def table(reports) -> str:
     if not reports:
         return "No submissions found."
     exercises = [(e["id"], e["max_score"]) for e in reports[0].exercises()]
-    width = max(10, min(48, max(len(r.submission) for r in reports)))
+    def label(r):
+        return r.submission or f"{r.student_id} (no submission)"
+
+    width = max(10, min(48, max(len(label(r)) for r in reports)))
     head = f"{'submission':<{width}}  {'score':>9}  " + "  ".join(f"{i:>7}" for i, _ in exercises)
     lines = [head + "  seconds", "-" * (len(head) + 9)]
     for r in reports:
@@ -105,7 +108,7 @@ def table(reports) -> str:
         cells = "  ".join(
             f"{fmt_points(by_id[i]['score']) + '/' + fmt_points(by_id[i]['max_score']):>7}"
             if i in by_id else f"{'-':>7}" for i, _ in exercises)
-        name = r.submission if len(r.submission) <= width else "..." + r.submission[-width + 3:]
+        name = label(r) if len(label(r)) <= width else "..." + label(r)[-width + 3:]
         flag = "  GRADER ERROR" if r.grader_errors else ""
         total = f"{fmt_points(r.score)}/{fmt_points(r.max_score)}"
         lines.append(f"{name:<{width}}  {total:>9}  {cells}  {r.seconds:7.2f}{flag}")

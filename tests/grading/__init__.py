@@ -5,8 +5,10 @@
     results = grade_callable(lambda name: local_call(my_functions[name]), checks)
 
 Public checks use fixed inputs and the expected outcomes stored in ``public_expected.json``,
-so they run in the student release (no ``solutions/``). Hidden checks draw random inputs
-from ``random.Random(seed)`` and compute what to expect from ``solutions`` when they run.
+so they run in the student release (no reference code). Hidden checks draw random inputs
+from ``random.Random(seed)`` and compute what to expect when they run, from
+:mod:`tests.grading.independent` (the exercises written out plainly), never from
+``solutions/``: ``test_independent.py`` checks that the two agree.
 Every check calls the student's function only through ``call(*args)`` (see
 :mod:`tests.grading.core`), so the same checks grade a notebook in-process or a submission
 in a sandbox.
@@ -38,7 +40,7 @@ STUDENT_RELEASE_FILES = (
 )
 
 
-def with_others(call, get=None):
+def with_others(call):
     """``call`` as a plain function object, so that a check can reach the submission's other
     functions through ``call.other(name)`` (Exercise 2 uses the student's own loss)."""
     def bound(*args):
@@ -77,7 +79,7 @@ def grade_callable(call_for_function: Callable[[str], Callable[..., Any]],
     def get(function: str):
         if function not in calls:
             try:
-                calls[function] = with_others(call_for_function(function), get)
+                calls[function] = with_others(call_for_function(function))
             except SubmissionError as err:
                 calls[function] = err
             except Exception as exc:

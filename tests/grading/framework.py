@@ -1,9 +1,10 @@
 """Probes, comparisons and messages shared by the exercise checks.
 
-A *probe* is one call of an exercise function: its arguments, the reference's outcome, and
-the outcome of every known wrong implementation (:mod:`tests.grading.mistakes`) on the same
-arguments. Public probes are stored in ``public_expected.json`` (so the student release
-needs no reference code); hidden probes are computed at grading time from ``solutions``.
+A *probe* is one call of an exercise function: its arguments, the expected outcome (from
+:mod:`tests.grading.independent`, never from ``solutions/``), and the outcome of every known
+wrong implementation (:mod:`tests.grading.mistakes`) on the same arguments. Public probes
+are stored in ``public_expected.json`` (so the student release needs no reference code);
+hidden probes are computed at grading time.
 
 An *outcome* is a small dict: ``{"value": plain}`` or ``{"raises": "ValueError"}``; for a
 student's call also ``{"error": kind, "message": ...}`` when the call could not be made.
@@ -16,7 +17,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .core import Check, Result, SubmissionError, describe_exception
 from .explain import WHY
@@ -39,7 +40,7 @@ PROPERTY_GATE_REL = 0.05
 class Probe:
     args: list
     expected: dict
-    mistakes: dict  # mistake id -> outcome
+    mistakes: Mapping  # mistake id -> outcome
 
 
 # --------------------------------------------------------------------------- outcomes
@@ -318,11 +319,36 @@ def public_probes(check_name: str, args_list: Sequence[Sequence]) -> list[Probe]
     return [Probe(p["args"], p["expected"], p.get("mistakes", {})) for p in data]
 
 
-def reference_probes(function: str, args_list: Iterable[Sequence]) -> list[Probe]:
-    """Probes computed now from the reference solutions and the known mistakes."""
-    from .public_expected import compute_probe  # needs solutions/: hidden checks only
+class LazyOutcomes(Mapping):
+    """The known mistakes' outcomes of a probe, computed on first use: only a wrong answer
+    needs them (to be recognised), and most of a grading run's time would go into them."""
 
-    return [Probe(**compute_probe(function, list(a))) for a in args_list]
+    def __init__(self, compute: Callable[[], dict]):
+        self._compute, self._data = compute, None
+
+    def _outcomes(self) -> dict:
+        if self._data is None:
+            self._data = self._compute()
+        return self._data
+
+    def __getitem__(self, key):
+        return self._outcomes()[key]
+
+    def __iter__(self):
+        return iter(self._outcomes())
+
+    def __len__(self):
+        return len(self._outcomes())
+
+
+def reference_probes(function: str, args_list: Iterable[Sequence]) -> list[Probe]:
+    """Probes computed now: the expected outcome from the independent implementation, the
+    known mistakes' outcomes when first needed."""
+    from .public_expected import expected_outcome, mistake_outcomes  # instructor side only
+
+    return [Probe(list(a), expected_outcome(function, list(a)),
+                  LazyOutcomes(lambda a=list(a): mistake_outcomes(function, a)))
+            for a in args_list]
 
 
 # --------------------------------------------------------------------------- building checks

@@ -23,17 +23,30 @@ from .framework import PUBLIC_EXPECTED_PATH, PUBLIC_SPECS, attempt, strip_messag
 def compute_probe(function: str, args: list) -> dict:
     """The expected outcome (from :mod:`tests.grading.independent`, never from
     ``solutions/``) and every known mistake's outcome for one call."""
-    from . import independent, mistakes
+    return {"args": args, "expected": expected_outcome(function, args),
+            "mistakes": mistake_outcomes(function, args)}
+
+
+def expected_outcome(function: str, args: list) -> dict:
+    """What a correct answer gives, from :mod:`tests.grading.independent`."""
+    from . import independent
 
     expected = strip_message(attempt(local_call(independent.FUNCTIONS[function]), args))
     if "value" not in expected and "raises" not in expected:
         raise RuntimeError(f"the reference cannot answer {function}{tuple(args)}: {expected}")
+    return expected
+
+
+def mistake_outcomes(function: str, args: list) -> dict:
+    """What every known mistake gives for the same call (to recognise and explain it)."""
+    from . import mistakes
+
     outcomes = {}
     for mistake in mistakes.for_function(function):
         outcome = strip_message(attempt(local_call(mistake.impl), args))
         if outcome:
             outcomes[mistake.id] = outcome
-    return {"args": args, "expected": expected, "mistakes": outcomes}
+    return outcomes
 
 
 def compute() -> dict:
