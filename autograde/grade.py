@@ -8,6 +8,8 @@ takes part.
 """
 from __future__ import annotations
 
+import ast
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,7 +67,8 @@ class SubmissionReport:
 
 
 def grade_submission(path, checks, *, timeout: float = 10.0, isolation: str = "auto",
-                     memory_mb: int = 1024, label: str | None = None) -> SubmissionReport:
+                     memory_mb: int = 1024, label: str | None = None,
+                     _second_pass: bool = False) -> SubmissionReport:
     """Grade one file with ``checks``; never raises for anything the submission does."""
     from tests.grading import Result, SubmissionError
 
@@ -97,15 +100,120 @@ def grade_submission(path, checks, *, timeout: float = 10.0, isolation: str = "a
         report.grader_errors.append(str(exc))
         report.results = [(c, Result(False, "Not graded: the grader failed to start. Please "
                                             "tell your instructor.")) for c in checks]
+    if _exercise_2_needs_the_exercise_loss(report) and not _second_pass:
+        _regrade_exercise_2(path, checks, report, timeout=timeout, isolation=isolation,
+                            memory_mb=memory_mb)
     report.seconds = time.monotonic() - started
     return report
 
 
+def _exercise_2_needs_the_exercise_loss(report) -> bool:
+    """Exercise 2 failed because the student's chinchilla_loss raised or is missing."""
+    return any(c.exercise == "ex2" and not r.passed and not r.not_implemented
+               and "chinchilla_loss" in r.feedback and "raise" in r.feedback
+               for c, r in report.results)
+
+
+def _with_cell(path: Path, source: str, folder: Path) -> Path:
+    """A copy of the submission with ``source`` run after everything else."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8", errors="replace")
+    target = Path(folder) / path.name
+    if path.suffix.lower() == ".ipynb":
+        import json
+
+        notebook = json.loads(text)
+        notebook.setdefault("cells", []).append(
+            {"cell_type": "code", "metadata": {}, "source": source, "outputs": [],
+             "execution_count": None})
+        target.write_text(json.dumps(notebook), encoding="utf-8")
+    elif path.suffix.lower() == ".md":
+        target.write_text(text.rstrip("\n") + "\n\n```{code-cell} ipython3\n" + source + "```\n",
+                          encoding="utf-8")
+    else:
+        target.write_text(text.rstrip("\n") + "\n\n\n" + source, encoding="utf-8")
+    return target
+
+
+def _regrade_exercise_2(path, checks, report, **options) -> None:
+    """Grade Exercise 2 again with the exercise's chinchilla_loss in place of the student's,
+    and keep the better of the two: a mistake in Exercise 1 costs points in Exercise 1 only.
+    Only where the exercise's loss is at hand (not in the student release)."""
+    import tempfile
+
+    from tests.grading import Result
+
+    try:
+        from tests.grading.independent import chinchilla_loss_source
+    except ImportError:  # the student release: the self-check says what the grader will do
+        report.notes.append("Exercise 2 failed because chinchilla_loss raised: the grader "
+                            "grades it again with the exercise's chinchilla_loss")
+        return
+    ex2 = [c for c in checks if c.exercise == "ex2"]
+    with tempfile.TemporaryDirectory(prefix="autograde-ex2-") as tmp:
+        try:
+            derived = _with_cell(path, chinchilla_loss_source(), Path(tmp))
+        except (OSError, ValueError):
+            return
+        again = grade_submission(derived, ex2, _second_pass=True, label=report.submission, **options)
+    before = sum(c.points for c, r in report.results if c.exercise == "ex2" and r.passed)
+    after = sum(c.points for c, r in again.results if r.passed)
+    if after <= before:
+        return
+    note = ("Graded with the exercise's chinchilla_loss in place of yours, which raised when "
+            "compute_optimal called it: a mistake in Exercise 1 costs points in Exercise 1 only.")
+    report.notes.append(note.rstrip("."))
+    regraded = {c.name: r for c, r in again.results}
+    report.results = [(c, Result(regraded[c.name].passed, note + "\n" + regraded[c.name].feedback,
+                                 regraded[c.name].not_implemented))
+                      if c.name in regraded else (c, r) for c, r in report.results]
+
+
+_PLACE = re.compile(r"\((?:(cell \d+), )?line (\d+)\)\.?$")
+
+
+def function_at(submission, message: str) -> str | None:
+    """The student's function in which an error happened, from the place at the end of a
+    sandbox message ("... (cell 4, line 2)" or "... (line 12)"); None if unknown. Text only:
+    the submission's own source, parsed here."""
+    match = _PLACE.search(message or "")
+    if not match or submission is None:
+        return None
+    cell, line = match.group(1), int(match.group(2))
+    for unit in submission.units:
+        if (cell and unit.label != cell) or (not cell and not unit.label.startswith("line")):
+            continue
+        try:
+            tree = ast.parse(unit.source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        inner = None
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                    node.lineno <= line <= (node.end_lineno or node.lineno):
+                if inner is None or node.lineno >= inner.lineno:
+                    inner = node
+        if inner is not None:
+            return inner.name
+    return None
+
+
 def _bound(sandbox, function: str):
-    """The ``call(*args)`` a check receives: this function, in this submission's sandbox."""
+    """The ``call(*args)`` a check receives: this function, in this submission's sandbox.
+    An error raised inside another of the student's functions names that function."""
 
     def call(*args):
-        return sandbox.call(function, *args)
+        try:
+            return sandbox.call(function, *args)
+        except Exception as err:
+            if getattr(err, "kind", None) != "raised":
+                raise
+            inside = function_at(getattr(sandbox, "submission", None), err.message)
+            if inside is None or inside == function:
+                raise
+            raise type(err)(f"{err.message.rstrip('.')}, inside your `{inside}`, which "
+                            f"`{function}` calls", kind=err.kind,
+                            exception_type=err.exception_type) from None
 
     call.other = lambda name: _bound(sandbox, name)  # the same submission's other functions
     return call

@@ -144,3 +144,23 @@ def test_a_grid_of_201_points_is_named():
     results, _ = grade(reference_functions(compute_optimal=grid_201), "ex2", hidden=False)
     failed = "\n".join(r.feedback for _, r in results if not r.passed)
     assert "201 points, not 200" in failed
+
+
+def test_through_the_grader_an_exercise_1_that_raises_costs_nothing_in_exercise_2(tmp_path):
+    """compute_optimal calls the student's chinchilla_loss with arrays, and math.pow raises:
+    the grader grades Exercise 2 again with the exercise's loss and keeps the better."""
+    from pathlib import Path
+
+    from autograde.grade import grade_submission
+
+    reference = (Path(__file__).resolve().parents[1] / "redteam" / "reference_submission.py").read_text()
+    source = reference.replace(
+        "return E + A / N**ALPHA + B / D**BETA",
+        "import math\n    return E + A / math.pow(N, ALPHA) + B / math.pow(D, BETA)").replace(
+        "loss = 1.69 + 406.0 / N**0.34 + 410.0 / D**0.28", "loss = chinchilla_loss(N, D)")
+    path = tmp_path / "math_pow.py"
+    path.write_text(source)
+    report = grade_submission(path, load_checks(seed=4), timeout=5)
+    by_exercise = {e["id"]: e["score"] for e in report.exercises()}
+    assert by_exercise["ex2"] == 20 and by_exercise["ex1"] < 10
+    assert any("Exercise 1 costs points in Exercise 1 only" in n for n in report.notes)
