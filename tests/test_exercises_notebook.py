@@ -299,3 +299,11 @@ def test_the_autograder_grades_master_and_student_versions(tmp_path):
         else:
             assert earned == 0 and all(r.not_implemented for _, r in results), \
                 [r.feedback for _, r in results if not r.not_implemented]
+
+
+def test_the_student_setup_cell_fetches_the_course_from_repository_url(student):
+    import yaml
+
+    url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    setup = [c.source for c in code_cells(student) if "git" in c.source and "clone" in c.source]
+    assert len(setup) == 1 and f'"{url}"' in setup[0]
