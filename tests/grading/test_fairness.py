@@ -164,3 +164,17 @@ def test_through_the_grader_an_exercise_1_that_raises_costs_nothing_in_exercise_
     by_exercise = {e["id"]: e["score"] for e in report.exercises()}
     assert by_exercise["ex2"] == 20 and by_exercise["ex1"] < 10
     assert any("Exercise 1 costs points in Exercise 1 only" in n for n in report.notes)
+
+
+def test_numbers_of_any_plain_numeric_type_earn_full_marks():
+    """0-d arrays, numpy scalars, a list instead of a tuple: the same numbers, the same points."""
+    search = student_compute_optimal(independent.chinchilla_loss)
+    functions = reference_functions(
+        chinchilla_loss=lambda N, D: np.asarray(independent.chinchilla_loss_vectorised(N, D)),
+        compute_optimal=lambda C, ratios=None: [np.float32(1) * 0 + np.float64(x)
+                                                for x in search(C, ratios)],
+        memory_per_gpu=lambda *a: np.array(independent.memory_per_gpu(*a)),  # 0-d array
+        communication_time_per_step=lambda *a: np.float64(independent.communication_time_per_step(*a)))
+    for exercise in ("ex1", "ex2", "ex3", "ex4"):
+        results, (earned, possible) = grade(functions, exercise, seed=9)
+        assert earned == possible, [r.feedback for _, r in results if not r.passed]
