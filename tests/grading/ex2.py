@@ -56,11 +56,16 @@ def _student_losses(loss_call, Ns, Ds):
             return values
     except SubmissionError:
         pass
-    try:
-        values = [loss_call(N, D) for N, D in zip(Ns, Ds)]
-    except SubmissionError:
-        return None
-    return values if all(type(v) is float and math.isfinite(v) for v in values) else None
+    values = []
+    for N, D in zip(Ns, Ds):  # stop at the first call that does not give a number
+        try:
+            value = loss_call(N, D)
+        except SubmissionError:
+            return None
+        if type(value) is not float or not math.isfinite(value):
+            return None
+        values.append(value)
+    return values
 
 
 def own_loss_answer(call, C: float, ratios=None, num: int | None = None):
@@ -114,7 +119,8 @@ def _more_about_failure(call, probe, result: Result) -> Result:
                     "which compute_optimal calls."))
         return result
     value = student.get("value")
-    if ratios is None and type(value) is list and len(value) == 4 and type(value[2]) is float:
+    if ratios is None and type(value) is list and len(value) == 4 and type(value[2]) is float \
+            and own_loss_answer(call, C) is not None:
         for num in OTHER_GRID_SIZES:
             grid = logspace(GRID[0], GRID[1], num)
             if any(same(value[2], r) for r in grid) and not any(same(value[2], r) for r in logspace(*GRID)):
@@ -150,10 +156,12 @@ def judge_four_numbers(call, probes) -> Result:
         if not all(v > 0 for v in value):
             return Result(False, f"{where} returned {fmt_value(value)}; N, D, the ratio and "
                                  "the loss are all positive.")
-    own = [own_loss_answer(call, *_own_args(p)) for p in probes]
-    failed = gate(FUNCTION, probes, values, "It returns four positive numbers", alternatives=own)
-    if failed:
-        return failed
+    what = "It returns four positive numbers"
+    if gate(FUNCTION, probes, values, what):  # the student's own loss only when needed
+        own = [own_loss_answer(call, *_own_args(p)) for p in probes]
+        failed = gate(FUNCTION, probes, values, what, alternatives=own)
+        if failed:
+            return failed
     return Result(True, f"{fmt_call(FUNCTION, probes[0].args)} returned four positive numbers "
                         "(N, D, ratio, loss).")
 
