@@ -214,8 +214,9 @@ def _histogram_svg(scores, maximum: float, width: int = 360, height: int = 120) 
         counts[min(bands - 1, int(bands * score / maximum))] += 1 if maximum else 0
     top = max(counts) or 1
     bar = width / bands
+    pad = 16  # room above the tallest bar for its count
     parts = [f'<svg class="hist" role="img" width="{width}" height="{height + 30}" '
-             f'viewBox="0 0 {width} {height + 30}" xmlns="http://www.w3.org/2000/svg">']
+             f'viewBox="0 {-pad} {width} {height + 30 + pad}" xmlns="http://www.w3.org/2000/svg">']
     for i, count in enumerate(counts):
         h = height * count / top
         low, high = maximum * i / bands, maximum * (i + 1) / bands
@@ -267,7 +268,7 @@ def class_report_html(reports, seed: int | None = None) -> str:
         top = known[0]
         out.append(f'<p class="lead" id="most-common">Most common misconception: '
                    f"<strong>{escape(_title(top))}</strong>, made by {counts[top]} of {n} "
-                   f"students. {escape(WHY[top])}</p>")
+                   f"students. The feedback told them: {escape(WHY[top])}</p>")
     else:
         out.append('<p class="lead" id="most-common">No known misconception was recognised.</p>')
     out.append('<h2>Scores per exercise</h2><div class="exercises">')
