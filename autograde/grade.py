@@ -172,30 +172,38 @@ def _regrade_exercise_2(path, checks, report, **options) -> None:
 _PLACE = re.compile(r"\((?:(cell \d+), )?line (\d+)\)\.?$")
 
 
-def function_at(submission, message: str) -> str | None:
-    """The student's function in which an error happened, from the place at the end of a
-    sandbox message ("... (cell 4, line 2)" or "... (line 12)"); None if unknown. Text only:
-    the submission's own source, parsed here."""
-    match = _PLACE.search(message or "")
-    if not match or submission is None:
-        return None
-    cell, line = match.group(1), int(match.group(2))
+def _function_spans(submission) -> list:
+    """(unit label, function name, first line, last line) of every function in the
+    submission's units; parsed once per submission (text only, nothing runs)."""
+    cached = getattr(submission, "_function_spans", None)
+    if cached is not None:
+        return cached
+    spans = []
     for unit in submission.units:
-        if (cell and unit.label != cell) or (not cell and not unit.label.startswith("line")):
-            continue
         try:
             tree = ast.parse(unit.source)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
-        inner = None
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
-                    node.lineno <= line <= (node.end_lineno or node.lineno):
-                if inner is None or node.lineno >= inner.lineno:
-                    inner = node
-        if inner is not None:
-            return inner.name
-    return None
+        spans += [(unit.label, node.name, node.lineno, node.end_lineno or node.lineno)
+                  for node in ast.walk(tree)
+                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    try:
+        submission._function_spans = spans
+    except AttributeError:
+        pass
+    return spans
+
+
+def function_at(submission, message: str) -> str | None:
+    """The student's function in which an error happened, from the place at the end of a
+    sandbox message ("... (cell 4, line 2)" or "... (line 12)"); None if unknown."""
+    match = _PLACE.search(message or "")
+    if not match or submission is None:
+        return None
+    cell, line = match.group(1), int(match.group(2))
+    inside = [(first, name) for label, name, first, last in _function_spans(submission)
+              if (label == cell if cell else label.startswith("line")) and first <= line <= last]
+    return max(inside)[1] if inside else None  # the innermost: the latest to start
 
 
 def _bound(sandbox, function: str):

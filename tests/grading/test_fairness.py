@@ -178,3 +178,16 @@ def test_numbers_of_any_plain_numeric_type_earn_full_marks():
     for exercise in ("ex1", "ex2", "ex3", "ex4"):
         results, (earned, possible) = grade(functions, exercise, seed=9)
         assert earned == possible, [r.feedback for _, r in results if not r.passed]
+
+
+def test_an_error_in_another_function_is_placed_in_that_function(tmp_path):
+    from autograde.grade import function_at
+    from autograde.submission import read_submission
+
+    path = tmp_path / "s.py"
+    path.write_text("import math\n\n\ndef chinchilla_loss(N, D):\n    return math.pow(N, 0.34)\n\n\n"
+                    "def compute_optimal(C, ratios=None):\n    return chinchilla_loss(C, C)\n")
+    submission = read_submission(path)
+    assert function_at(submission, "raised TypeError: only 0-dimensional arrays (line 5)") == "chinchilla_loss"
+    assert function_at(submission, "raised NameError (line 9).") == "compute_optimal"
+    assert function_at(submission, "raised ValueError") is None
