@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import math
 import os
 import struct
@@ -400,9 +401,11 @@ def test_cli_reports_for_one_submission(tmp_path):
         assert set(test) >= {"name", "score", "max_score", "output", "visibility"}
         is_hidden = test["name"].split(": ", 1)[1] in hidden
         assert test["visibility"] == ("after_published" if is_hidden else "visible")
-    assert "(hidden)" not in results["output"]
+    # The top-level output names the hidden tests and their points, never their results.
+    assert not re.search(r"[✓✗] \w+_hidden", results["output"])
+    assert "ex1_hidden_random  3 points (hidden)" in results["output"]
     rows = list(csv.DictReader((tmp_path / "r.csv").open()))
-    assert rows[0]["score"] == "100" and rows[0]["chinchilla_loss"] == "10"
+    assert rows[0]["score"] == "100" and rows[0]["ex1"] == "10"
 
 
 def test_cli_grades_a_class_folder_and_exits_zero_whatever_the_scores(tmp_path):
