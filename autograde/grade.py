@@ -187,7 +187,8 @@ def _function_spans(submission) -> list:
             tree = ast.parse(unit.source)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
-        spans += [(unit.label, node.name, node.lineno, node.end_lineno or node.lineno)
+        shift = getattr(unit, "line", 1) - 1  # a unit's source starts at this line of the file
+        spans += [(unit.label, node.name, node.lineno + shift, (node.end_lineno or node.lineno) + shift)
                   for node in ast.walk(tree)
                   if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
     try:
