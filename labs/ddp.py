@@ -229,6 +229,7 @@ def worker(ctx, args) -> dict:
                 # difference does not see).
                 worst_grad = max(worst_grad, relative_l2([p.grad for p in ddp.module.parameters()],
                                                          [p.grad for p in reference.parameters()]))
+                time.sleep(args.reference_delay)
             optimizer_update(ddp.module, opt, lr, tcfg, scaler)
             if reference is not None:
                 sync(dev)

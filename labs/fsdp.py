@@ -127,7 +127,8 @@ def _full(tensors) -> list:
     return [t.full_tensor() if hasattr(t, "full_tensor") else t.detach() for t in tensors]
 
 
-def run_phase(strategy: str, ctx, corpus, mcfg, tcfg, dtype, reference: bool, checked: int) -> dict:
+def run_phase(strategy: str, ctx, corpus, mcfg, tcfg, dtype, reference: bool, checked: int,
+              reference_delay: float = 0.0) -> dict:
     """Train ``tcfg.steps`` steps with ``strategy`` ('dp' or 'fsdp').
 
     Steps ``1..checked`` are checked, untimed: collectives counted (a dispatch mode that
@@ -181,6 +182,7 @@ def run_phase(strategy: str, ctx, corpus, mcfg, tcfg, dtype, reference: bool, ch
                     xg, yg = get_batch(corpus.train, offsets, mcfg.block_size)
                     forward_backward(ref, xg.to(dev), yg.to(dev), dev, dtype, ref_scaler)
                     worst_grad = max(worst_grad, relative_l2(grads, [p.grad for p in ref.parameters()]))
+                    time.sleep(reference_delay)
                 del grads
             with counter:
                 optimizer_update(params_of, opt, lr, tcfg, scaler, sharded)
@@ -271,7 +273,8 @@ def worker(ctx, args) -> dict:
             f"steps 1-{checked} checked, {checked + 1}-{tcfg.steps} timed")
     phases = {
         "dp": run_phase("dp", ctx, corpus, mcfg, tcfg, dtype, reference=False, checked=checked),
-        "fsdp": run_phase("fsdp", ctx, corpus, mcfg, tcfg, dtype, reference=not args.no_reference, checked=checked),
+        "fsdp": run_phase("fsdp", ctx, corpus, mcfg, tcfg, dtype, reference=not args.no_reference, checked=checked,
+                          reference_delay=args.reference_delay),
     }
     dp, fs = phases["dp"], phases["fsdp"]
 

@@ -28,6 +28,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -251,6 +252,11 @@ def _run_rank(lab: str, args, worker) -> int:
         sys.stderr.flush()
         os._exit(1)
     try:
+        # Every rank's view of the run, so that a report shows that all ranks (on every node)
+        # ran the same backend.
+        ranks = [None] * world
+        dist.all_gather_object(ranks, {"rank": rank, "local_rank": local_rank, "backend": backend,
+                                       "host": socket.gethostname(), "device": str(device)})
         if ctx.is_main:
             from .report import format_checks, write_report
 
@@ -261,6 +267,7 @@ def _run_rank(lab: str, args, worker) -> int:
                 "backend_reason": reason,
                 "world_size": world,
                 "device": _device_name(device),
+                "ranks": ranks,
                 **result,
             }
             try:

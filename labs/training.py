@@ -119,6 +119,9 @@ def add_model_args(parser: argparse.ArgumentParser, steps: int = 20) -> argparse
                    help="steps (the first ones) that are checked: collectives counted, the single-process "
                         "reference compared. The other steps are timed and do only the training step. "
                         "Default: half of --steps")
+    g.add_argument("--reference-delay", type=float, default=0.0,
+                   help="debug: rank 0 sleeps this many seconds in each reference step (the timed steps must "
+                        "not change)")
     return parser
 
 
