@@ -128,9 +128,9 @@ def _environment(torch) -> dict:
             "cuda": torch.version.cuda or torch.version.hip, "nccl": nccl}
 
 
-def _run_one(entry: LabRun, n: int, out: Path) -> dict:
+def _run_one(entry: LabRun, n: int, out: Path, backend: str = "nccl") -> dict:
     report = out / f"{entry.label}-{n}.json"
-    cmd = [sys.executable, "-m", f"labs.{entry.lab}", "--nproc", str(n), "--backend", "nccl",
+    cmd = [sys.executable, "-m", f"labs.{entry.lab}", "--nproc", str(n), "--backend", backend,
            "--report", str(report), *entry.args]
     print(f"$ python -m labs.{entry.lab} " + " ".join(cmd[3:]), flush=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
@@ -156,11 +156,17 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m labs.gpu_check", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="reports/gpu-check", help="folder for the reports and the summary")
     parser.add_argument("--only", nargs="*", default=None, help="run only these labs (labels in LABS)")
+    parser.add_argument("--cpu-rehearsal", action="store_true",
+                        help="run the same pipeline on CPU processes with gloo at world sizes 2 and 1, to test "
+                             "it where there is no GPU (the figures are then not GPU figures)")
     args = parser.parse_args(argv)
+    unknown = set(args.only or ()) - {e.label for e in LABS}
+    if unknown:
+        parser.error(f"--only: no such lab in labs.gpu_check.LABS: {', '.join(sorted(unknown))}")
     import torch
 
     gpus = torch.cuda.device_count()
-    if gpus == 0:
+    if gpus == 0 and not args.cpu_rehearsal:
         print(f"no GPU: torch {torch.__version__} sees no CUDA device, so nothing was run. "
               "On a machine with a GPU this runs every lab with NCCL and writes a summary.", flush=True)
         return 0
@@ -171,8 +177,14 @@ def main(argv=None) -> int:
     entries = [e for e in LABS if args.only is None or e.label in args.only]
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     start = time.monotonic()
-    runs = [_run_one(e, n, out) for e in entries for n in world_sizes(gpus)]
-    summary = {"environment": _environment(torch), "started_utc": started, "seconds": time.monotonic() - start,
+    if args.cpu_rehearsal:
+        runs = [_run_one(e, n, out, backend="gloo") for e in entries for n in world_sizes(2)]
+        environment = {"device": "cpu (rehearsal with gloo, not GPU figures)", "gpu_count": 0,
+                       "torch": torch.__version__, "cuda": None, "nccl": None}
+    else:
+        runs = [_run_one(e, n, out) for e in entries for n in world_sizes(gpus)]
+        environment = _environment(torch)
+    summary = {"environment": environment, "started_utc": started, "seconds": time.monotonic() - start,
                "runs": runs, "ok": all(r.get("ok") for r in runs)}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     (out / "summary.md").write_text(markdown(summary), encoding="utf-8")
