@@ -26,6 +26,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -408,18 +409,15 @@ def _launch(lab: str, argv: list[str], nproc: int, backend: str, reason: str, ar
                 fates.setdefault(_describe(codes[r]), []).append(r)
             lines = [f"lab {lab} failed after {elapsed:.1f} s ({stopped_by or 'a rank failed'}): "
                      + "; ".join(f"{_ranks(rs)} {fate}" for fate, rs in fates.items())]
-            stories = {}
+            entries = []
             for r in range(nproc):
                 story = _tail(logdir / f"rank{r}.err") or _tail(logdir / f"rank{r}.out", 5)
                 if r in stopped:
                     story += "\n(stopped by the launcher; above, where it was when asked for its stack)"
                 elif codes[r] == -signal.SIGKILL:
                     story += "\n(killed by SIGKILL: a process killed this way cannot print a traceback)"
-                # Ranks with the same story (up to their own rank number) are told once.
-                key = (_describe(codes[r]), story.replace(f"rank {r}", "rank {r}"))
-                stories.setdefault(key, []).append(r)
-            for (fate, story), rs in stories.items():
-                lines.append(f"--- {_ranks(rs)} ({fate}):\n{story.replace('rank {r}', 'rank ' + str(rs[0]))}")
+                entries.append((r, _describe(codes[r]), story))
+            lines += [f"--- {_ranks(rs)} ({fate}):\n{story}" for rs, fate, story in group_stories(entries)]
             raise LabFailed("\n".join(lines))
     finally:
         for p in procs:
@@ -432,6 +430,17 @@ def _launch(lab: str, argv: list[str], nproc: int, backend: str, reason: str, ar
             child.unlink()
         logdir.rmdir()
         del store
+
+
+def group_stories(entries: list[tuple[int, str, str]]) -> list[tuple[list[int], str, str]]:
+    """``(ranks, fate, story)`` for ``(rank, fate, story)`` entries: ranks whose fate and story
+    agree up to rank numbers and peer addresses are told once (a 99-rank timeout is one
+    story, not 99), with the first such rank's story."""
+    groups: dict[tuple, list] = {}
+    for rank, fate, story in entries:
+        key = (fate, re.sub(r"\brank \d+|\[[\w.:]+\]:\d+", "#", story))
+        groups.setdefault(key, []).append((rank, story))
+    return [([r for r, _ in told], fate, told[0][1]) for (fate, _), told in groups.items()]
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -269,6 +269,14 @@ def test_nodes_agree_on_one_backend():
 
 def test_many_failed_ranks_are_told_once():
     assert launch._ranks([0, 1, 2, 5, 7, 8]) == "ranks 0-2, 5, 7-8" and launch._ranks([3]) == "rank 3"
+    stopped = "rank {r}: waiting in barrier\nRead error [127.0.0.1]:{port}\n(stopped by the launcher)"
+    entries = [(r, "killed by SIGKILL", stopped.format(r=r, port=40000 + r)) for r in range(2, 99)]
+    entries.insert(0, (0, "exited with status 1", "rank 0: timeout"))
+    entries.insert(1, (1, "exited with status 1", "rank 1: injected failure"))
+    groups = launch.group_stories(entries)
+    assert [(g[0][:3], g[1]) for g in groups] == [([0], "exited with status 1"), ([1], "exited with status 1"),
+                                                 ([2, 3, 4], "killed by SIGKILL")]
+    assert len(groups[2][0]) == 97 and groups[2][2] == stopped.format(r=2, port=40002)
 
 
 # --------------------------------------------------------------------------- the GPU check
