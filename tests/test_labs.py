@@ -171,7 +171,7 @@ def test_collectives_cli_contract(tmp_path):
     report = tmp_path / "collectives.json"
     proc = subprocess.run(
         [sys.executable, "-m", "labs.collectives", "--nproc", "2", "--report", str(report),
-         "--max-bytes", "16384", "--iters", "2", "--ring-elements", "1001"],
+         "--max-bytes", "16384", "--iters", "2", "--ring-elements", "1001", "--ring-dtype", "fp16"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
@@ -179,8 +179,10 @@ def test_collectives_cli_contract(tmp_path):
     assert "backend: gloo" in proc.stdout
     data = json.loads(report.read_text())
     assert all_ok(data), _failed(data)
-    # 1001 elements are padded to 1002 for two ranks; each rank sends half of it twice.
-    assert _check(data, "ring all-reduce: bytes each rank sends")["measured"] == 2 * (2 - 1) / 2 * 1002 * 4
+    # 1001 elements are padded to 1002 for two ranks; each rank sends half of it twice, in
+    # 2-byte fp16 elements (fp32 rings are counted by the DDP runs).
+    assert _check(data, "ring all-reduce: bytes each rank sends")["measured"] == 2 * (2 - 1) / 2 * 1002 * 2
+    assert data["config"]["ring_dtype"] == "fp16"
     ops = {row["op"] for row in data["sweep"]}
     assert ops == {"all_reduce", "all_gather", "reduce_scatter", "ring_all_reduce"}
 

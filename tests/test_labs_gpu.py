@@ -317,3 +317,37 @@ def test_gpu_check_registry_and_summary():
     assert "| fsdp | 2 | bf16 | FSDP: weights bytes per rank | 100 | 101 | yes |" in md
     assert "| fsdp | 2 | dp | 200,000 | 31% | 1.5 | - |" in md
     assert "unknown GPU: MFU not computed" in md and "run failed: timed out" in md
+
+
+def test_notebooks_show_recorded_gpu_runs_or_say_there_are_none(tmp_path, capsys):
+    import json
+
+    from labs.notebook import reference_runs, show_reference
+
+    show_reference("fsdp", folder=tmp_path)
+    assert capsys.readouterr().out.startswith("No GPU run of this lab has been recorded yet")
+    device = tmp_path / "H100-80GB-HBM3"
+    device.mkdir()
+    summary = {"environment": {"device": "NVIDIA H100 80GB HBM3"},
+               "runs": [{"lab": "fsdp", "label": "fsdp", "world_size": 2, "dtype": "bf16",
+                         "checks": [{"ok": True}, {"ok": False}],
+                         "figures": [{"what": "fsdp", "tokens_per_s": 123456.0, "mfu": 0.0123,
+                                      "peak_allocated_gib": 1.25}]},
+                        {"lab": "ddp", "label": "ddp", "world_size": 2, "checks": [], "figures": []}]}
+    (device / "summary.json").write_text(json.dumps(summary))
+    assert [d for d, _ in reference_runs("fsdp", folder=tmp_path)] == ["NVIDIA H100 80GB HBM3"]
+    show_reference("fsdp", folder=tmp_path)
+    out = capsys.readouterr().out
+    assert "NVIDIA H100 80GB HBM3, 2 rank(s), bf16: 1 of 2 checks pass" in out
+    assert "123,456 tokens/s, MFU 1.23%, peak allocated 1.25 GiB" in out
+
+
+def test_no_gpu_figures_are_committed_without_a_summary():
+    """labs/reference/ holds summaries written by the GPU check, or only its README."""
+    folder = ROOT / "labs" / "reference"
+    for path in folder.rglob("*"):
+        if path.is_file() and path.name != "README.md":
+            assert path.name in ("summary.json", "summary.md"), path
+    if not list(folder.glob("*/summary.json")):
+        assert "No GPU run has been recorded yet" in (folder / "README.md").read_text()
+
