@@ -98,7 +98,7 @@ def pipeline_schedule(p, m, kind="gpipe", t_fwd=1.0, t_bwd=2.0):
     early as its dependencies allow: ``F(s, i)`` after ``F(s-1, i)``;
     ``B(s, i)`` after ``B(s+1, i)`` and after ``F(s, i)``. Communication time
     is ignored. ``kind`` is ``'gpipe'`` (Huang et al. 2019) or ``'1f1b'``
-    (PipeDream-Flush, Narayanan et al. 2019, 2021).
+    (PipeDream-Flush, Narayanan et al. 2021, "Memory-Efficient Pipeline-Parallel DNN Training").
     """
     p = positive_integer("p", p)
     m = positive_integer("m", m)
