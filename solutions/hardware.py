@@ -71,7 +71,7 @@ ACCELERATORS = {
              "nvidia2020a100"),
         _acc("A100 PCIe", ["NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe"], 19.5e12, _A100, _A100,
              "nvidia2020a100"),
-        _acc("H100 SXM", ["NVIDIA H100 80GB HBM3"], 67e12, _H100_SXM, _H100_SXM, "nvidia2022h100"),
+        _acc("H100 SXM", ["NVIDIA H100 80GB HBM3"], 67e12, _H100_SXM, _H100_SXM, GPUS["H100 SXM"].cite),
         _acc("H100 PCIe", ["NVIDIA H100 PCIe"], 51e12, _H100_PCIE, _H100_PCIE, "nvidia2022h100"),
         _acc("H100 NVL", ["NVIDIA H100 NVL"], 60e12, 835.5e12, 835.5e12, "nvidia2022h100",
              "half the datasheet's 1,671 TFLOP/s, which is with 2:4 sparsity"),
