@@ -351,3 +351,24 @@ def test_no_gpu_figures_are_committed_without_a_summary():
     if not list(folder.glob("*/summary.json")):
         assert "No GPU run has been recorded yet" in (folder / "README.md").read_text()
 
+
+
+@pytest.mark.parametrize("n", [2, 4, 99, 512])
+def test_exact_collective_data_stays_exact_at_any_world_size(n):
+    """Rank r holds (r+1)(i mod m): every sum over n ranks, added in float32 in any order,
+    must be the exact integer (below 2^24), or the "exact" checks report false failures."""
+    from labs.collectives import exact_data_period
+
+    m = exact_data_period(4096, n)
+    assert m >= 2 and (m - 1) * n * (n + 1) // 2 < 2**24
+    values = torch.arange(4096, dtype=torch.float64) % m
+    exact = values * (n * (n + 1) // 2)
+    shuffled = torch.randperm(n, generator=torch.Generator().manual_seed(n))
+    total = torch.zeros(4096, dtype=torch.float32)
+    for r in shuffled.tolist():
+        total += (values * (r + 1)).float()
+    assert torch.equal(total.double(), exact)
+    if n == 2:
+        assert m == 4096  # small worlds keep the full ramp
+    with pytest.raises(ValueError, match="nproc"):
+        exact_data_period(4096, 6000)
