@@ -15,7 +15,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-requirements
 SITE   := _build/html/index.html
 
-.PHONY: help setup book test notebooks student-release gradescope bench lock clean
+.PHONY: help setup book test notebooks student-release gradescope bench gpu-check lock clean
 
 help:
 	@echo "make book             set up .venv, execute every notebook, build the HTML book"
@@ -24,6 +24,7 @@ help:
 	@echo "make student-release  write the student hand-out to _build/student-release"
 	@echo "make gradescope       write the Gradescope autograder zip to _build/gradescope"
 	@echo "make bench            print build, grading and solver timings"
+	@echo "make gpu-check        run every lab on this machine's GPUs (NCCL), write reports/gpu-check/summary.md"
 
 setup: $(STAMP)
 
@@ -73,6 +74,11 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_build.py
 	$(PY) benchmarks/bench_compute_optimal.py
 	$(PY) benchmarks/bench_autograde.py
+
+# On a machine with CUDA GPUs: every lab with NCCL at world sizes min(N, 2) and 1, one summary.
+# Without a GPU it says "no GPU" and exits 0.
+gpu-check: $(STAMP)
+	$(PY) -m labs.gpu_check --out reports/gpu-check
 
 lock: $(STAMP)
 	@echo "Edit requirements.in, then regenerate requirements.txt from a fresh venv with 'pip freeze'."
