@@ -56,6 +56,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_build.py
 	$(PY) benchmarks/bench_compute_optimal.py
 	$(PY) benchmarks/bench_autograde.py
+	@# Mutation score: single-bug versions of solutions/ and labs/ the tests catch (about 10 min).
+	$(PY) tools/mutation.py
 
 lock: $(STAMP)
 	@echo "Edit requirements.in, then regenerate requirements.txt from a fresh venv with 'pip freeze'."
