@@ -62,9 +62,11 @@ COMMUNICATION = ("tests/test_solutions_communication.py", "tests/test_solutions_
 PIPELINE = ("tests/test_solutions_pipeline.py",)
 COMPUTE = ("tests/test_solutions_misc.py", "tests/test_solutions_facts_brief.py")
 VALIDATE = ("tests/test_solutions_misc.py", "tests/test_solutions_memory.py", "tests/grading")
-LAB_COLLECTIVES = ("tests/test_labs.py", "-k", "collectives or ring")
-LAB_DDP = ("tests/test_labs.py", "-k", "ddp and not killed")
-LAB_FSDP = ("tests/test_labs.py", "-k", "fsdp")
+# The labs start real processes (tens of seconds a run): stop at the first failing test (-x),
+# so the table names the first test that caught the mutation, not every one.
+LAB_COLLECTIVES = ("tests/test_labs.py", "-x", "-k", "collectives or ring")
+LAB_DDP = ("tests/test_labs.py", "-x", "-k", "ddp and not killed")
+LAB_FSDP = ("tests/test_labs.py", "-x", "-k", "fsdp")
 
 M = Mutation
 MUTATIONS: tuple[Mutation, ...] = (
