@@ -74,6 +74,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_build.py
 	$(PY) benchmarks/bench_compute_optimal.py
 	$(PY) benchmarks/bench_autograde.py
+	@# Mutation score: single-bug versions of solutions/ and labs/ the tests catch (about 10 min).
+	$(PY) tools/mutation.py
 
 # On a machine with CUDA GPUs: every lab with NCCL at world sizes min(N, 2) and 1, one summary.
 # Without a GPU it says "no GPU" and exits 0.

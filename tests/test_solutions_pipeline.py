@@ -22,15 +22,35 @@ def test_bubble_formulas_known_values():
     assert pl.bubble_fraction(4, 8, "relative_to_ideal") == pytest.approx(3 / 8)
     assert pl.bubble_fraction(4, 8, "relative_to_ideal", interleave=2) == pytest.approx(3 / 16)
     assert pl.bubble_fraction(1, 5) == 0
+    # Two stages: one idle slot of m + 1. p=2, m=1: half the time; p=2, m=3: a quarter.
+    assert pl.bubble_fraction(2, 1) == pytest.approx(1 / 2)
+    assert pl.bubble_fraction(2, 3, "relative_to_ideal") == pytest.approx(1 / 3)
     np.testing.assert_allclose(pl.bubble_fraction(np.array([2, 4]), 4), [1 / 5, 3 / 7])
+
+
+def test_interleaving_divides_the_idle_time_by_v():
+    # v chunks per GPU: the idle time is (p-1)/v slots against m slots of work, so
+    # p=4, m=8, v=2: idle 3/2 against 8, a share of (3/2)/(8 + 3/2) = 3/19, relative 3/16.
+    assert pl.bubble_fraction(4, 8, "share_of_total", interleave=2) == pytest.approx(3 / 19)
+    assert pl.bubble_fraction(4, 8, "relative_to_ideal", interleave=2) == pytest.approx(3 / 16)
+    # p=8, m=4, v=4: idle 7/4 against 4: share 7/23, relative 7/16.
+    assert pl.bubble_fraction(8, 4, "share_of_total", interleave=4) == pytest.approx(7 / 23)
+    assert pl.bubble_fraction(8, 4, "relative_to_ideal", interleave=4) == pytest.approx(7 / 16)
+    # One chunk per GPU is the plain pipeline: p=3, m=6 gives 2/8 and 2/6.
+    assert pl.bubble_fraction(3, 6, interleave=1) == pytest.approx(1 / 4)
+    assert pl.bubble_fraction(3, 6, "relative_to_ideal", interleave=1) == pytest.approx(1 / 3)
 
 
 @FAST
 @given(p=stages, m=micro, v=st.integers(1, 4))
 def test_two_definitions_are_consistent(p, m, v):
-    # share = idle/(idle+ideal) and rel = idle/ideal, so share = rel/(1+rel).
+    # Idle time (p-1)/v micro-batch slots, ideal compute m slots (Narayanan et al. 2021,
+    # sec. 2.2.2): share = idle/(idle + ideal), rel = idle/ideal, so share = rel/(1+rel).
     share = pl.bubble_fraction(p, m, "share_of_total", v)
     rel = pl.bubble_fraction(p, m, "relative_to_ideal", v)
+    idle = (p - 1) / v
+    assert share == pytest.approx(idle / (idle + m), rel=1e-12, abs=0)
+    assert rel == pytest.approx(idle / m, rel=1e-12, abs=0)
     assert share == pytest.approx(rel / (1 + rel))
 
 
@@ -68,6 +88,7 @@ def test_gpipe_idle_share_equals_formula(p, m, tf, tb):
     # stage is busy m(tf+tb): idle share (p-1)/(m+p-1) for any tf, tb.
     sched = pl.pipeline_schedule(p, m, "gpipe", tf, tb)
     assert pl.makespan(sched) == pytest.approx((m + p - 1) * (tf + tb))
+    assert pl.idle_fraction(sched) == pytest.approx((p - 1) / (m + p - 1), abs=1e-12)
     assert pl.idle_fraction(sched) == pytest.approx(pl.bubble_fraction(p, m), abs=1e-12)
     # Idle time per stage relative to its compute: Narayanan's (p-1)/m.
     idle_per_stage = pl.makespan(sched) - m * (tf + tb)
