@@ -257,8 +257,10 @@ class TensorParallelBlock(nn.Module):
             self.register_parameter(name.replace(".", "_"), nn.Parameter(local))
             self.sources[name.replace(".", "_")] = name
 
-    def p(self, name: str) -> nn.Parameter:
-        return getattr(self, name.replace(".", "_"))
+    def p(self, name: str):
+        """The local parameter with the block's name ``name``; ``None`` if the block has none
+        (a block built without biases or norm weights, as in ``labs.grid3d``)."""
+        return getattr(self, name.replace(".", "_"), None)
 
     def enter(self, x):
         """Into the tensor-parallel region: ``f``, or all-gather the sequence."""
@@ -281,15 +283,19 @@ class TensorParallelBlock(nn.Module):
         q, k, v = (z.reshape(B, T, self.local_heads, self.head_dim).transpose(1, 2)
                    for z in F.linear(h, p("attn.qkv.weight"), p("attn.qkv.bias")).split(self.width, dim=2))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, self.width)
-        x = x + self.leave(F.linear(y, p("attn.proj.weight"))) + p("attn.proj.bias")  # bias once, after the sum
+        x = _plus(x + self.leave(F.linear(y, p("attn.proj.weight"))), p("attn.proj.bias"))  # bias once, after the sum
         h = self.enter(F.layer_norm(x, (C,), p("ln2.weight"), p("ln2.bias")))
         y = F.linear(F.gelu(F.linear(h, p("mlp.fc.weight"), p("mlp.fc.bias"))), p("mlp.proj.weight"))
-        return x + self.leave(y) + p("mlp.proj.bias")
+        return _plus(x + self.leave(y), p("mlp.proj.bias"))
 
     def replicated(self):
         """Parameters every rank holds in full (norms, row-parallel biases)."""
         return [getattr(self, n) for n, src in self.sources.items()
                 if src.startswith(("ln", "attn.proj.bias", "mlp.proj.bias"))]
+
+
+def _plus(x, bias):
+    return x if bias is None else x + bias
 
 
 def sync_sequence_parallel_grads(blocks, comm: TensorParallelComm) -> None:
