@@ -455,7 +455,7 @@ def worker(ctx, args) -> dict:
         why += f"; passes paced to {pace * 1e3:g} ms forward, {2 * pace * 1e3:g} ms backward"
     if not timed:
         why += ": the stages cannot compute at the same time, so the bubble is not checked"
-    ctx.log(f"timing the schedules ({why})")
+    ctx.log(f"timing: the schedules, {why}")  # machine-dependent: a "timing:" line
     bubbles, timelines = {}, {}
     for m in ms:
         _, _, xs_m, ys_m = _microbatches(corpus, cfg, m, b, 1, args.seed, dev)
