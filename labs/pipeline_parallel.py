@@ -61,16 +61,16 @@ LAB = "pipeline_parallel"
 #: Bound on |g_pipeline - g_one| / |g_one| (L2 over a stage's parameters), fp32: the same
 #: sums in a different order (m micro-batches accumulated one by one).
 TOLERANCE = 1e-5
-#: How far the measured bubble may lie from (p-1)/(m+p-1), in absolute terms (0.05 is five
+#: How far the measured bubble may lie from (p-1)/(m+p-1), in absolute terms (0.06 is six
 #: percentage points of the step). The formula assumes equal stages and free sends; here the
 #: first and last stages also hold the embeddings and the head, and every send costs a
 #: little latency, which is idle time the formula does not count.
-BUBBLE_TOLERANCE = 0.05
-#: ``--pace auto`` on CPU: pad every forward pass to 50 ms and every backward pass to 100 ms.
+BUBBLE_TOLERANCE = 0.06
+#: ``--pace auto`` on CPU: pad every forward pass to 80 ms and every backward pass to 160 ms.
 #: CPU ranks share their cores with each other and with whatever else runs; a rank that
 #: sleeps out the rest of its pass needs no core, so the pipeline's timing then measures the
 #: schedule (and its sends) rather than the machine's load. On GPUs the passes run as they are.
-DEFAULT_PACE = 0.05
+DEFAULT_PACE = 0.08
 
 __all__ = ["Stage", "stage_bounds", "stage_order", "p2p_plan", "run_schedule", "build_parser", "worker", "main"]
 
