@@ -461,12 +461,10 @@ def worker(ctx, args) -> dict:
         _, _, xs_m, ys_m = _microbatches(corpus, cfg, m, b, 1, args.seed, dev)
         for kind in SCHEDULE_KINDS:
             fractions, runs = [], []
-            for rep in range(args.repeats + 1):  # the first is a warm-up
+            for _ in range(args.repeats):  # the gradient checks above were the warm-up
                 ctx.maybe_fail(2)
                 _zero_grads(stage_mod)
                 times = _gather(run_schedule(stage_mod, ctx, kind, xs_m, ys_m, act_shape, params, pace=pace)["times"], p)
-                if rep == 0:
-                    continue
                 origin = min(row[2] for rows in times for row in rows)
                 times = [[(ph, i, t0 - origin, tc - origin, t1 - origin) for ph, i, t0, tc, t1 in rows] for rows in times]
                 events = [PipelineEvent(k, i, ph, t0, t1) for k, rows in enumerate(times) for ph, i, t0, _, t1 in rows]
