@@ -20,9 +20,11 @@ simulates, and records when each pass starts and ends. What it checks:
   batch, for both schedules (micro-batch losses are scaled by ``1/m``).
 * **The bubble**: the share of ``p x`` step time the stages spend idle, measured from the
   recorded times with ``solutions.pipeline.idle_fraction``, is within a stated tolerance of
-  ``(p-1)/(m+p-1)`` (``bubble_fraction``) for every ``m`` of ``--microbatches``. Only where
-  every rank has a core (or a GPU) of its own: ranks that share a core cannot compute at the
-  same time, and then there is no pipeline to measure.
+  ``(p-1)/(m+p-1)`` (``bubble_fraction``) for every ``m`` of ``--microbatches``. By default
+  every pass is padded to a fixed length (``--pace``): the formula assumes equal stages, and
+  the padding makes them so and keeps the measurement from depending on the machine's load.
+  With ``--pace 0`` the passes run as they are, and the bubble is checked only where every
+  rank has a core (or a GPU) of its own.
 * **Stashed activations**: the most micro-batches whose activations a stage holds at once
   (forward done, backward not), counted, and their bytes (autograd's saved tensors): GPipe
   holds all ``m``, 1F1B at most ``p - stage`` (``peak_in_flight``).
@@ -66,10 +68,11 @@ TOLERANCE = 1e-5
 #: first and last stages also hold the embeddings and the head, and every send costs a
 #: little latency, which is idle time the formula does not count.
 BUBBLE_TOLERANCE = 0.06
-#: ``--pace auto`` on CPU: pad every forward pass to 80 ms and every backward pass to 160 ms.
-#: CPU ranks share their cores with each other and with whatever else runs; a rank that
-#: sleeps out the rest of its pass needs no core, so the pipeline's timing then measures the
-#: schedule (and its sends) rather than the machine's load. On GPUs the passes run as they are.
+#: ``--pace auto``: pad every forward pass to 80 ms and every backward pass to 160 ms. CPU ranks
+#: share their cores with each other and with whatever else runs; a rank that sleeps out the
+#: rest of its pass needs no core, so the pipeline's timing then measures the schedule (and
+#: its sends) rather than the machine's load. On GPUs the lab's small passes would take well
+#: under a millisecond, and launch and send latencies, not the schedule, would set the bubble.
 DEFAULT_PACE = 0.08
 
 __all__ = ["Stage", "stage_bounds", "stage_order", "p2p_plan", "run_schedule", "build_parser", "worker", "main"]
@@ -356,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--repeats", type=int, default=3, help="timed steps per schedule and m (the least disturbed counts)")
     g.add_argument("--pace", default="auto",
                    help="seconds each forward pass is padded to (backward: twice that), or 0 for none; "
-                        f"auto: {DEFAULT_PACE:g} on CPU, 0 on GPUs")
+                        f"auto: {DEFAULT_PACE:g}")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--no-torch-pipelining", action="store_true", help="skip the torch.distributed.pipelining comparison")
     return parser
@@ -443,7 +446,10 @@ def worker(ctx, args) -> dict:
                                         TOLERANCE, diff))
 
     # ---- the bubble, timed
-    pace = (0.0 if ctx.backend == "nccl" else DEFAULT_PACE) if args.pace == "auto" else float(args.pace)
+    try:
+        pace = DEFAULT_PACE if args.pace == "auto" else float(args.pace)
+    except ValueError:
+        raise ValueError(f"--pace must be 'auto' or seconds >= 0, got {args.pace!r}") from None
     if pace < 0:
         raise ValueError(f"--pace must be 'auto' or seconds >= 0, got {args.pace!r}")
     timed = ctx.backend == "nccl" or pace > 0 or p <= _usable_cores()
