@@ -373,6 +373,12 @@ def worker(ctx, args) -> dict:
         raise ValueError(f"--microbatches must be comma-separated integers, got {args.microbatches!r}") from None
     if not ms or ms[0] < 1 or args.repeats < 1 or args.micro_batch < 1:
         raise ValueError("--microbatches, --repeats and --micro-batch must be >= 1")
+    try:
+        pace = DEFAULT_PACE if args.pace == "auto" else float(args.pace)
+    except ValueError:
+        raise ValueError(f"--pace must be 'auto' or seconds >= 0, got {args.pace!r}") from None
+    if not 0 <= pace < float("inf"):
+        raise ValueError(f"--pace must be 'auto' or seconds >= 0, got {args.pace!r}")
     corpus = load_corpus()
     cfg = GPTConfig(vocab_size=padded_vocab(corpus.vocab_size), block_size=args.block_size, n_layer=args.n_layer,
                     n_head=args.n_head, d_model=args.d_model)
@@ -437,6 +443,10 @@ def worker(ctx, args) -> dict:
     if not args.no_torch_pipelining:
         for kind in SCHEDULE_KINDS:
             ctx.maybe_fail(1)
+            if kind == "1f1b" and m_big < p:
+                ctx.log(f"torch's Schedule1F1B needs at least as many micro-batches as stages ({p}); "
+                        f"with m={m_big} it is left out")
+                continue
             _zero_grads(stage_mod)
             _torch_pipelining(stage_mod, ctx, kind, x, y, m_big)
             diff = _max_over_ranks(_relative_l2([q.grad for q in params], ref_grads), dev)
@@ -446,12 +456,6 @@ def worker(ctx, args) -> dict:
                                         TOLERANCE, diff))
 
     # ---- the bubble, timed
-    try:
-        pace = DEFAULT_PACE if args.pace == "auto" else float(args.pace)
-    except ValueError:
-        raise ValueError(f"--pace must be 'auto' or seconds >= 0, got {args.pace!r}") from None
-    if pace < 0:
-        raise ValueError(f"--pace must be 'auto' or seconds >= 0, got {args.pace!r}")
     timed = ctx.backend == "nccl" or pace > 0 or p <= _usable_cores()
     if ctx.backend == "nccl":
         why = "one GPU per stage"
