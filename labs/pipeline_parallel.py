@@ -55,6 +55,7 @@ from solutions.pipeline import (SCHEDULE_KINDS, PipelineEvent, bubble_fraction, 
 
 from . import launch
 from .data import batch_offsets, get_batch, load_corpus
+from .ddp import relative_l2
 from .model import GPT, GPTConfig, padded_vocab, param_count
 from .report import check_at_most, check_exact
 from .tensor_parallel import SavedTensorBytes
@@ -293,12 +294,6 @@ def _microbatches(corpus, cfg: GPTConfig, m: int, b: int, step: int, seed: int, 
     return x.to(dev), y.to(dev), list(x.to(dev).chunk(m)), list(y.to(dev).chunk(m))
 
 
-def _relative_l2(xs, ys) -> float:
-    num = sum(float((a.detach().double() - c.detach().double()).square().sum()) for a, c in zip(xs, ys))
-    den = sum(float(c.detach().double().square().sum()) for c in ys)
-    return (num / den) ** 0.5 if den > 0 else num ** 0.5
-
-
 def _max_over_ranks(value: float, device) -> float:
     t = torch.tensor([float(value)], dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -406,7 +401,7 @@ def worker(ctx, args) -> dict:
         ctx.maybe_fail(0)
         _zero_grads(stage_mod)
         run = run_schedule(stage_mod, ctx, kind, xs, ys, act_shape, params, record_bytes=True)
-        diff = _max_over_ranks(_relative_l2([q.grad for q in params], ref_grads), dev)
+        diff = _max_over_ranks(relative_l2([q.grad for q in params], ref_grads), dev)
         checks.append(check_at_most(f"{kind.upper()} vs one process: gradients, relative L2 (m={m_big})", TOLERANCE, diff))
         stash[kind] = run
         if kind == "gpipe":
@@ -449,7 +444,7 @@ def worker(ctx, args) -> dict:
                 continue
             _zero_grads(stage_mod)
             _torch_pipelining(stage_mod, ctx, kind, x, y, m_big)
-            diff = _max_over_ranks(_relative_l2([q.grad for q in params], ref_grads), dev)
+            diff = _max_over_ranks(relative_l2([q.grad for q in params], ref_grads), dev)
             torch_diffs[kind] = diff
             name = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B"}[kind]
             checks.append(check_at_most(f"torch.distributed.pipelining {name} vs one process: gradients, relative L2",

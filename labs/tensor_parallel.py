@@ -48,7 +48,7 @@ from solutions.communication import tensor_parallel_bytes_per_layer
 from solutions.model_parallel import (norm_activation_elements_per_layer, sequence_parallel_bytes_per_layer,
                                       tensor_parallel_collectives_per_layer)
 
-from . import launch
+from . import ddp, launch
 from .collectives import RingStats, all_gather_single, reduce_scatter_single, ring_all_reduce
 from .model import Block, GPTConfig
 from .report import check_at_most, check_exact
@@ -343,10 +343,8 @@ class SavedTensorBytes:
 
 
 def relative_l2(x: torch.Tensor, y: torch.Tensor) -> float:
-    """``|x - y| / |y|`` in L2 norm (``|x - y|`` when ``y`` is zero)."""
-    diff = float((x.detach().double() - y.detach().double()).norm())
-    scale = float(y.detach().double().norm())
-    return diff / scale if scale > 0 else diff
+    """``|x - y| / |y|`` in L2 norm, for one pair of tensors (Lab 2's ``relative_l2``)."""
+    return ddp.relative_l2([x], [y])
 
 
 def _max_over_ranks(value: float, device) -> float:

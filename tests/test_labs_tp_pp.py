@@ -208,7 +208,7 @@ def test_tensor_parallel_checks_fail_without_communication(tmp_path):
 
 
 PP_ARGS = ["--n-layer", "4", "--d-model", "64", "--micro-batch", "2", "--block-size", "32",
-           "--microbatches", "1,2,4", "--repeats", "2"]
+           "--microbatches", "1,2,4", "--repeats", "3"]
 
 
 @pytest.mark.slow
