@@ -260,3 +260,33 @@ def test_the_rendezvous_model_catches_a_deadlock():
     plans = [separate(p2p_plan(2, 4, "1f1b", s)) for s in range(2)]
     pos, _ = _rendezvous(plans)
     assert pos != [len(plan) for plan in plans]
+
+
+def test_stages_chained_are_the_model():
+    from labs.model import GPT
+    from labs.pipeline_parallel import Stage, stage_params
+
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=32, block_size=8, n_layer=4, n_head=2, d_model=16)
+    model = GPT(cfg)
+    idx = torch.randint(0, 32, (2, 8))
+    for p in (1, 2, 4):
+        x = idx
+        for s in range(p):
+            x = Stage(model, s, p)(x)
+        assert torch.equal(x, model(idx)[0])
+        # Every parameter belongs to exactly one stage.
+        names = [n for s in range(p) for n, _ in stage_params(model, s, p)]
+        assert sorted(names) == sorted(n for n, _ in model.named_parameters())
+
+
+def test_saved_tensor_bytes_counts_storages_once_and_no_weights():
+    from labs.tensor_parallel import SavedTensorBytes
+
+    w = torch.nn.Parameter(torch.randn(8, 8))
+    x = torch.randn(4, 8, requires_grad=True)
+    with SavedTensorBytes([w]) as saved:
+        y = x @ w           # saves x and w; w is a weight, not an activation
+        z = (y[:, :4] * y[:, 4:]).sum()  # saves two views of y's storage
+    z.backward()
+    assert saved.bytes == x.numel() * 4 + y.numel() * 4
