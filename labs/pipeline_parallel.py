@@ -356,7 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds each forward pass is padded to (backward: twice that), or 0 for none; "
                         f"auto: {DEFAULT_PACE:g}")
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--no-torch-pipelining", action="store_true", help="skip the torch.distributed.pipelining comparison")
+    g.add_argument("--no-torch-pipelining", action="store_true",
+                   help="skip the torch.distributed.pipelining comparison")
     return parser
 
 
@@ -402,7 +403,8 @@ def worker(ctx, args) -> dict:
         _zero_grads(stage_mod)
         run = run_schedule(stage_mod, ctx, kind, xs, ys, act_shape, params, record_bytes=True)
         diff = _max_over_ranks(relative_l2([q.grad for q in params], ref_grads), dev)
-        checks.append(check_at_most(f"{kind.upper()} vs one process: gradients, relative L2 (m={m_big})", TOLERANCE, diff))
+        checks.append(check_at_most(f"{kind.upper()} vs one process: gradients, relative L2 (m={m_big})",
+                                    TOLERANCE, diff))
         stash[kind] = run
         if kind == "gpipe":
             sent = _gather(run["bytes_sent"], p)
@@ -469,9 +471,11 @@ def worker(ctx, args) -> dict:
             for _ in range(args.repeats):  # the gradient checks above were the warm-up
                 ctx.maybe_fail(2)
                 _zero_grads(stage_mod)
-                times = _gather(run_schedule(stage_mod, ctx, kind, xs_m, ys_m, act_shape, params, pace=pace)["times"], p)
+                run = run_schedule(stage_mod, ctx, kind, xs_m, ys_m, act_shape, params, pace=pace)
+                times = _gather(run["times"], p)
                 origin = min(row[2] for rows in times for row in rows)
-                times = [[(ph, i, t0 - origin, tc - origin, t1 - origin) for ph, i, t0, tc, t1 in rows] for rows in times]
+                times = [[(ph, i, t0 - origin, tc - origin, t1 - origin) for ph, i, t0, tc, t1 in rows]
+                         for rows in times]
                 events = [PipelineEvent(k, i, ph, t0, t1) for k, rows in enumerate(times) for ph, i, t0, _, t1 in rows]
                 fractions.append(idle_fraction(events))
                 runs.append(times)

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import math
 from collections import Counter
 
 import torch
@@ -498,7 +497,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ring: hand-written rings, bytes counted; builtin: torch.distributed's collectives; "
                         "none: no communication, to see the checks fail")
     g.add_argument("--no-sequence-parallel", action="store_true", help="skip the sequence-parallel run")
-    g.add_argument("--no-torch-tp", action="store_true", help="skip the comparison with torch.distributed.tensor.parallel")
+    g.add_argument("--no-torch-tp", action="store_true",
+                   help="skip the comparison with torch.distributed.tensor.parallel")
     return parser
 
 

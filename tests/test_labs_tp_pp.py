@@ -4,7 +4,6 @@ world sizes 2 and 4, checked against arithmetic written out here."""
 from __future__ import annotations
 
 import json
-from collections import deque
 from pathlib import Path
 
 import pytest
