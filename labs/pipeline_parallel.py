@@ -221,9 +221,35 @@ def run_schedule(stage_mod: Stage, ctx, kind: str, xs, ys, act_shape, params, re
     live, peak_live, live_bytes, peak_bytes, stash_bytes = 0, 0, 0, 0, {}
     marks, sent, pending_sends = [], 0, []
     clock = _Clock(dev)
+    plan = p2p_plan(p, m, kind, s)
     dist.barrier()
+    # gloo: post every receive of the step at once, in the order the plan needs them (each
+    # peer's messages arrive in the order it sends them). A send whose receive is already
+    # posted goes straight through; otherwise it waits a round trip for the receiver, and on a
+    # loaded machine the sender's waking up for it can take longer than a pass. (NCCL runs a
+    # pair's sends and receives in one stream, in order: receives posted ahead of a send would
+    # block it, so there the plan's fused batches are used as they are.)
+    early = {}
+    if ctx.backend == "gloo":
+        for messages, _ in plan:
+            for direction, peer, what, i in messages:
+                if direction == "recv":
+                    buf = torch.empty(act_shape, device=dev)
+                    early[(what, i)] = (dist.irecv(buf, src=peer), buf)
     clock.start()
-    for messages, op in p2p_plan(p, m, kind, s):
+    for messages, op in plan:
+        if early:
+            for direction, peer, what, i in messages:
+                if direction == "send":
+                    tensor = (outputs[i].detach() if what == "act" else inputs[i].grad).contiguous()
+                    sent += tensor.numel() * tensor.element_size()
+                    pending_sends.append((dist.isend(tensor, peer), tensor))
+            for direction, peer, what, i in messages:
+                if direction == "recv":
+                    req, buf = early.pop((what, i))
+                    req.wait()
+                    (inputs if what == "act" else grads_in)[i] = buf
+            messages = []
         ops, is_recv = [], []
         for direction, peer, what, i in messages:
             if direction == "send":
