@@ -55,6 +55,9 @@ LABS = [
     # A model large enough for the GPU to have work to do: MFU and peak memory mean something.
     LabRun("fsdp", ("--steps", "10", "--d-model", "512", "--n-layer", "6", "--n-head", "8", "--block-size", "256",
                     "--batch-per-rank", "8"), name="fsdp-20M"),
+    LabRun("tensor_parallel"),
+    LabRun("pipeline_parallel"),
+    LabRun("grid3d"),
 ]
 
 
