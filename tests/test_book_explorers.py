@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from solutions import scaling
+from solutions import facts, memory, pipeline, scaling
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "_build" / "html"
@@ -165,4 +165,87 @@ def test_chinchilla_explorer(browser, server, width):
             assert number(cell("loss")) == pytest.approx(loss, abs=ABS_LOSS), (key, C)
         checked.append(i)
     assert checked == [0, 40, 52, 90, 89, 73, 0], checked
+    visit.finish()
+
+
+# --------------------------------------------------------------------------
+# Memory and layout
+# --------------------------------------------------------------------------
+
+def choose(root, name: str, text: str):
+    """Pick the option of select `name` labelled `text`, or else starting with it (as a reader would)."""
+    select = root.locator(f'select[name="{name}"]')
+    labels = select.locator("option").all_inner_texts()
+    matches = [label for label in labels if label == text] or [
+        label for label in labels if label.startswith(text)]
+    assert len(matches) == 1, f"{name}: no single option starting with {text!r} in {labels}"
+    select.select_option(label=matches[0])
+
+
+RECOMPUTE_KWARGS = {"none": {}, "selective": {"selective_recompute": True}, "full": {"full_recompute": True}}
+
+#: (model, GPUs, TP, PP, ZeRO stage, convention, GPU, recomputation, sequence parallel)
+MEMORY_CASES = [
+    ("Llama 3 405B", 16384, 8, 16, 1, "zero_16", "H100 SXM", "selective", True),
+    ("GPT-3", 1024, 4, 8, 3, "chapter_12", "H200", "none", False),
+    ("Llama 3 8B", 8, 1, 1, 0, "adam8bit_10", "A100 40GB", "full", False),
+    ("Chinchilla", 64, 2, 4, 2, "fp32_accum_20", "A100 80GB", "none", True),
+    ("PaLM", 4096, 8, 16, 3, "fp32_adamw_16", "T4", "selective", False),
+]
+
+
+def expected_memory(model, gpus, tp, pp, zero, convention, device, recompute, sp):
+    """GB per GPU on pipeline stage 0, from solutions: ZeRO over DP on the TP x PP shard, and
+    Korthikanti et al.'s activations for ceil(layers / pp) layers times the pp micro-batches
+    that 1F1B keeps in flight on the first stage."""
+    arch = facts.ARCHITECTURES[model]
+    dp = gpus // (tp * pp)
+    strategy = {0: "dp", 1: "zero1", 2: "zero2", 3: "zero3"}[zero]
+    parts = memory.memory_breakdown(arch.params / (tp * pp), strategy, dp, convention)
+    state_total = memory.memory_per_gpu_3d(arch.params, tp, pp, dp, zero, convention)
+    assert sum(parts.values()) == pytest.approx(state_total, rel=1e-12)
+    act = memory.activation_memory_per_layer(arch.seq_len, 1, arch.d_model, arch.heads, tp=tp,
+                                             sequence_parallel=sp, **RECOMPUTE_KWARGS[recompute])
+    act *= math.ceil(arch.layers / pp) * pp
+    out = {k: v / 1e9 for k, v in parts.items()}
+    out["activations"] = act / 1e9
+    out["total"] = (state_total + act) / 1e9
+    out["fits"] = out["total"] <= facts.GPUS[device].memory_gb
+    return out
+
+
+def test_memory_explorer(browser, server, width):
+    visit = Visit(browser, server, "memory", width)
+    root = visit.root
+    for case in MEMORY_CASES:
+        model, gpus, tp, pp, zero, convention, device, recompute, sp = case
+        choose(root, "model", model)
+        choose(root, "gpus", f"{gpus:,}")
+        choose(root, "tp", str(tp))
+        choose(root, "pp", str(pp))
+        choose(root, "zero", f"{zero}:")
+        choose(root, "convention", convention + " ")
+        choose(root, "device", device + " (")
+        choose(root, "recompute", recompute + ":")
+        root.locator('input[name="sp"]').set_checked(sp)
+        assert not root.locator('[data-out="message"]').is_visible(), case
+        assert number(visit.text('[data-out="dp"]')) == gpus // (tp * pp)
+        want = expected_memory(*case)
+        for part in ("weights", "grads", "optimizer", "activations", "total"):
+            shown = number(visit.text(f'td[data-out="{part}"]'))
+            assert shown == pytest.approx(want[part], rel=REL), (case, part)
+        fits = root.locator('td[data-out="fits"]')
+        assert fits.get_attribute("data-fits") == ("yes" if want["fits"] else "no"), case
+        assert visit.text('td[data-out="fits"]').startswith("yes" if want["fits"] else "no"), case
+    # A layout whose TP x PP does not divide the GPUs: a message, and no figures at all.
+    choose(root, "gpus", "24")
+    choose(root, "tp", "8")
+    choose(root, "pp", "2")
+    message = root.locator('[data-out="message"]')
+    assert message.is_visible()
+    assert "does not divide 24 GPUs" in message.inner_text()
+    assert not root.locator('td[data-out="total"]').is_visible()
+    choose(root, "pp", "1")  # 8 divides 24: the figures come back
+    assert not message.is_visible()
+    assert number(visit.text('[data-out="dp"]')) == 3
     visit.finish()

@@ -9,6 +9,7 @@ site, so the explorers work offline and without a server (no CDN, no request at 
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import shutil
@@ -61,9 +62,95 @@ def chinchilla_data() -> dict:
             "default": int(np.argmin(np.abs(CHINCHILLA_LOG10_C - 23.0))), "sets": sets}
 
 
-BUILDERS = {"chinchilla": chinchilla_data}
+# --------------------------------------------------------------------------
+# Memory: model state and activations per GPU under TP x PP x DP with ZeRO
+# --------------------------------------------------------------------------
+
+MEMORY_GPUS = (1, 2, 4, 8, 16, 24, 64, 256, 1024, 4096, 16384)
+MEMORY_TP = (1, 2, 4, 8)
+MEMORY_PP = (1, 2, 4, 8, 16)
+#: Activation options: (key, label, keyword arguments of activation_memory_per_layer).
+RECOMPUTE = (
+    ("none", "none: store every activation", {}),
+    ("selective", "selective: recompute attention scores", {"selective_recompute": True}),
+    ("full", "full: store only each layer's input", {"full_recompute": True}),
+)
+#: Only the first ZeRO stages' component names differ from memory_breakdown's strategies.
+ZERO_STRATEGY = {0: "dp", 1: "zero1", 2: "zero2", 3: "zero3"}
+
+
+def stage0_activation_bytes(arch, tp, pp, sequence_parallel, recompute_kwargs) -> float:
+    """Activation bytes on the busiest GPU (pipeline stage 0) for micro-batches of one sequence.
+
+    Per layer: Korthikanti et al.'s count (``solutions.memory.activation_memory_per_layer``);
+    stage 0 holds ``ceil(layers / pp)`` layers and, under 1F1B with at least ``pp``
+    micro-batches, the activations of ``peak_in_flight`` micro-batches (``pp`` of them).
+    """
+    from solutions import memory
+
+    per_layer = memory.activation_memory_per_layer(
+        arch.seq_len, 1, arch.d_model, arch.heads, tp=tp, sequence_parallel=sequence_parallel,
+        **recompute_kwargs)
+    return per_layer * math.ceil(arch.layers / pp) * _stage0_in_flight(pp)
+
+
+@functools.lru_cache(maxsize=None)
+def _stage0_in_flight(pp) -> int:
+    """Micro-batches whose activations stage 0 holds at once under 1F1B (m = 2 pp)."""
+    from solutions import pipeline
+
+    return pipeline.peak_in_flight(pipeline.pipeline_schedule(pp, 2 * pp, "1f1b"), 0)
+
+
+def memory_data() -> dict:
+    import coursefig
+    from solutions import facts, memory
+
+    models = list(facts.ARCHITECTURES.values())
+    conventions = list(memory.BYTE_CONVENTIONS.values())
+    pairs, layouts = [], {}
+    for g in MEMORY_GPUS:
+        for tp in MEMORY_TP:
+            for pp in MEMORY_PP:
+                if g % (tp * pp):
+                    continue  # no whole data-parallel degree: the page says so
+                pair = (tp * pp, g // (tp * pp))
+                if pair not in pairs:
+                    pairs.append(pair)
+                layouts[f"{g},{tp},{pp}"] = [pairs.index(pair), pair[1]]
+    state = [[[[[_sig(v / GB, 5) for v in memory.memory_breakdown(
+                    m.params / k, ZERO_STRATEGY[z], dp, conv.name).values()]
+                for k, dp in pairs]
+               for z in memory.ZERO_STAGES]
+              for conv in conventions]
+             for m in models]
+    act = [[[[[_sig(stage0_activation_bytes(m, tp, pp, sp, kw) / GB, 6) for sp in (False, True)]
+              for _, _, kw in RECOMPUTE]
+             for pp in MEMORY_PP]
+            for tp in MEMORY_TP]
+           for m in models]
+    return {
+        "models": [{"name": m.name, "params": m.params, "layers": m.layers, "seq_len": m.seq_len,
+                    "d_model": m.d_model, "heads": m.heads} for m in models],
+        "conventions": [{"name": c.name, "total": c.total, "weights": c.weights, "grads": c.grads,
+                         "optimizer": c.optimizer, "description": c.description} for c in conventions],
+        "gpus": list(MEMORY_GPUS), "tp": list(MEMORY_TP), "pp": list(MEMORY_PP),
+        "zero": list(memory.ZERO_STAGES),
+        "recompute": [[key, label] for key, label, _ in RECOMPUTE],
+        "devices": [{"name": d.name, "memory_gb": d.memory_gb} for d in facts.GPUS.values()],
+        "layouts": layouts, "state": state, "act": act,
+        "colours": {k: coursefig.COLORS[k] for k in ("weights", "gradients", "optimizer", "activations")},
+        "defaults": {"model": "Llama 3 70B", "gpus": 64, "tp": 8, "pp": 1, "zero": 1,
+                     "convention": "zero_16", "device": "H100 SXM", "recompute": "selective", "sp": True},
+    }
+
+
+BUILDERS = {"chinchilla": chinchilla_data, "memory": memory_data}
 #: The modules whose change must rebuild an explorer page.
-SOURCES = {"chinchilla": ["solutions/scaling.py"]}
+SOURCES = {
+    "chinchilla": ["solutions/scaling.py", "coursefig/__init__.py"],
+    "memory": ["solutions/memory.py", "solutions/facts.py", "solutions/pipeline.py", "coursefig/__init__.py"],
+}
 
 
 class ExplorerDirective(SphinxDirective):

@@ -171,7 +171,108 @@
     onWidthChange(chartBox, function () { draw(); update(); });
   }
 
-  var EXPLORERS = { chinchilla: chinchilla };
+
+  /* ------------------------------------------------------------------ */
+  /* Memory and layout explorer                                           */
+  /* ------------------------------------------------------------------ */
+  function memoryExplorer(root, data) {
+    var d = data.defaults;
+    var model = select("model", data.models.map(function (m, i) { return [i, m.name + " (" + fmtCount(m.params) + ")"]; }),
+                       data.models.findIndex(function (m) { return m.name === d.model; }));
+    var gpus = select("gpus", data.gpus.map(function (g) { return [g, g.toLocaleString("en-US")]; }), d.gpus);
+    var tp = select("tp", data.tp.map(function (t, i) { return [i, String(t)]; }), data.tp.indexOf(d.tp));
+    var pp = select("pp", data.pp.map(function (t, i) { return [i, String(t)]; }), data.pp.indexOf(d.pp));
+    var zero = select("zero", data.zero.map(function (z, i) {
+      return [i, ["0: replicate everything", "1: shard optimizer state", "2: + gradients", "3: + weights (FSDP)"][i]];
+    }), d.zero);
+    var conv = select("convention", data.conventions.map(function (c, i) { return [i, c.name + " (" + c.total + " bytes/param)"]; }),
+                      data.conventions.findIndex(function (c) { return c.name === d.convention; }));
+    var device = select("device", data.devices.map(function (g, i) { return [i, g.name + " (" + g.memory_gb + " GB)"]; }),
+                        data.devices.findIndex(function (g) { return g.name === d.device; }));
+    var rc = select("recompute", data.recompute.map(function (r, i) { return [i, r[1]]; }),
+                    data.recompute.findIndex(function (r) { return r[0] === d.recompute; }));
+    var sp = el("input", { type: "checkbox", name: "sp" });
+    sp.checked = d.sp;
+    var spLabel = el("label", { "class": "checkbox" }, [sp, " sequence parallelism (with TP)"]);
+    spLabel.style.flexDirection = "row";
+    spLabel.style.alignItems = "center";
+    var dpOut = el("span", { "class": "readout", "data-out": "dp" });
+    var convNote = el("p", { "class": "note", "data-out": "convention" });
+    var controls = el("div", { "class": "explorer-controls" }, [
+      control("Model", model), control("GPUs", gpus), control("Tensor parallel TP", tp),
+      control("Pipeline parallel PP", pp),
+      el("div", {}, [el("span", {}, ["Data parallel DP = GPUs / (TP \u00d7 PP) = "]), dpOut]),
+      control("ZeRO stage (over DP)", zero), control("Bytes per parameter", conv), control("GPU", device),
+      control("Activation recomputation", rc), spLabel,
+    ]);
+
+    var message = el("div", { "class": "message", role: "alert", "data-out": "message" });
+    var stack = el("div", { "class": "stack", role: "img" });
+    var capacity = el("div", { "class": "capacity" });
+    var parts = [["weights", "weights", "weights"], ["grads", "gradients", "gradients"],
+                 ["optimizer", "optimizer state", "optimizer"], ["activations", "activations", "activations"]];
+    var segs = {}, vals = {};
+    var tbody = el("tbody");
+    parts.forEach(function (p) {
+      segs[p[0]] = el("span", { style: "background:" + data.colours[p[2]], title: p[1] });
+      stack.appendChild(segs[p[0]]);
+      vals[p[0]] = el("td", { "data-out": p[0] });
+      tbody.appendChild(el("tr", {}, [el("th", {}, [el("span", { "class": "swatch", style: "background:" + data.colours[p[2]] }), p[1]]), vals[p[0]]]));
+    });
+    stack.appendChild(capacity);
+    var total = el("td", { "data-out": "total" });
+    var verdict = el("td", { "data-out": "fits" });
+    tbody.appendChild(el("tr", {}, [el("th", { text: "total per GPU" }), total]));
+    tbody.appendChild(el("tr", {}, [el("th", { text: "fits in the GPU?" }), verdict]));
+    var results = el("div", {}, [
+      el("div", { "class": "legend" }, [el("span", {}, ["Busiest GPU (pipeline stage 0); the dashed line is the GPU's memory."])]),
+      stack,
+      el("div", { "class": "explorer-table-wrap" }, [el("table", {}, [tbody])]),
+      convNote,
+    ]);
+
+    function update() {
+      var m = Number(model.value), g = Number(gpus.value), t = Number(tp.value), p = Number(pp.value);
+      var key = g + "," + data.tp[t] + "," + data.pp[p];
+      var layout = data.layouts[key];
+      var c = data.conventions[Number(conv.value)];
+      convNote.textContent = c.name + ": " + c.description + ".";
+      if (!layout) {
+        dpOut.textContent = "none";
+        message.textContent = "TP \u00d7 PP = " + data.tp[t] + " \u00d7 " + data.pp[p] + " = " + (data.tp[t] * data.pp[p]) +
+          " does not divide " + g.toLocaleString("en-US") + " GPUs: there is no whole data-parallel degree. " +
+          "Choose a GPU count that is a multiple of TP \u00d7 PP.";
+        message.hidden = false;
+        results.hidden = true;
+        return;
+      }
+      message.hidden = true;
+      results.hidden = false;
+      dpOut.textContent = String(layout[1]);
+      var st = data.state[m][Number(conv.value)][Number(zero.value)][layout[0]];
+      var a = data.act[m][t][p][Number(rc.value)][sp.checked ? 1 : 0];
+      var v = { weights: st[0], grads: st[1], optimizer: st[2], activations: a };
+      var sum = v.weights + v.grads + v.optimizer + v.activations;
+      var cap = data.devices[Number(device.value)].memory_gb;
+      var scale = Math.max(sum, cap) * 1.05;
+      parts.forEach(function (q) {
+        segs[q[0]].style.width = (100 * v[q[0]] / scale) + "%";
+        vals[q[0]].textContent = fmtGB(v[q[0]]);
+      });
+      capacity.style.left = (100 * cap / scale) + "%";
+      total.textContent = fmtGB(sum);
+      var fits = sum <= cap;
+      verdict.className = fits ? "verdict-ok" : "verdict-no";
+      verdict.textContent = (fits ? "yes: " : "no: ") + fmtGB(sum) + (fits ? " of " : " > ") + cap + " GB";
+      verdict.setAttribute("data-fits", fits ? "yes" : "no");
+      stack.setAttribute("aria-label", "Memory per GPU: " + parts.map(function (q) { return q[1] + " " + fmtGB(v[q[0]]); }).join(", "));
+    }
+    [model, gpus, tp, pp, zero, conv, device, rc, sp].forEach(function (x) { x.addEventListener("change", update); });
+    append(root, [controls, message, results]);
+    update();
+  }
+
+  var EXPLORERS = { chinchilla: chinchilla, memory: memoryExplorer };
 
   function init() {
     var roots = document.querySelectorAll(".explorer[data-explorer]");
