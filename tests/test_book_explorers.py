@@ -249,3 +249,71 @@ def test_memory_explorer(browser, server, width):
     assert not message.is_visible()
     assert number(visit.text('[data-out="dp"]')) == 3
     visit.finish()
+
+
+# --------------------------------------------------------------------------
+# Pipeline
+# --------------------------------------------------------------------------
+
+#: (schedule on the page, kind, chunks per stage, p, m)
+PIPELINE_CASES = [
+    ("1F1B (PipeDream-Flush)", "1f1b", 1, 4, 8),
+    ("GPipe", "gpipe", 1, 4, 8),
+    ("GPipe", "gpipe", 1, 8, 3),
+    ("1F1B (PipeDream-Flush)", "1f1b", 1, 1, 16),
+    ("interleaved 1F1B, 2 chunks", "interleaved", 2, 4, 8),
+    ("interleaved 1F1B, 2 chunks", "interleaved", 2, 3, 12),
+    ("1F1B (PipeDream-Flush)", "1f1b", 1, 6, 2),
+]
+PCT = 1e-4  # fractions are shown as percentages with two decimals
+
+
+def _drawn_passes(root):
+    return root.locator("g.pass").evaluate_all(
+        """nodes => nodes.map(n => [Number(n.dataset.stage), Number(n.dataset.mb), n.dataset.phase,
+                                   Number(n.dataset.start), Number(n.dataset.end)])""")
+
+
+def test_pipeline_explorer(browser, server, width):
+    visit = Visit(browser, server, "pipeline", width)
+    root = visit.root
+    for label, kind, v, p, m in PIPELINE_CASES:
+        choose(root, "schedule", label)
+        choose(root, "p", str(p))
+        choose(root, "m", str(m))
+        case = (kind, v, p, m)
+        assert not root.locator('[data-out="message"]').is_visible(), case
+        events = pipeline.pipeline_schedule(p, m, kind, 1.0, 2.0, interleave=v)
+        shown = lambda out: number(visit.text(f'td[data-out="{out}"]'))  # noqa: E731
+        assert shown("share") == pytest.approx(pipeline.bubble_fraction(p, m, "share_of_total", v), abs=PCT), case
+        assert shown("relative") == pytest.approx(pipeline.bubble_fraction(p, m, "relative_to_ideal", v), abs=PCT), case
+        assert shown("idle") == pytest.approx(pipeline.idle_fraction(events), abs=PCT), case
+        assert shown("makespan") == pytest.approx(pipeline.makespan(events), rel=1e-9), case
+        assert shown("peak0") == pipeline.peak_in_flight(events, 0), case
+        # The timeline is the simulation: every pass, where and when solutions puts it.
+        want = sorted((e.stage, e.microbatch, e.phase, e.start, e.end) for e in events)
+        got = sorted(tuple(x) for x in _drawn_passes(root))
+        assert len(got) == len(want), case
+        for g, w in zip(got, want):
+            assert g[:3] == w[:3] and g[3:] == pytest.approx(w[3:], abs=1e-9), case
+        # Step back through time: the passes finished by then are those that solutions ends by then.
+        assert visit.text('td[data-out="done"]') == f"{len(events)} of {len(events)}"
+        for _ in range(3):
+            root.locator('button[name="back"]').click()
+        t = number(visit.text('[data-out="time"]').split("of")[0])
+        finished = sum(e.end <= t + 1e-9 for e in events)
+        assert visit.text('td[data-out="done"]') == f"{finished} of {len(events)}", case
+        assert finished < len(events), case
+        root.locator('input[name="step"]').fill("0")
+        assert visit.text('td[data-out="done"]') == f"0 of {len(events)}", case
+        root.locator('button[name="end"]').click()
+    # Interleaving needs m to be a multiple of p: a message instead of a timeline.
+    choose(root, "schedule", "interleaved 1F1B, 2 chunks")
+    choose(root, "p", "4")
+    choose(root, "m", "6")
+    message = root.locator('[data-out="message"]')
+    assert message.is_visible()
+    assert "must be a multiple of p=4" in message.inner_text()
+    assert root.locator("g.pass").count() == 0 or not root.locator("g.pass").first.is_visible()
+    assert not root.locator('td[data-out="share"]').is_visible()
+    visit.finish()

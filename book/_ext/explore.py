@@ -145,11 +145,60 @@ def memory_data() -> dict:
     }
 
 
-BUILDERS = {"chinchilla": chinchilla_data, "memory": memory_data}
+# --------------------------------------------------------------------------
+# Pipeline: simulated schedules and their bubble
+# --------------------------------------------------------------------------
+
+PIPELINE_P = tuple(range(1, 9))
+PIPELINE_M = (1, 2, 3, 4, 6, 8, 12, 16)
+#: (key, label, kind, chunks per stage)
+PIPELINE_SCHEDULES = (
+    ("gpipe", "GPipe", "gpipe", 1),
+    ("1f1b", "1F1B (PipeDream-Flush)", "1f1b", 1),
+    ("interleaved2", "interleaved 1F1B, 2 chunks per GPU", "interleaved", 2),
+)
+T_FWD, T_BWD = 1.0, 2.0
+
+
+def pipeline_data() -> dict:
+    import coursefig
+    from solutions import pipeline
+
+    runs = {}
+    for key, _, kind, v in PIPELINE_SCHEDULES:
+        for p in PIPELINE_P:
+            for m in PIPELINE_M:
+                name = f"{key},{p},{m}"
+                try:
+                    events = pipeline.pipeline_schedule(p, m, kind, T_FWD, T_BWD, interleave=v)
+                except ValueError as exc:  # e.g. interleaving needs m to be a multiple of p
+                    runs[name] = {"error": str(exc)}
+                    continue
+                flat = []
+                for e in events:
+                    flat += [e.stage, e.microbatch, 0 if e.phase == "F" else 1, e.chunk,
+                             _sig(e.start), _sig(e.end)]
+                runs[name] = {
+                    "events": flat,
+                    "makespan": _sig(pipeline.makespan(events)),
+                    "idle": _sig(pipeline.idle_fraction(events)),
+                    "share": _sig(pipeline.bubble_fraction(p, m, "share_of_total", v)),
+                    "relative": _sig(pipeline.bubble_fraction(p, m, "relative_to_ideal", v)),
+                    "peak0": pipeline.peak_in_flight(events, 0),
+                }
+    ok = coursefig.OKABE_ITO
+    return {"p": list(PIPELINE_P), "m": list(PIPELINE_M), "t_fwd": T_FWD, "t_bwd": T_BWD,
+            "schedules": [[key, label, v] for key, label, _, v in PIPELINE_SCHEDULES], "runs": runs,
+            "colours": {"forward": ok["sky"], "backward": ok["green"]},
+            "defaults": {"schedule": "1f1b", "p": 4, "m": 8}}
+
+
+BUILDERS = {"chinchilla": chinchilla_data, "memory": memory_data, "pipeline": pipeline_data}
 #: The modules whose change must rebuild an explorer page.
 SOURCES = {
     "chinchilla": ["solutions/scaling.py", "coursefig/__init__.py"],
     "memory": ["solutions/memory.py", "solutions/facts.py", "solutions/pipeline.py", "coursefig/__init__.py"],
+    "pipeline": ["solutions/pipeline.py", "coursefig/__init__.py"],
 }
 
 

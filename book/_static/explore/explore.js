@@ -272,7 +272,139 @@
     update();
   }
 
-  var EXPLORERS = { chinchilla: chinchilla, memory: memoryExplorer };
+
+  /* ------------------------------------------------------------------ */
+  /* Pipeline schedule stepper                                            */
+  /* ------------------------------------------------------------------ */
+  function pipelineExplorer(root, data) {
+    var d = data.defaults;
+    var sched = select("schedule", data.schedules.map(function (s) { return [s[0], s[1]]; }), d.schedule);
+    var pSel = select("p", data.p.map(function (x) { return [x, String(x)]; }), d.p);
+    var mSel = select("m", data.m.map(function (x) { return [x, String(x)]; }), d.m);
+    var step = el("input", { type: "range", name: "step", min: "0", max: "0", step: "1", value: "0",
+                             "aria-label": "time step" });
+    var stepOut = el("span", { "class": "readout", "data-out": "time" });
+    var back = el("button", { type: "button", name: "back", text: "\u25c0 step back" });
+    var fwd = el("button", { type: "button", name: "forward", text: "step forward \u25b6" });
+    var end = el("button", { type: "button", name: "end", text: "whole step" });
+    var controls = el("div", { "class": "explorer-controls" }, [
+      control("Schedule", sched), control("Pipeline stages p", pSel), control("Micro-batches m", mSel),
+      (function () { var c = control("Time", step, stepOut); c.className = "wide"; return c; })(),
+      el("div", { "class": "buttons wide" }, [back, fwd, end]),
+    ]);
+    var message = el("div", { "class": "message", role: "alert", "data-out": "message" });
+    var chartBox = el("div", { "class": "explorer-chart" });
+    var outs = {};
+    var rows = [["share", "bubble, share of total time (formula)"],
+                ["relative", "bubble, relative to ideal compute (formula)"],
+                ["idle", "idle share of the simulated timeline"],
+                ["makespan", "time for the whole step (forward pass = 1)"],
+                ["peak0", "micro-batches stage 0 holds at once"],
+                ["done", "passes finished at this time"]];
+    var tbody = el("tbody");
+    rows.forEach(function (r) {
+      outs[r[0]] = el("td", { "data-out": r[0] });
+      tbody.appendChild(el("tr", {}, [el("th", { text: r[1] }), outs[r[0]]]));
+    });
+    var legend = el("div", { "class": "legend" }, [
+      el("span", {}, [el("span", { "class": "swatch", style: "background:" + data.colours.forward }), "forward (1 unit)"]),
+      el("span", {}, [el("span", { "class": "swatch", style: "background:" + data.colours.backward }), "backward (2 units)"]),
+      el("span", {}, [el("span", { "class": "swatch", style: "background:" + data.colours.forward + ";opacity:0.55" }),
+                      "lighter: second chunk (interleaved)"]),
+    ]);
+    var results = el("div", {}, [legend, chartBox, el("div", { "class": "explorer-table-wrap" }, [el("table", {}, [tbody])])]);
+    var run = null, times = [], boxes = [];
+
+    function events(r) {
+      var out = [], f = r.events;
+      for (var i = 0; i < f.length; i += 6) out.push({ stage: f[i], mb: f[i + 1], phase: f[i + 2], chunk: f[i + 3], start: f[i + 4], end: f[i + 5] });
+      return out;
+    }
+    function draw() {
+      chartBox.innerHTML = "";
+      boxes = [];
+      if (!run || run.error) return;
+      var evs = events(run), p = Number(pSel.value);
+      var W = Math.max(300, Math.min(900, chartBox.clientWidth || 640));
+      var L = 58, R = 8, T = 6, rowH = Math.max(16, Math.min(30, 200 / p)), B = 26;
+      var H = T + p * rowH + B;
+      var span = run.makespan;
+      function px(t) { return L + t / span * (W - L - R); }
+      var chart = svg("svg", { viewBox: "0 0 " + W + " " + H, width: W, height: H, role: "img",
+                               "aria-label": "Pipeline timeline: one row per stage, forward and backward passes in time" });
+      for (var s = 0; s < p; s++) {
+        chart.appendChild(svg("rect", { x: L, y: T + s * rowH + 1, width: W - L - R, height: rowH - 2, "class": "idle" }));
+        chart.appendChild(svg("text", { x: L - 6, y: T + s * rowH + rowH / 2 + 4, "text-anchor": "end", text: "stage " + s }));
+      }
+      evs.forEach(function (e) {
+        var x = px(e.start), w = px(e.end) - px(e.start);
+        var g = svg("g", { "class": "pass", "data-stage": e.stage, "data-mb": e.mb, "data-phase": e.phase ? "B" : "F",
+                           "data-start": e.start, "data-end": e.end });
+        g.appendChild(svg("rect", { x: x + 0.5, y: T + e.stage * rowH + 1, width: Math.max(0.5, w - 1), height: rowH - 2,
+                                    fill: e.phase ? data.colours.backward : data.colours.forward,
+                                    opacity: e.chunk ? 0.55 : 1 }));
+        if (w >= 12 && rowH >= 14) g.appendChild(svg("text", { x: x + w / 2, y: T + e.stage * rowH + rowH / 2 + 4,
+                                                             "text-anchor": "middle", "font-size": Math.min(12, w - 2), text: String(e.mb) }));
+        chart.appendChild(g);
+        boxes.push({ node: g, e: e });
+      });
+      var tick = span <= 40 ? 5 : span <= 100 ? 10 : 20;
+      for (var t = 0; t <= span + 1e-9; t += tick) chart.appendChild(svg("text", { x: px(t), y: H - 8, "text-anchor": "middle", text: String(t) }));
+      chartBox.appendChild(chart);
+      showStep();
+    }
+    function showStep() {
+      if (!run || run.error) return;
+      var t = times[Number(step.value)];
+      var done = 0;
+      boxes.forEach(function (b) {
+        var finished = b.e.end <= t;
+        if (finished) done++;
+        b.node.style.opacity = finished ? "1" : "0.12";
+      });
+      stepOut.textContent = "t = " + t + " of " + run.makespan;
+      outs.done.textContent = done + " of " + boxes.length;
+    }
+    function update() {
+      run = data.runs[sched.value + "," + pSel.value + "," + mSel.value];
+      if (run.error) {
+        message.textContent = "Not a valid schedule: " + run.error + ".";
+        message.hidden = false;
+        results.hidden = true;
+        step.disabled = true;
+        stepOut.textContent = "";
+        return;
+      }
+      message.hidden = true;
+      results.hidden = false;
+      step.disabled = false;
+      /* The steps are the moments a pass ends (and the start). */
+      var seen = { 0: true };
+      times = [0];
+      for (var i = 5; i < run.events.length; i += 6) {
+        if (!seen[run.events[i]]) { seen[run.events[i]] = true; times.push(run.events[i]); }
+      }
+      times.sort(function (a, b) { return a - b; });
+      step.max = String(times.length - 1);
+      step.value = String(times.length - 1);
+      outs.share.textContent = fmtPct(run.share);
+      outs.relative.textContent = fmtPct(run.relative);
+      outs.idle.textContent = fmtPct(run.idle);
+      outs.makespan.textContent = String(run.makespan);
+      outs.peak0.textContent = String(run.peak0);
+      draw();
+    }
+    [sched, pSel, mSel].forEach(function (x) { x.addEventListener("change", update); });
+    step.addEventListener("input", showStep);
+    back.addEventListener("click", function () { step.value = String(Math.max(0, Number(step.value) - 1)); showStep(); });
+    fwd.addEventListener("click", function () { step.value = String(Math.min(Number(step.max), Number(step.value) + 1)); showStep(); });
+    end.addEventListener("click", function () { step.value = step.max; showStep(); });
+    append(root, [controls, message, results]);
+    update();
+    onWidthChange(chartBox, draw);
+  }
+
+  var EXPLORERS = { chinchilla: chinchilla, memory: memoryExplorer, pipeline: pipelineExplorer };
 
   function init() {
     var roots = document.querySelectorAll(".explorer[data-explorer]");
