@@ -287,10 +287,13 @@
     var back = el("button", { type: "button", name: "back", text: "\u25c0 step back" });
     var fwd = el("button", { type: "button", name: "forward", text: "step forward \u25b6" });
     var end = el("button", { type: "button", name: "end", text: "whole step" });
+    var stepper = control("Time", step, stepOut);
+    stepper.className = "wide";
+    var buttons = el("div", { "class": "buttons wide" }, [back, fwd, end]);
     var controls = el("div", { "class": "explorer-controls" }, [
       control("Schedule", sched), control("Pipeline stages p", pSel), control("Micro-batches m", mSel),
-      (function () { var c = control("Time", step, stepOut); c.className = "wide"; return c; })(),
-      el("div", { "class": "buttons wide" }, [back, fwd, end]),
+      stepper,
+      buttons,
     ]);
     var message = el("div", { "class": "message", role: "alert", "data-out": "message" });
     var chartBox = el("div", { "class": "explorer-chart" });
@@ -370,14 +373,11 @@
       if (run.error) {
         message.textContent = "Not a valid schedule: " + run.error + ".";
         message.hidden = false;
-        results.hidden = true;
-        step.disabled = true;
-        stepOut.textContent = "";
+        results.hidden = stepper.hidden = buttons.hidden = true;
         return;
       }
       message.hidden = true;
-      results.hidden = false;
-      step.disabled = false;
+      results.hidden = stepper.hidden = buttons.hidden = false;
       /* The steps are the moments a pass ends (and the start). */
       var seen = { 0: true };
       times = [0];
