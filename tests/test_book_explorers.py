@@ -170,6 +170,13 @@ def test_chinchilla_explorer(browser, server, width):
             assert number(cell("loss")) == pytest.approx(loss, abs=ABS_LOSS), (key, C)
         checked.append(i)
     assert checked == [0, 40, 52, 90, 89, 73, 0], checked
+    for key in SETS:
+        c = scaling.CONSTANT_SETS[key]
+        for name in ("E", "A", "B", "alpha", "beta"):
+            shown = number(visit.text(f'td[data-set="{key}"][data-const="{name}"]'))
+            assert shown == pytest.approx(getattr(c, name), rel=1e-9), (key, name)
+        shown = number(visit.text(f'td[data-set="{key}"][data-const="a"]'))
+        assert shown == pytest.approx(scaling.allocation_exponent(c), abs=1e-4), key
     visit.finish()
 
 

@@ -166,8 +166,24 @@
       marker.setAttribute("x1", px(xs[i]));
       marker.setAttribute("x2", px(xs[i]));
     }
+    /* The constants behind each column, and the exponent a of N_opt ~ C^a they imply. */
+    var constRows = [["E", "E"], ["A", "A"], ["B", "B"], ["alpha", "\u03b1"], ["beta", "\u03b2"]];
+    var cbody = el("tbody");
+    constRows.forEach(function (r) {
+      cbody.appendChild(el("tr", {}, [el("th", { text: r[1] })].concat(data.sets.map(function (s) {
+        return el("td", { "data-set": s.key, "data-const": r[0], text: String(s.constants[r[0]]) });
+      }))));
+    });
+    cbody.appendChild(el("tr", {}, [el("th", { text: "exponent a" })].concat(data.sets.map(function (s) {
+      return el("td", { "data-set": s.key, "data-const": "a", text: s.a.toFixed(4) });
+    }))));
+    var constTable = el("table", { "class": "explorer-constants" }, [
+      el("caption", { text: "The constants of each fit, and the allocation exponent a = \u03b2/(\u03b1 + \u03b2) they give." }),
+      el("thead", {}, [head.cloneNode(true)]), cbody]);
+
     slider.addEventListener("input", update);
-    append(root, [controls, el("div", { "class": "explorer-table-wrap" }, [table]), chartBox]);
+    append(root, [controls, el("div", { "class": "explorer-table-wrap" }, [table]), chartBox,
+                  el("div", { "class": "explorer-table-wrap" }, [constTable])]);
     onWidthChange(chartBox, function () { draw(); update(); });
   }
 
