@@ -75,7 +75,7 @@ RECOMPUTE = (
     ("selective", "selective: recompute attention scores", {"selective_recompute": True}),
     ("full", "full: store only each layer's input", {"full_recompute": True}),
 )
-#: Only the first ZeRO stages' component names differ from memory_breakdown's strategies.
+#: ZeRO stage -> the strategy name that memory_breakdown gives it.
 ZERO_STRATEGY = {0: "dp", 1: "zero1", 2: "zero2", 3: "zero3"}
 
 
