@@ -108,6 +108,43 @@ def test_1f1b_same_bubble_less_memory(p, m, tf, tb):
         assert pl.peak_in_flight(o, s) <= p
 
 
+@FAST
+@given(p=stages, groups=st.integers(1, 3), v=st.integers(1, 4), tf=times, tb=times)
+def test_interleaved_schedule_is_valid_and_has_the_interleaved_bubble(p, groups, v, tf, tb):
+    # Narayanan et al. 2021, sec. 2.2.2: with v chunks per stage the bubble is
+    # (p-1)/v micro-batch slots, an idle share of (p-1)/(v m + p - 1).
+    m = p * groups
+    events = pl.pipeline_schedule(p, m, pl.INTERLEAVED, tf, tb, interleave=v)
+    # Every pass of every chunk exactly once, each taking 1/v of the stage's time.
+    assert Counter((e.stage, e.chunk, e.microbatch, e.phase) for e in events) == Counter(
+        (s, c, i, ph) for s in range(p) for c in range(v) for i in range(m) for ph in "FB"
+    )
+    for e in events:
+        assert e.end - e.start == pytest.approx((tf if e.phase == "F" else tb) / v)
+    # Chunk c of stage s is virtual stage c p + s: forwards climb, backwards descend.
+    end = {(e.phase, e.chunk * p + e.stage, e.microbatch): e.end for e in events}
+    for e in events:
+        vs = e.chunk * p + e.stage
+        if e.phase == "F" and vs > 0:
+            assert e.start >= end[("F", vs - 1, e.microbatch)] - 1e-12
+        if e.phase == "B":
+            assert e.start >= end[("F", vs, e.microbatch)] - 1e-12
+            if vs < v * p - 1:
+                assert e.start >= end[("B", vs + 1, e.microbatch)] - 1e-12
+    for s in range(p):
+        evs = sorted((e for e in events if e.stage == s), key=lambda e: e.start)
+        for a, b in zip(evs, evs[1:]):
+            assert b.start >= a.end - 1e-12
+    assert pl.idle_fraction(events) == pytest.approx(pl.bubble_fraction(p, m, interleave=v), abs=1e-9)
+
+
+def test_interleaving_shrinks_the_bubble():
+    one = pl.idle_fraction(pl.pipeline_schedule(4, 8, "1f1b"))
+    two = pl.idle_fraction(pl.pipeline_schedule(4, 8, pl.INTERLEAVED, interleave=2))
+    assert one == pytest.approx(3 / 11)
+    assert two == pytest.approx(3 / 19)
+
+
 def test_small_gpipe_schedule_by_hand():
     ev = pl.pipeline_schedule(2, 2, "gpipe", 1.0, 2.0)
     got = [(e.stage, e.microbatch, e.phase, e.start, e.end) for e in ev]
@@ -132,6 +169,9 @@ def test_small_gpipe_schedule_by_hand():
         (lambda: pl.bubble_fraction(4, 8, "ratio"), "definition"),
         (lambda: pl.bubble_fraction(4, 8, interleave=0), "interleave"),
         (lambda: pl.pipeline_schedule(4, 8, "zb"), "kind"),
+        (lambda: pl.pipeline_schedule(4, 6, "interleaved", interleave=2), "m must be a multiple"),
+        (lambda: pl.pipeline_schedule(4, 8, "1f1b", interleave=2), "interleave"),
+        (lambda: pl.pipeline_schedule(4, 8, "interleaved", interleave=0), "interleave"),
         (lambda: pl.pipeline_schedule(4, 8, t_fwd=0), "t_fwd"),
         (lambda: pl.pipeline_schedule(4, 8, t_bwd=float("nan")), "t_bwd"),
         (lambda: pl.pipeline_schedule(True, 8), "p"),
