@@ -314,7 +314,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("lab-collective-counter-4-bytes", "labs/training.py",
       "return x.numel() * x.element_size()",
       "return x.numel() * 4",
-      LAB_FSDP, "the collective counter counts 4 bytes per element whatever the dtype"),
+      ("tests/test_labs_counter.py",), "the collective counter counts 4 bytes per element whatever the dtype"),
 )
 
 
