@@ -24,6 +24,8 @@
      "Solution".
 
    The execution cache is shared: both editions render the same executed notebooks.
+5. Add the course's styles (``book/_static/course.css``): wide tables, long equations and
+   printed logs scroll inside their own box, so no page scrolls sideways at 390 px.
 """
 from __future__ import annotations
 
@@ -62,6 +64,9 @@ def _configure(app, config):
         raise ConfigError(f"course_edition (or COURSE_EDITION) must be one of {', '.join(EDITIONS)}, "
                           f"not {config.course_edition!r}")
     config.html_context["course_edition"] = config.course_edition
+    static = str(Path(__file__).resolve().parents[1] / "_static")
+    if static not in config.html_static_path:
+        config.html_static_path.append(static)
 
 
 def _code_cells(doctree):
@@ -145,6 +150,7 @@ def setup(app):
     app.add_config_value("course_edition", "public", "env", [str])
     app.connect("config-inited", _configure, priority=900)
     app.connect("doctree-read", _apply_edition)
+    app.add_css_file("course.css")
     app.connect("html-page-context", _dedupe_scripts, priority=1)
     app.connect("build-finished", _copy_bundle)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
