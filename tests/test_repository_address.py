@@ -19,8 +19,9 @@ CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
 URL, VERSION = CONFIG["url"].rstrip("/"), str(CONFIG["branch"])
 
 GITHUB = r"https://github\.com/[\w.-]+/[\w.-]+?"
-PATTERNS = {  # what names the course's repository, and where its address is in the match
-    "git clone": re.compile(rf"git\"?,? .*?\bclone\b[^\n]*?({GITHUB})(?:\.git)?[\s\"']"),
+PATTERNS = {  # what names the course's repository: (address, version or None) in groups 1, 2
+    "git clone --branch": re.compile(rf"git clone [^\n]*?--branch ([\w.-]+) ({GITHUB})(?:\.git)?\s"),
+    "git clone": re.compile(rf"git\"?,? .*?\bclone\b(?![^\n]*--branch [\w.-]+ )[^\n]*?({GITHUB})(?:\.git)?[\s\"']"),
     "COURSE_URL": re.compile(rf"COURSE_URL\b.*?=\s*\"({GITHUB})\""),
     "Colab badge": re.compile(r"colab\.research\.google\.com/github/([\w.-]+/[\w.-]+)/blob/([\w.-]+)/"),
     "Kaggle badge": re.compile(rf"kaggle\.com/kernels/welcome\?src=({GITHUB})/blob/([\w.-]+)/"),
@@ -39,10 +40,12 @@ def mentions(text: str) -> list[tuple[str, str, str | None]]:
     found = []
     for kind, pattern in PATTERNS.items():
         for m in pattern.finditer(text):
-            address = m.group(1)
+            address, version = m.group(1), (m.group(2) if pattern.groups > 1 else None)
+            if kind == "git clone --branch":
+                address, version = version, address
             if not address.startswith("https://"):
                 address = "https://github.com/" + address
-            found.append((kind, address.removesuffix(".git"), m.group(2) if pattern.groups > 1 else None))
+            found.append((kind, address.removesuffix(".git"), version))
     return found
 
 
@@ -50,12 +53,14 @@ def test_mentions_are_found():
     """The patterns catch each form (a pattern that matches nothing would check nothing)."""
     text = (
         'git clone https://github.com/a/b.git && cd b\n'
+        'git clone --branch v1 https://github.com/k/l.git\n'
         'subprocess.run(["git", "clone", "--depth", "1", "https://github.com/c/d", "course"])\n'
         'COURSE_URL, COURSE_VERSION = "https://github.com/e/f", "v2"\n'
         '[x](https://colab.research.google.com/github/g/h/blob/v3/labs/x.ipynb)\n'
         '[y](https://kaggle.com/kernels/welcome?src=https://github.com/i/j/blob/v4/labs/x.ipynb)\n'
     )
     assert mentions(text) == [
+        ("git clone --branch", "https://github.com/k/l", "v1"),
         ("git clone", "https://github.com/a/b", None),
         ("git clone", "https://github.com/c/d", None),
         ("COURSE_URL", "https://github.com/e/f", None),
