@@ -40,8 +40,15 @@ COLORS = {
 CYCLE = [OKABE_ITO[k] for k in ("blue", "orange", "green", "vermillion", "purple", "sky", "yellow", "black")]
 
 
-def use() -> None:
-    """Apply the house style to matplotlib and ask Jupyter for SVG figures."""
+def use(vector: bool = True) -> None:
+    """Apply the house style to matplotlib and ask Jupyter for SVG figures.
+
+    ``vector=False`` asks for PNG at ``savefig.dpi`` (200 dpi: a 7-inch figure is 1,400 px,
+    at least twice the width of the book's text column) instead. The labs use it: their
+    figures plot measured timings, which change from run to run, and a PNG keeps the stored
+    notebook's diff small and is left out of nbval's output comparison, where an SVG's every
+    coordinate would be compared.
+    """
     import matplotlib as mpl
     from cycler import cycler
 
@@ -65,4 +72,7 @@ def use() -> None:
         from matplotlib_inline.backend_inline import set_matplotlib_formats
     except ImportError:  # outside Jupyter nothing is displayed inline
         return
-    set_matplotlib_formats("svg", metadata={"Date": None})
+    if vector:
+        set_matplotlib_formats("svg", metadata={"Date": None})
+    else:
+        set_matplotlib_formats("png", dpi=mpl.rcParams["savefig.dpi"], metadata={"Software": None})
