@@ -19,7 +19,8 @@
      writes the student notebook (``tools/student_notebook.py``), and none of its outputs;
      cells that call an exercise function or ``self_check`` lose their printed outputs (what
      the reference prints is the answer) but keep figures. A cell whose code was collapsed
-     and that has nothing left to show is shown open, so no toggle opens onto nothing.
+     and that has nothing left to show is shown open, so no toggle opens onto nothing. The
+     page's downloadable sources (``_sources/``) are replaced by the student notebook.
    * ``instructor``: everything, with each worked solution behind a toggle labelled
      "Solution".
 
@@ -123,6 +124,27 @@ def _apply_edition(app, doctree):
             cell.attributes.pop("hide_mode", None)  # nothing to show under the toggle: show the code
 
 
+def _student_sources(app, exception):
+    """Public edition: the page's downloadable sources (``_sources/<page>.md`` and ``.ipynb``,
+    behind the download button) are the student notebook, not the master."""
+    if exception is not None or app.builder.format != "html" or app.config.course_edition != "public":
+        return
+    import jupytext
+    import nbformat
+    from tools.student_notebook import BEGIN, student_notebook
+
+    for docname in app.env.found_docs:
+        source = Path(app.env.doc2path(docname))
+        if source.suffix not in (".md", ".ipynb") or BEGIN not in source.read_text(encoding="utf-8"):
+            continue
+        student = student_notebook(jupytext.read(source))
+        for target in (Path(app.outdir) / "_sources" / docname).parent.glob(Path(docname).name + ".*"):
+            if target.suffix == ".ipynb":
+                nbformat.write(student, target)
+            elif target.suffix in (".md", ".txt"):
+                jupytext.write(student, target, fmt="md:myst")
+
+
 def _dedupe_scripts(app, pagename, templatename, context, doctree):
     seen, unique = set(), []
     for script in context.get("script_files", []):
@@ -153,4 +175,5 @@ def setup(app):
     app.add_css_file("course.css")
     app.connect("html-page-context", _dedupe_scripts, priority=1)
     app.connect("build-finished", _copy_bundle)
+    app.connect("build-finished", _student_sources)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
