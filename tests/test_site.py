@@ -200,6 +200,7 @@ def test_page(browser, server, path, width):
         blurry = page.evaluate(_BLURRY_JS)
         prose = page.evaluate(_PROSE_JS)
         empty_toggles = page.evaluate(_EMPTY_TOGGLES_JS)
+        article = page.evaluate("() => (document.querySelector('article') || document.body).textContent")
     finally:
         page.close()
     problems = []
@@ -219,6 +220,9 @@ def test_page(browser, server, path, width):
     if blurry:
         problems.append(f"figures neither SVG nor at least 2x their displayed width: {blurry}")
     markup = raw_markup(prose)
+    # A directive or role that MyST did not parse (a backtick fence whose title holds a role,
+    # say) shows up as text, often swallowing what follows into a code block.
+    markup += [m for m in ("```{", ":::{", "{glue:") if m in article]
     if markup:
         problems.append(f"raw markup visible: {markup[:8]}")
     if empty_toggles:
