@@ -42,17 +42,23 @@ CYCLE = [OKABE_ITO[k] for k in ("blue", "orange", "green", "vermillion", "purple
 
 #: Resolution of raster (PNG) figures: at least twice the pixels they are shown with.
 PNG_DPI = 300
+_vector = True  # the format chosen by the last explicit use(vector=...)
 
 
-def use(vector: bool = True) -> None:
+def use(vector: bool | None = None) -> None:
     """Apply the house style to matplotlib and ask Jupyter for SVG figures.
 
     ``vector=False`` asks for PNG at ``PNG_DPI`` instead (300 dpi: a 5-inch figure is 1,500 px,
     more than twice the width of the book's text column). The labs use it: their
     figures plot measured timings, which change from run to run, and a PNG keeps the stored
     notebook's diff small and is left out of nbval's output comparison, where an SVG's every
-    coordinate would be compared.
+    coordinate would be compared. ``vector=None`` (the default) keeps the choice of an earlier
+    call in the same session (SVG if there was none), so a notebook's setup cell decides.
     """
+    global _vector
+    if vector is not None:
+        _vector = vector
+    vector = _vector
     import matplotlib as mpl
     from cycler import cycler
 
