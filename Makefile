@@ -14,11 +14,13 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-requirements
 SITE   := _build/html/index.html
+INSTRUCTOR := _build/instructor
 
-.PHONY: help setup book test notebooks student-release gradescope bench gpu-check lock clean
+.PHONY: help setup book book-instructor test notebooks student-release gradescope bench gpu-check lock clean
 
 help:
-	@echo "make book             set up .venv, execute every notebook, build the HTML book"
+	@echo "make book             set up .venv, execute every notebook, build the HTML book (public edition)"
+	@echo "make book-instructor  the instructor edition, with the worked solutions (not to publish)"
 	@echo "make test             set up .venv, build the book, run the whole test suite"
 	@echo "make notebooks        regenerate the paired .ipynb files (with outputs) from their .md sources"
 	@echo "make student-release  write the student hand-out to _build/student-release"
@@ -57,6 +59,16 @@ book: $(STAMP)
 	@cp book/_toc.yml _build/.toc-of-last-build
 	@echo ""
 	@echo "The book is built: open $(CURDIR)/$(SITE)"
+
+# The same sources with the worked solutions shown (book/_ext/course_site.py reads
+# COURSE_EDITION). It shares the execution cache, so after `make book` nothing re-executes.
+book-instructor: $(STAMP)
+	@cmp -s book/_toc.yml $(INSTRUCTOR)/.toc-of-last-build 2>/dev/null || rm -rf $(INSTRUCTOR)/_build
+	COURSE_EDITION=instructor $(VENV)/bin/jupyter-book build . --toc book/_toc.yml --config _config.yml \
+		--warningiserror --keep-going --path-output $(INSTRUCTOR)
+	@cp book/_toc.yml $(INSTRUCTOR)/.toc-of-last-build
+	@echo ""
+	@echo "The instructor edition is built: open $(CURDIR)/$(INSTRUCTOR)/_build/html/index.html (keep it private)"
 
 test: book
 	$(PY) -m pytest

@@ -40,8 +40,25 @@ COLORS = {
 CYCLE = [OKABE_ITO[k] for k in ("blue", "orange", "green", "vermillion", "purple", "sky", "yellow", "black")]
 
 
-def use() -> None:
-    """Apply the house style to matplotlib and ask Jupyter for SVG figures."""
+#: Resolution of raster (PNG) figures: at least twice the pixels they are shown with.
+PNG_DPI = 300
+_vector = True  # the format chosen by the last explicit use(vector=...)
+
+
+def use(vector: bool | None = None) -> None:
+    """Apply the house style to matplotlib and ask Jupyter for SVG figures.
+
+    ``vector=False`` asks for PNG at ``PNG_DPI`` instead (300 dpi: a 5-inch figure is 1,500 px,
+    more than twice the width of the book's text column). The labs use it: their
+    figures plot measured timings, which change from run to run, and a PNG keeps the stored
+    notebook's diff small and is left out of nbval's output comparison, where an SVG's every
+    coordinate would be compared. ``vector=None`` (the default) keeps the choice of an earlier
+    call in the same session (SVG if there was none), so a notebook's setup cell decides.
+    """
+    global _vector
+    if vector is not None:
+        _vector = vector
+    vector = _vector
     import matplotlib as mpl
     from cycler import cycler
 
@@ -65,4 +82,7 @@ def use() -> None:
         from matplotlib_inline.backend_inline import set_matplotlib_formats
     except ImportError:  # outside Jupyter nothing is displayed inline
         return
-    set_matplotlib_formats("svg", metadata={"Date": None})
+    if vector:
+        set_matplotlib_formats("svg", metadata={"Date": None})
+    else:
+        set_matplotlib_formats("png", dpi=PNG_DPI, metadata={"Software": None})

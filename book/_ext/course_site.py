@@ -10,11 +10,40 @@
    browser on every page.
 3. Give the theme a valid colour mode ("auto": follow the reader's system setting); left
    empty, pydata-sphinx-theme logs a console error on every page.
+4. Build one of two editions from the same sources (``course_edition``; the environment
+   variable ``COURSE_EDITION`` overrides it, which is how ``make book-instructor`` asks):
+
+   * ``public`` (the default, what ``make book`` builds and the site publishes): every code
+     cell that holds a worked solution (lines between ``### BEGIN SOLUTION`` and
+     ``### END SOLUTION``) shows the student's stub instead, made by the same function that
+     writes the student notebook (``tools/student_notebook.py``), and none of its outputs;
+     cells that call an exercise function or ``self_check`` lose their printed outputs (what
+     the reference prints is the answer) but keep figures. A cell whose code was collapsed
+     and that has nothing left to show is shown open, so no toggle opens onto nothing. The
+     page's downloadable sources (``_sources/``) are replaced by the student notebook.
+   * ``instructor``: everything, with each worked solution behind a toggle labelled
+     "Solution".
+
+   The execution cache is shared: both editions render the same executed notebooks.
+5. Add the course's styles (``book/_static/course.css``): wide tables, long equations and
+   printed logs scroll inside their own box, so no page scrolls sideways at 390 px.
 """
 from __future__ import annotations
 
+import os
+import re
 import shutil
+import sys
 from pathlib import Path
+
+from docutils import nodes
+from sphinx.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # tools.student_notebook, for the public edition's stubs
+    sys.path.insert(0, str(ROOT))
+
+EDITIONS = ("public", "instructor")
 
 BUNDLE = "tex-svg-full.js"
 
@@ -31,6 +60,89 @@ def _bundle_path() -> Path:
 def _configure(app, config):
     config.mathjax_path = f"mathjax/{BUNDLE}"
     config.html_context.setdefault("default_mode", "auto")
+    config.course_edition = os.environ.get("COURSE_EDITION") or config.course_edition
+    if config.course_edition not in EDITIONS:
+        raise ConfigError(f"course_edition (or COURSE_EDITION) must be one of {', '.join(EDITIONS)}, "
+                          f"not {config.course_edition!r}")
+    config.html_context["course_edition"] = config.course_edition
+    static = str(Path(__file__).resolve().parents[1] / "_static")
+    if static not in config.html_static_path:
+        config.html_static_path.append(static)
+
+
+def _code_cells(doctree):
+    return list(doctree.findall(
+        lambda n: isinstance(n, nodes.container) and n.get("nb_element") == "cell_code"))
+
+
+def _part(cell, element):
+    return next((c for c in cell.children if c.get("nb_element") == element), None)
+
+
+def _is_figure(node) -> bool:
+    return bool(list(node.findall(nodes.image)))
+
+
+def _apply_edition(app, doctree):
+    """Turn each worked solution into the student's stub (public) or label it (instructor)."""
+    from tools.student_notebook import BEGIN, EXERCISE_FUNCTIONS, strip_solutions
+
+    calls = re.compile(r"(?<!def )\b(" + "|".join(EXERCISE_FUNCTIONS + ("self_check",)) + r")\s*\(")
+    public = app.config.course_edition == "public"
+    cells = []
+    for cell in _code_cells(doctree):
+        source_part = _part(cell, "cell_code_source")
+        block = next(iter(source_part.findall(nodes.literal_block)), None) if source_part else None
+        if block is not None:
+            source = block.astext()
+            cells.append((cell, block, source, any(line.strip() == BEGIN for line in source.splitlines())))
+    if not any(has_solution for *_, has_solution in cells):
+        return  # a page without exercises is the same in both editions
+    for cell, block, source, has_solution in cells:
+        if not public:
+            if has_solution:
+                cell["hide_mode"] = "input"
+                cell["prompt_show"] = "Solution (try the exercise first)"
+                cell["prompt_hide"] = "Hide the solution"
+            continue
+        output = _part(cell, "cell_code_output")
+        if has_solution:
+            stub, _, _ = strip_solutions(source, f"{app.env.docname}, a solution cell")
+            new = nodes.literal_block(stub, stub, **{k: v for k, v in block.attributes.items()
+                                                     if k not in ("ids", "names")})
+            block.replace_self(new)
+            if output is not None:
+                cell.remove(output)
+            cell.attributes.pop("hide_mode", None)
+        elif output is not None and calls.search(source):
+            for child in list(output.children):
+                if not _is_figure(child):
+                    output.remove(child)
+            if not output.children:
+                cell.remove(output)
+        if cell.get("hide_mode") == "input" and _part(cell, "cell_code_output") is None:
+            cell.attributes.pop("hide_mode", None)  # nothing to show under the toggle: show the code
+
+
+def _student_sources(app, exception):
+    """Public edition: the page's downloadable sources (``_sources/<page>.md`` and ``.ipynb``,
+    behind the download button) are the student notebook, not the master."""
+    if exception is not None or app.builder.format != "html" or app.config.course_edition != "public":
+        return
+    import jupytext
+    import nbformat
+    from tools.student_notebook import BEGIN, student_notebook
+
+    for docname in app.env.found_docs:
+        source = Path(app.env.doc2path(docname))
+        if source.suffix not in (".md", ".ipynb") or BEGIN not in source.read_text(encoding="utf-8"):
+            continue
+        student = student_notebook(jupytext.read(source))
+        for target in (Path(app.outdir) / "_sources" / docname).parent.glob(Path(docname).name + ".*"):
+            if target.suffix == ".ipynb":
+                nbformat.write(student, target)
+            elif target.suffix in (".md", ".txt"):
+                jupytext.write(student, target, fmt="md:myst")
 
 
 def _dedupe_scripts(app, pagename, templatename, context, doctree):
@@ -57,7 +169,11 @@ def _copy_bundle(app, exception):
 
 def setup(app):
     _bundle_path()  # fail early, with a clear message, when the wheel is missing
+    app.add_config_value("course_edition", "public", "env", [str])
     app.connect("config-inited", _configure, priority=900)
+    app.connect("doctree-read", _apply_edition)
+    app.add_css_file("course.css")
     app.connect("html-page-context", _dedupe_scripts, priority=1)
     app.connect("build-finished", _copy_bundle)
+    app.connect("build-finished", _student_sources)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
