@@ -95,9 +95,9 @@ python -m autograde chapters/09-exercises.ipynb --json my-report.json
 Every chapter and lab runs from here: they import the course's package `solutions/`. In this
 kit its four graded functions (`chinchilla_loss`, `compute_optimal`, `memory_per_gpu`,
 `communication_time_per_step`) are stubs that raise `NotImplementedError` naming the
-exercise, so the cells of the chapters that call them (the introduction, *Training on one
-GPU*, *The Chinchilla correction* and *FSDP and ZeRO*) stop there, with the outputs of the
-book kept for reading.
+exercise. The chapters use the library's own functions, except *The Chinchilla correction*,
+whose grid-search figures are Exercise 2's results: its cells that call `compute_optimal`
+stop there until you have written it (the book's outputs are kept for reading).
 """
 
 

@@ -47,12 +47,17 @@ for folder in (here, *here.parents):
         break
 else:
     if importlib.util.find_spec("tests.grading") is None:  # e.g. on Colab
-        subprocess.run(["git", "clone", "--depth", "1", "{url}", "course"], check=True)
+        subprocess.run(["git", "clone", "--depth", "1", "--branch", "{version}", "{url}", "course"], check=True)
         sys.path.insert(0, "course")
+import coursefig
+coursefig.use()  # the course's figure style
 '''
 
 
-def repository_url(config: Path = Path(__file__).resolve().parents[1] / "_config.yml") -> str:
+CONFIG = Path(__file__).resolve().parents[1] / "_config.yml"
+
+
+def repository_url(config: Path = CONFIG) -> str:
     """The course's public repository (``repository.url`` in the book's ``_config.yml``),
     which students clone; the setup cell fetches the grading package from it on Colab."""
     import yaml
@@ -64,6 +69,16 @@ def repository_url(config: Path = Path(__file__).resolve().parents[1] / "_config
     if not isinstance(url, str) or not url.startswith("https://"):
         raise ValueError(f"config: repository.url in {config} must be an https URL, got {url!r}")
     return url
+
+
+def repository_version(config: Path = CONFIG) -> str:
+    """The release's version that setup cells clone (``repository.branch``: a tag or branch)."""
+    import yaml
+
+    try:
+        return str(yaml.safe_load(config.read_text(encoding="utf-8"))["repository"]["branch"])
+    except (OSError, KeyError, TypeError) as exc:
+        raise ValueError(f"config: no repository.branch in {config} ({exc})") from None
 
 
 class MarkerError(ValueError):
@@ -153,7 +168,7 @@ def student_notebook(master: nbformat.NotebookNode) -> nbformat.NotebookNode:
             continue
         tags = list(cell.metadata.get("tags", []))
         if "remove-cell" in tags and "Colab/Binder" in cell.source:
-            cell.source = STUDENT_SETUP.replace("{url}", repository_url()).rstrip("\n")
+            cell.source = STUDENT_SETUP.replace("{url}", repository_url()).replace("{version}", repository_version()).rstrip("\n")
         source, regions, top_level = strip_solutions(cell.source, f"cell {index}")
         cell.source = source
         if regions:
