@@ -175,7 +175,10 @@ class Approach3Fit:
     def constants(self, name="fitted", cite="") -> ChinchillaConstants:
         """The fit as :class:`solutions.scaling.ChinchillaConstants`, usable with
         every function of :mod:`solutions.scaling`."""
-        return ChinchillaConstants(self.E, self.A, self.B, self.alpha, self.beta, name, cite)
+        # A fit can drive E to zero (exp of a very negative e underflows): floor it at the
+        # smallest positive double, which changes no loss and keeps the constants valid.
+        E = max(self.E, np.finfo(float).tiny)
+        return ChinchillaConstants(E, self.A, self.B, self.alpha, self.beta, name, cite)
 
 
 def _one_blas_thread():

@@ -59,6 +59,7 @@ __all__ = [
     "regime",
     "choose_layout",
     "activation_bytes_per_gpu",
+    "state_breakdown_3d",
     "make_plan",
     "format_plan",
     "main",
@@ -197,6 +198,27 @@ def activation_bytes_per_gpu(arch: facts.Architecture, tp, pp, num_microbatches,
     return float(stored)
 
 
+def state_breakdown_3d(model_params, tp, pp, dp, zero_stage=0, convention="zero_16") -> dict:
+    """Model-state bytes per GPU under TP x PP x DP with ZeRO, by component:
+    ``{"weights", "grads", "optimizer"}``. The shard ``P / (tp pp)`` holds each
+    component at the convention's bytes per parameter; ZeRO stage 1 divides the
+    optimizer state by ``dp``, stage 2 also the gradients, stage 3 also the weights
+    (Rajbhandari et al. 2020). The sum is :func:`solutions.memory.memory_per_gpu_3d`."""
+    P = float(positive("model_params", model_params))
+    tp = positive_integer("tp", tp)
+    pp = positive_integer("pp", pp)
+    dp = positive_integer("dp", dp)
+    one_of("zero_stage", zero_stage, memory.ZERO_STAGES)
+    conv = memory.get_convention(convention)
+    shard = P / (tp * pp)
+    sharded = {"optimizer": zero_stage >= 1, "grads": zero_stage >= 2, "weights": zero_stage >= 3}
+    out = {part: getattr(conv, part) * shard / (dp if sharded[part] else 1) for part in ("weights", "grads", "optimizer")}
+    total = memory.memory_per_gpu_3d(P, tp, pp, dp, zero_stage, convention)
+    if not np.isclose(sum(out.values()), total, rtol=1e-12):  # pragma: no cover - one formula, two spellings
+        raise AssertionError("state_breakdown_3d disagrees with memory.memory_per_gpu_3d")
+    return out
+
+
 @dataclass(frozen=True)
 class Plan:
     """Everything the planner decided and computed (bytes, seconds, FLOPs)."""
@@ -276,14 +298,7 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     if t > shape.heads:
         raise ValueError(f"tp must be at most the number of attention heads ({shape.heads}), got tp={t}")
 
-    P_shard = N / (t * p)
-    conv = memory.get_convention(convention)
-    state = {}
-    for part in ("weights", "grads", "optimizer"):
-        per_param = getattr(conv, part)
-        sharded = (part == "optimizer" and z >= 1) or (part == "grads" and z >= 2) or (part == "weights" and z >= 3)
-        state[part] = per_param * P_shard / (d if sharded else 1)
-    assert np.isclose(sum(state.values()), memory.memory_per_gpu_3d(N, t, p, d, z, convention))
+    state = state_breakdown_3d(N, t, p, d, z, convention)
 
     seqs = max(1, batch_tokens // shape.seq_len)
     if seqs % d:
