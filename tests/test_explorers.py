@@ -64,8 +64,10 @@ def browser():
         b.close()
 
 
-@pytest.fixture(params=[1280, 390], ids=lambda w: f"{w}px")
+@pytest.fixture(scope="module", params=[1280, 390], ids=lambda w: f"{w}px")
 def page(request, browser, server):
+    """One page per width, shared by the tests (each sets every control it relies on);
+    console errors, requests outside the site and sideways scrolling are checked at the end."""
     width = request.param
     pg = browser.new_page(viewport={"width": width, "height": 900})
     errors, outside = [], []
