@@ -61,7 +61,7 @@ SHAPES = {
 #: budgets a character-level model wants hundreds of characters per parameter.)
 GRIDS = {
     "full": {3e10: ("S0", "S1", "S2", "S3", "S4"),
-             1e11: ("S1", "S2", "S3", "S4", "S5"),
+             1e11: ("S0", "S1", "S2", "S3", "S4", "S5"),
              3e11: ("S2", "S3", "S4", "S5", "S6")},
     "tiny": {3e9: ("S1", "S2", "S3"), 1e10: ("S1", "S2", "S3")},
 }
@@ -192,6 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_common_args(parser, LAB)
     g = parser.add_argument_group("scaling law")
     g.add_argument("--rerun", action="store_true", help="train the grid afresh instead of reading --cache")
+    g.add_argument("--resume", action="store_true",
+                   help="with --rerun: keep the runs already in --cache and train only the missing ones")
     g.add_argument("--refit", action="store_true", help="fit the cached runs again (no training) and rewrite --cache")
     g.add_argument("--grid", choices=tuple(GRIDS), default="full", help="which grid to train with --rerun")
     g.add_argument("--cache", default=str(CACHE), help="the cached grid: read, or written by --rerun")
@@ -208,9 +210,16 @@ def worker(ctx, args) -> dict:
         torch.set_num_threads(1)
         vocab = load_corpus().vocab_size
         runs = plan_runs(args.grid, vocab)
+        done = {}
+        if args.resume and Path(args.cache).exists():  # keep the runs the cache already holds
+            old = load_cache(args.cache)
+            if old["grid"] == args.grid and old["recipe"]["seed"] == args.seed:
+                done = {(r["budget"], r["shape"]): r for r in old["runs"]}
+        todo = [i for i, r in enumerate(runs) if (r["budget"], r["shape"]) not in done]
         # Deal the runs out longest first, so that the ranks finish together.
-        order = sorted(range(len(runs)), key=lambda i: -runs[i]["steps"])
-        mine = []
+        order = sorted(todo, key=lambda i: -runs[i]["steps"])
+        mine = [(i, done[(r["budget"], r["shape"])]) for i, r in enumerate(runs)
+                if ctx.is_main and (r["budget"], r["shape"]) in done]
         for i in order[ctx.rank::ctx.world_size]:
             result = train_run(runs[i], args.seed)
             print(f"rank {ctx.rank}: C={result['budget']:.0e} {result['shape']} N={result['N']:,} "
