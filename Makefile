@@ -56,6 +56,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_build.py
 	$(PY) benchmarks/bench_compute_optimal.py
 	$(PY) benchmarks/bench_autograde.py
+	$(PY) benchmarks/bench_plan.py
 
 lock: $(STAMP)
 	@echo "Edit requirements.in, then regenerate requirements.txt from a fresh venv with 'pip freeze'."

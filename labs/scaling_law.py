@@ -73,6 +73,10 @@ EVAL_BATCHES, EVAL_BATCH = 16, 32  # 32,768 held-out characters, the same for ev
 TOKENS_TOLERANCE = 0.01
 #: Approaches 2 and 3 are different estimators on a small grid: agreement within this.
 A_AGREEMENT = 0.1
+#: Approach 2 fits each profile's parabola to the lowest point and its two neighbours: the
+#: profiles are much steeper on the large-model side, which drags a parabola through all
+#: five points off the minimum.
+PARABOLA_WINDOW = 3
 #: Root-mean-square residual of the fit in log loss (1% of the loss).
 RMS_RESIDUAL = 0.01
 
@@ -162,13 +166,17 @@ def fit_runs(runs: list[dict], top_k: int | None = None, n_boot: int = 200, seed
         out["approach3"]["interval_level"] = next(iter(intervals.values())).level
         out["approach3"]["bootstrap"] = {"resamples": n_boot, "dropped": dropped}
     try:
-        f2 = fitting.fit_approach2(C, N, L)
-        out["approach2"] = {"a": f2.a, "b": f2.b, "budgets": list(f2.budgets), "N_opt": list(f2.N_opt),
+        f2 = fitting.fit_approach2(C, N, L, window=PARABOLA_WINDOW)
+        out["approach2"] = {"window": PARABOLA_WINDOW, "a": f2.a, "b": f2.b, "budgets": list(f2.budgets), "N_opt": list(f2.N_opt),
                             "D_opt": list(f2.D_opt), "L_opt": list(f2.L_opt)}
         if n_boot:
-            iv2, dropped2 = fitting.bootstrap_approach2(C, N, L, n_boot=n_boot, seed=seed)
+            # Five sizes per profile, each run once: a parametric bootstrap with the runs'
+            # scatter about the Approach 3 fit.
+            iv2, dropped2 = fitting.bootstrap_approach2(C, N, L, n_boot=n_boot, seed=seed, window=PARABOLA_WINDOW,
+                                                        noise=out["approach3"]["rms_log_residual"])
             out["approach2"]["intervals"] = {k: [v.low, v.high] for k, v in iv2.items()}
-            out["approach2"]["bootstrap"] = {"resamples": n_boot, "dropped": dropped2}
+            out["approach2"]["bootstrap"] = {"resamples": n_boot, "dropped": dropped2, "kind": "parametric",
+                                             "noise": out["approach3"]["rms_log_residual"]}
     except ValueError as exc:  # a profile without an interior minimum: say so, keep Approach 3
         out["approach2"] = {"error": str(exc)}
     return out

@@ -278,9 +278,14 @@ def fit_approach3(N, D, L, *, delta=HUBER_DELTA, init_grid=None, top_k=None, fto
 # --------------------------------------------------------------------------
 
 
-def isoflop_minimum(N, L):
+def isoflop_minimum(N, L, window=None):
     """Minimum of the parabola ``L = c2 x^2 + c1 x + c0`` in ``x = log N``
     fitted to one iso-FLOP profile (Hoffmann et al. 2022, sec. 3.2).
+
+    ``window``: fit only the ``window`` sizes nearest (in ``log N``) to the
+    lowest observed loss, ``window >= 3``. A profile that is steeper on one side
+    than the other (as small models' are) pulls a parabola fitted to all its
+    points off the minimum; three points around the lowest one keep it local.
 
     Returns ``(N_opt, L_opt)``. Raises ``ValueError`` if the profile has
     fewer than three distinct sizes or curves the wrong way (no minimum), or if
@@ -290,6 +295,14 @@ def isoflop_minimum(N, L):
     L = np.asarray(L, dtype=np.float64)
     if len(np.unique(N)) < 3:
         raise ValueError(f"an iso-FLOP profile needs at least 3 distinct model sizes, got {len(np.unique(N))}")
+    if window is not None:
+        if not isinstance(window, (int, np.integer)) or window < 3:
+            raise ValueError(f"window must be an integer >= 3 or None, got {window!r}")
+        centre = np.log(N[np.argmin(L)])
+        sizes = np.unique(N)
+        nearest = sizes[np.argsort(np.abs(np.log(sizes) - centre), kind="stable")[:window]]
+        keep = np.isin(N, nearest)
+        N, L = N[keep], L[keep]
     x = np.log(N)
     c2, c1, c0 = np.polyfit(x, L, 2)
     if not c2 > 0:
@@ -322,11 +335,12 @@ class Approach2Fit:
         return self.kN * C**self.a, self.kD * C**self.b
 
 
-def fit_approach2(C, N, L, *, flops_per_param_per_token=FLOPS_PER_PARAM_PER_TOKEN) -> Approach2Fit:
+def fit_approach2(C, N, L, *, window=None, flops_per_param_per_token=FLOPS_PER_PARAM_PER_TOKEN) -> Approach2Fit:
     """Approach 2 of Hoffmann et al. 2022: group runs by compute budget ``C``,
     find each profile's minimum with :func:`isoflop_minimum`, set ``D_opt = C / (6
     N_opt)``, and fit ``log N_opt = a log C + log kN`` (and the same for ``D``)
-    by least squares. Needs at least two budgets."""
+    by least squares. Needs at least two budgets. ``window`` is passed to
+    :func:`isoflop_minimum`."""
     C = np.asarray(C, dtype=np.float64)
     N = np.asarray(N, dtype=np.float64)
     L = np.asarray(L, dtype=np.float64)
@@ -338,7 +352,7 @@ def fit_approach2(C, N, L, *, flops_per_param_per_token=FLOPS_PER_PARAM_PER_TOKE
     budgets = np.unique(C)
     if len(budgets) < 2:
         raise ValueError(f"C must hold at least 2 distinct compute budgets, got {len(budgets)}")
-    n_opt, l_opt = zip(*(isoflop_minimum(N[C == c], L[C == c]) for c in budgets))
+    n_opt, l_opt = zip(*(isoflop_minimum(N[C == c], L[C == c], window) for c in budgets))
     n_opt = np.array(n_opt)
     d_opt = budgets / (flops_per_param_per_token * n_opt)
     a, logkN = np.polyfit(np.log(budgets), np.log(n_opt), 1)
@@ -416,23 +430,32 @@ def bootstrap_approach3(N, D, L, *, n_boot=200, level=0.8, seed=0, top_k=20, fit
     return {k: _interval(p, samples[:, i], level) for i, (k, p) in enumerate(zip(names, point))}, dropped
 
 
-def bootstrap_approach2(C, N, L, *, n_boot=200, level=0.8, seed=0):
-    """Percentile bootstrap for Approach 2: resample runs with replacement within
-    each compute budget, refit. Resamples that leave a profile with fewer than
-    three sizes or no interior minimum are dropped and counted. Returns
-    ``(intervals for 'a' and 'b', dropped)``."""
+def bootstrap_approach2(C, N, L, *, n_boot=200, level=0.8, seed=0, window=None, noise=None):
+    """Percentile bootstrap for Approach 2. Without ``noise``: resample runs with
+    replacement within each compute budget and refit. With ``noise`` (a standard
+    deviation in log loss, e.g. the scatter of the runs about an Approach 3 fit):
+    a parametric bootstrap that refits ``L * exp(noise * z)``, for profiles too
+    short to resample (a handful of sizes, each run once). Resamples that leave a
+    profile with fewer than three sizes or no interior minimum are dropped and
+    counted. Returns ``(intervals for 'a' and 'b', dropped)``."""
     C = np.asarray(C, dtype=np.float64)
     N = np.asarray(N, dtype=np.float64)
     L = np.asarray(L, dtype=np.float64)
     _check_bootstrap(n_boot, level)
-    fit = fit_approach2(C, N, L)
+    fit = fit_approach2(C, N, L, window=window)
     rng = np.random.default_rng(seed)
     groups = [np.flatnonzero(C == c) for c in np.unique(C)]
     samples, dropped = [], 0
+    if noise is not None and not (np.isfinite(noise) and noise > 0):
+        raise ValueError(f"noise must be a positive number or None, got {noise!r}")
     for _ in range(n_boot):
-        idx = np.concatenate([rng.choice(g, len(g)) for g in groups])
+        if noise is None:
+            idx = np.concatenate([rng.choice(g, len(g)) for g in groups])
+            Cb, Nb, Lb = C[idx], N[idx], L[idx]
+        else:
+            Cb, Nb, Lb = C, N, L * np.exp(noise * rng.standard_normal(len(L)))
         try:
-            f = fit_approach2(C[idx], N[idx], L[idx])
+            f = fit_approach2(Cb, Nb, Lb, window=window)
         except ValueError:
             dropped += 1
             continue

@@ -188,3 +188,27 @@ def test_fit_constants_plug_into_scaling():
     f = fit.fit_approach3(N, D, L, top_k=10)
     consts = f.constants("mine")
     assert scaling.parametric_loss(1e9, 2e10, consts) == pytest.approx(scaling.parametric_loss(1e9, 2e10, c), rel=1e-3)
+
+
+def test_isoflop_window_keeps_an_asymmetric_minimum_local():
+    # A real profile's shape (Lab 6's largest budget): lowest at the second of five sizes and
+    # far steeper on the large-model side.
+    N = np.array([9192, 15328, 28032, 60480, 105216], dtype=float)
+    L = np.array([2.1104, 2.0973, 2.2241, 2.3667, 2.4460])
+    with pytest.raises(ValueError, match="outside the sizes tried"):
+        fit.isoflop_minimum(N, L)  # all five points: the parabola's vertex leaves the range
+    n_opt, _ = fit.isoflop_minimum(N, L, window=3)
+    assert N[0] < n_opt < N[2]
+    with pytest.raises(ValueError, match="window must be an integer >= 3"):
+        fit.isoflop_minimum(N, L, window=2)
+
+
+def test_parametric_bootstrap_for_short_profiles():
+    c = scaling.HOFFMANN_PRECISE
+    C, N, D, L = fit.synthetic_runs(c, BUDGETS[:3], sizes_per_budget=5, span=4.0, noise=0.002, seed=4)
+    intervals, dropped = fit.bootstrap_approach2(C, N, L, n_boot=40, window=3, noise=0.002, seed=0)
+    a = intervals["a"]
+    assert a.low <= a.estimate <= a.high and dropped < 40
+    assert a.low - 0.05 <= scaling.allocation_exponent(c) <= a.high + 0.05
+    with pytest.raises(ValueError, match="noise must be a positive number"):
+        fit.bootstrap_approach2(C, N, L, n_boot=4, noise=-1.0)
