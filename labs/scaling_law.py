@@ -143,7 +143,7 @@ def train_run(run: dict, seed: int = 0) -> dict:
             "seconds": round(time.perf_counter() - start, 2)}
 
 
-def fit_runs(runs: list[dict], top_k: int | None = None, n_boot: int = 200, seed: int = 0) -> dict:
+def fit_runs(runs: list[dict], top_k: int | None = None, n_boot: int = 200, seed: int = 0, partial=None) -> dict:
     """Approach 3 (full paper grid unless ``top_k``) with bootstrap intervals, and Approach 2,
     on the runs' ``N``, ``D`` (tokens trained) and held-out loss. JSON-ready."""
     N = np.array([r["N"] for r in runs], dtype=float)
@@ -159,6 +159,8 @@ def fit_runs(runs: list[dict], top_k: int | None = None, n_boot: int = 200, seed
     pred = np.log(consts.E + consts.A / N**consts.alpha + consts.B / D**consts.beta)
     out["approach3"]["rms_log_residual"] = float(np.sqrt(np.mean((pred - np.log(L)) ** 2)))
     out["approach3"]["tokens_per_param"] = {f"{c:g}": compute_optimal_closed_form(c, consts)[2] for c in budgets}
+    if partial is not None:  # keep the slow full-grid fit even if what follows fails
+        partial({"approach3": dict(out["approach3"])})
     if n_boot:
         intervals, dropped = fitting.bootstrap_approach3(N, D, L, n_boot=n_boot, seed=seed, fit=f3,
                                                          budgets=budgets, top_k=20)
@@ -252,7 +254,10 @@ def worker(ctx, args) -> dict:
     if args.rerun or args.refit or not cache.get("fits"):
         ctx.log(f"fitting: Approach 3 from {'all' if not args.fit_top_k else args.fit_top_k} starting points, "
                 f"{args.bootstrap} bootstrap resamples")
-        cache["fits"] = fit_runs(runs, args.fit_top_k or None, args.bootstrap, args.seed)
+        def save_partial(fits):
+            _write({**cache, "fits": fits}, args.cache)
+
+        cache["fits"] = fit_runs(runs, args.fit_top_k or None, args.bootstrap, args.seed, save_partial)
         _write(cache, args.cache)
         ctx.log(f"cache: {args.cache}")
     fits = cache["fits"]

@@ -400,7 +400,7 @@ def bootstrap_approach3(N, D, L, *, n_boot=200, level=0.8, seed=0, top_k=20, fit
     allocation exponents ``a, b`` and, for each C in ``budgets``, the optimal
     tokens per parameter. ``fit`` is the point estimate (default: the full-grid
     fit of :func:`fit_approach3`, which takes minutes). Resamples whose fit does
-    not converge are dropped and counted. Returns ``(intervals: dict[str, Interval], dropped: int)``."""
+    not converge, or that runs off to an infinite A or B, are dropped and counted. Returns ``(intervals: dict[str, Interval], dropped: int)``."""
     from .scaling import compute_optimal_closed_form
 
     N, D, L = _check_runs(N, D, L)
@@ -415,14 +415,14 @@ def bootstrap_approach3(N, D, L, *, n_boot=200, level=0.8, seed=0, top_k=20, fit
         return [f.E, f.A, f.B, f.alpha, f.beta, f.a, f.b, *ratios]
 
     samples, dropped = [], 0
-    for _ in range(n_boot):
-        idx = rng.integers(0, len(N), len(N))
-        try:
-            f = fit_approach3(N[idx], D[idx], L[idx], top_k=top_k, strict=True)
-        except FitNotConverged:
-            dropped += 1
-            continue
-        samples.append(row(f))
+    with np.errstate(over="ignore"):
+        for _ in range(n_boot):
+            idx = rng.integers(0, len(N), len(N))
+            try:
+                f = fit_approach3(N[idx], D[idx], L[idx], top_k=top_k, strict=True)
+                samples.append(row(f))
+            except (FitNotConverged, ValueError):  # not converged, or A or B overflowed: degenerate
+                dropped += 1
     if len(samples) < 2:
         raise FitNotConverged(f"only {len(samples)} of {n_boot} bootstrap fits converged")
     samples = np.array(samples)
