@@ -358,7 +358,6 @@ def _time(s: float) -> str:
 
 def format_plan(plan: Plan) -> str:
     """The plan as the numbered lines ``python -m solutions.plan`` prints."""
-    c = scaling.CONSTANT_SETS
     lines = ["== compute"]
     given = "budget" if plan.budget_given else "6 N D"
     lines.append(f"1. training compute        {plan.flops:.3g} FLOPs ({given}); model {_count(plan.params)} "
@@ -393,13 +392,12 @@ def format_plan(plan: Plan) -> str:
               f"({comm['total']['bytes'] / 1e9:,.2f} GB sent per GPU)",
               f"11. compute per step        {_time(plan.step_seconds)} at {plan.mfu:.0%} MFU "
               f"({plan.gpu.peak_flops_per_s / 1e12:g} TFLOP/s peak)",
-              f"== time",
+              "== time",
               f"12. days to train           {plan.days:,.1f} days on {plan.count:,} GPUs at {plan.mfu:.0%} MFU "
               f"({plan.days * plan.count / 365.25:,.1f} GPU-years)"]
     if plan.advice:
         lines.append("== what to change")
         lines += [f"   - {x}" for x in plan.advice]
-    del c
     return "\n".join(lines)
 
 
