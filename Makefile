@@ -1,12 +1,21 @@
 # The course's commands. `make book` and `make test` are the two the README promises;
 # both create the virtual environment in .venv on first use.
-PYTHON ?= python3.11
+# The newest supported Python on the PATH (3.13, 3.12, then 3.11), unless PYTHON=... is given.
+# Each candidate is run, not only looked up: a pyenv shim can exist and still refuse to run.
+SUPPORTED_PYTHONS := python3.13 python3.12 python3.11
+PYTHON_PROBE = import sys, venv; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(shell for p in $(SUPPORTED_PYTHONS); do $$p -c '$(PYTHON_PROBE)' >/dev/null 2>&1 && { echo $$p; break; }; done)
+endif
+# Extra arguments for the first pip install, e.g. a CPU-only build of torch (see the README):
+#   make book TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-requirements
 SITE   := _build/html/index.html
 
-.PHONY: help setup book test notebooks student-release gradescope bench lock clean
+.PHONY: help setup book test notebooks student-release gradescope bench gpu-check lock clean
 
 help:
 	@echo "make book             set up .venv, execute every notebook, build the HTML book"
@@ -15,14 +24,23 @@ help:
 	@echo "make student-release  write the student hand-out to _build/student-release"
 	@echo "make gradescope       write the Gradescope autograder zip to _build/gradescope"
 	@echo "make bench            print build, grading and solver timings"
+	@echo "make gpu-check        run every lab on this machine's GPUs (NCCL), write reports/gpu-check/summary.md"
 
 setup: $(STAMP)
 
 $(STAMP): requirements.txt
-	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=/path/to/python3.11'"; exit 1; }
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@echo "Installing the pinned requirements into $(VENV) (the first run takes a few minutes)"
-	$(PY) -m pip install --quiet --quiet --disable-pip-version-check -r requirements.txt
+	@test -n "$(PYTHON)" || { echo "error: no Python 3.11, 3.12 or 3.13 found on the PATH; install one, or run 'make PYTHON=/path/to/python3.12'"; exit 1; }
+	@$(PYTHON) -c '$(PYTHON_PROBE)' >/dev/null 2>&1 || { echo "error: $(PYTHON) is not a working Python 3.11, 3.12 or 3.13; run 'make PYTHON=/path/to/python3.12'"; exit 1; }
+	@test -x $(PY) || { echo "Creating $(VENV) with $(PYTHON) ($$($(PYTHON) -c 'import platform; print("Python", platform.python_version())'))"; $(PYTHON) -m venv $(VENV); }
+	@echo "Installing the pinned requirements into $(VENV) with $$($(PY) -c 'import platform; print("Python", platform.python_version())')."
+	@echo "The first run takes a few minutes. On Linux, PyPI's torch brings its CUDA libraries: .venv"
+	@echo "grows to about 5.4 GB, against 1.7 GB with torch's CPU build. Without an NVIDIA GPU, use"
+	@echo "  make book TORCH_INDEX=https://download.pytorch.org/whl/cpu"
+	@$(if $(TORCH_INDEX),$(PY) -m pip install --quiet --disable-pip-version-check --index-url $(TORCH_INDEX) "$$(grep -m1 '^torch==' requirements.txt)")
+	@$(PY) -m pip install --quiet --quiet --disable-pip-version-check -r requirements.txt 2>$(VENV)/pip-errors.log || { \
+	    pin=$$(sed -n 's/.*No matching distribution found for \([^ ]*\).*/\1/p' $(VENV)/pip-errors.log | head -1); \
+	    if [ -n "$$pin" ]; then echo "error: $$pin has no package for $$($(PY) -c 'import platform; print("Python", platform.python_version(), "on", platform.machine())'); use Python 3.11-3.13 (README, 'Supported Pythons')"; \
+	    else echo "error: pip could not install requirements.txt; its messages are in $(VENV)/pip-errors.log"; fi; exit 1; }
 	@# Make the course's own packages (solutions, autograde, labs, tests) importable from any
 	@# folder, e.g. by notebooks executing inside chapters/.
 	@$(PY) -c "import sysconfig, pathlib; pathlib.Path(sysconfig.get_paths()['purelib'], 'course-root.pth').write_text(str(pathlib.Path.cwd()) + '\n')"
@@ -57,6 +75,13 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_compute_optimal.py
 	$(PY) benchmarks/bench_autograde.py
 	$(PY) benchmarks/bench_plan.py
+	@# Mutation score: single-bug versions of solutions/ and labs/ the tests catch (about 10 min).
+	$(PY) tools/mutation.py
+
+# On a machine with CUDA GPUs: every lab with NCCL at world sizes min(N, 2) and 1, one summary.
+# Without a GPU it says "no GPU" and exits 0.
+gpu-check: $(STAMP)
+	$(PY) -m labs.gpu_check --out reports/gpu-check
 
 lock: $(STAMP)
 	@echo "Edit requirements.in, then regenerate requirements.txt from a fresh venv with 'pip freeze'."

@@ -4,9 +4,9 @@
 
 ``run_autograder`` (see ``autograde/bundle/``) calls this on Gradescope's machines, with the
 hidden tests. A student may upload several files: the exercises notebook is preferred, then
-any notebook, then a ``.py`` file, then a paired MyST ``.md``. Exits 0 once results.json is
-written (whatever the score); 3 if the grader itself failed, so that Gradescope reports an
-autograder failure instead of a silent zero.
+any notebook, then a ``.py`` file, then a paired MyST ``.md``. Always writes results.json;
+exits 0 whatever the score, 3 if the grader itself failed (results.json then says so), so
+that Gradescope reports an autograder failure instead of a silent zero.
 """
 from __future__ import annotations
 
@@ -51,7 +51,20 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--hidden-visibility", default="after_published", choices=VISIBILITIES)
     args = parser.parse_args(argv)
+    try:
+        return grade(args)
+    except Exception as exc:  # whatever happened, Gradescope gets a results.json
+        import json
 
+        write_atomically(args.results, json.dumps({
+            "score": 0.0, "tests": [], "output_format": "text",
+            "output": "The autograder failed on this submission. Please tell your "
+                      "instructor."}) + "\n")
+        print(f"autograde: grader error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 3
+
+
+def grade(args) -> int:
     from .sandbox import prestart, protect_grader_memory
 
     prestart()
@@ -72,13 +85,13 @@ def main(argv=None) -> int:
     checks = load_checks(include_hidden=True, seed=seed)
     report = grade_submission(path, checks, timeout=args.timeout,
                               label=str(path.relative_to(args.submission_dir)))
+    if note:
+        report.notes.insert(0, note.rstrip("."))
+    write_gradescope(args.results, report, args.hidden_visibility, extra={"seed": seed})
     if report.grader_errors:
         for error in report.grader_errors:
             print(f"autograde: grader error: {error}", file=sys.stderr)
         return 3
-    if note:
-        report.notes.insert(0, note.rstrip("."))
-    write_gradescope(args.results, report, args.hidden_visibility, extra={"seed": seed})
     print(f"{report.submission}: {report.score:g}/{report.max_score:g} "
           f"(sandbox: {report.isolation}, {report.seconds:.2f} s, seed {seed})")
     return 0

@@ -36,6 +36,10 @@ class ProtocolError(Exception):
     """The worker sent something that is not a well-formed, plain frame."""
 
 
+class FrameTooLarge(ValueError):
+    """A request the grader wanted to send is larger than a frame may be."""
+
+
 class WorkerTimeout(Exception):
     """No complete frame arrived before the deadline."""
 
@@ -62,7 +66,8 @@ def encode(obj) -> bytes:
     """One frame for the worker (the grader's own data: arguments and instructions)."""
     data = json.dumps(_tag(obj), allow_nan=False, separators=(",", ":")).encode()
     if len(data) > MAX_FRAME:
-        raise ValueError(f"request of {len(data)} bytes is larger than {MAX_FRAME}")
+        raise FrameTooLarge(f"it is {len(data) / 1e6:.1f} MB once encoded, more than the "
+                            f"{MAX_FRAME / 1e6:.0f} MB the grader sends to the sandbox")
     return HEADER.pack(len(data)) + data
 
 

@@ -3,12 +3,16 @@
     python -m autograde.release student --out _build/student-release
     python -m autograde.release gradescope --out _build/gradescope
 
-``student`` copies the course (its git-tracked files) without ``solutions/``, without the
-hidden checks, the red-team suite or the project's own tests, and with the exercises
-notebook replaced by its student version (``tools/student_notebook.py``). It then checks,
-with the course folder removed from ``sys.path``, that the release's self-check and grader
-run on the public tests: a correct submission earns every public point, and the unsolved
-notebook earns zero with a message per exercise.
+``student`` writes a student's kit: the course (its git-tracked files) with its own README
+and no Makefile, without the hidden checks, the red-team suite, the project's own tests and
+the instructor's tools, with the exercises notebook replaced by its student version
+(``tools/student_notebook.py``), and with ``solutions/`` in which the four graded exercise
+functions (and the sweep that exists only for Exercise 2) are stubs raising
+``NotImplementedError`` that point at the exercise: the chapters and labs import
+``solutions/``, so it ships, but not the answers. It then checks, with the course folder
+removed from ``sys.path``, that the release's self-check and grader run on the public tests:
+a correct submission earns every public point, and the unsolved notebook earns zero with a
+message per exercise.
 
 ``gradescope`` writes ``autograder.zip`` (``setup.sh`` and ``run_autograder`` at the top,
 the grader, the checks with the hidden ones, and ``solutions/``), then unpacks it into a
@@ -36,31 +40,64 @@ EXERCISES_MASTER = "chapters/09-exercises.md"
 
 #: Never in the student release (prefixes of repository paths).
 STUDENT_EXCLUDED = (
-    "solutions/", "tests/", "benchmarks/", ".ci/", ".github/", "book/instructors.md",
+    "tests/", "benchmarks/", ".ci/", ".github/", "book/instructors.md", "Makefile",
     "autograde/release.py", "autograde/gradescope.py", "autograde/bundle/",
-    "tools/student_notebook.py", "chapters/09-exercises.",
+    "tools/student_notebook.py", "chapters/09-exercises.", "README.md",
 )
+#: The graded functions of ``solutions/`` (and helpers that exist only for them), which the
+#: student release ships as stubs: file -> {function: exercise number}.
+STUBBED = {
+    "solutions/scaling.py": {"chinchilla_loss": 1, "compute_optimal": 2, "compute_optimal_sweep": 2},
+    "solutions/memory.py": {"memory_per_gpu": 3},
+    "solutions/communication.py": {"communication_time_per_step": 4},
+}
 #: Gradescope needs only what grading imports: numpy, and jupytext for .md submissions.
 GRADESCOPE_PACKAGES = ("numpy", "jupytext")
 
-STUDENT_README = """\
-# Scaling laws & distributed training: the exercises
+#: The commands a student is told to run, from the release's top folder. A test runs each
+#: one in a fresh release (tests/test_autograde_release.py).
+STUDENT_COMMANDS = (
+    "python -m autograde chapters/09-exercises.ipynb",
+    "python -m autograde chapters/09-exercises.ipynb --json my-report.json",
+)
 
-This is the student version of the course. The four exercises are in
-`chapters/09-exercises.ipynb` (and its MyST twin `chapters/09-exercises.md`): every place to
+STUDENT_README = """# Scaling laws & distributed training: the student's kit
+
+The course's notebooks, labs and exercises. The four graded exercises are in
+`chapters/09-exercises.ipynb` (its MyST twin is `chapters/09-exercises.md`): every place to
 write code raises `NotImplementedError` until you replace it.
 
-- Run each exercise's check cell as you go: it runs the public tests and explains what is
-  wrong. Your instructor's grader adds hidden tests with random inputs.
-- To see the report the grader will print, from this folder:
+## Setting up
 
-      python -m autograde chapters/09-exercises.ipynb
+Python 3.11 to 3.13, then, from this folder:
 
-- The other chapters' notebooks are included with their outputs, for reading. Their code
-  uses the course's reference package, which is not part of this release, so they do not
-  run here.
+    pip install -r requirements.txt
 
-Requirements: Python 3.11 and `pip install -r requirements.txt`.
+## Working on the exercises
+
+- Open `chapters/09-exercises.ipynb` in Jupyter and work top to bottom. Hints come first;
+  run each exercise's check cell as you go. It runs the public tests in the same sandbox as
+  the grader (only numpy and the Python standard library can be imported, with a time limit
+  per test) and explains what is wrong. The grader adds hidden tests with random inputs
+  ({hidden_points} of the {total_points} points); the check cells name them.
+- To see the whole report the grader will print, save the notebook and run, from this folder
+  (the one with this README):
+
+```sh
+python -m autograde chapters/09-exercises.ipynb
+python -m autograde chapters/09-exercises.ipynb --json my-report.json
+```
+
+  The first prints the report; the second also writes it to `my-report.json`.
+
+## The chapters and labs
+
+Every chapter and lab runs from here: they import the course's package `solutions/`. In this
+kit its four graded functions (`chinchilla_loss`, `compute_optimal`, `memory_per_gpu`,
+`communication_time_per_step`) are stubs that raise `NotImplementedError` naming the
+exercise, so the cells of the chapters that call them (the introduction, *Training on one
+GPU*, *The Chinchilla correction* and *FSDP and ZeRO*) stop there, with the outputs of the
+book kept for reading.
 """
 
 
@@ -88,6 +125,41 @@ def without_hidden_checks(source: str) -> str:
     return source
 
 
+def stub_functions(source: str, functions: dict, where: str) -> str:
+    """``source`` with each top-level function of ``functions`` (name -> exercise number)
+    reduced to its signature, its docstring and a ``raise NotImplementedError`` naming the
+    exercise. Raises ValueError if a function is missing (the release would leak it)."""
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name in functions:
+            found[node.name] = node
+    missing = set(functions) - set(found)
+    if missing:
+        raise ValueError(f"{where}: no top-level function {sorted(missing)} to stub")
+    for node in sorted(found.values(), key=lambda n: n.lineno, reverse=True):
+        body = node.body
+        has_doc = (isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                   and isinstance(body[0].value.value, str))
+        start = (body[1].lineno - 1) if has_doc and len(body) > 1 else \
+            (body[0].end_lineno if has_doc else body[0].lineno - 1)
+        indent = " " * body[0].col_offset
+        number = functions[node.name]
+        lines[start:node.end_lineno] = [
+            f'{indent}raise NotImplementedError(\n'
+            f'{indent}    "`{node.name}` is Exercise {number}: write it in chapters/09-exercises.ipynb. "\n'
+            f'{indent}    "The course\'s reference solution is not part of the student release.")\n']
+    return "".join(lines)
+
+
+def hidden_and_total_points() -> tuple[float, float]:
+    from tests.grading import EXERCISES, load_checks
+
+    hidden = sum(c.points for c in load_checks(include_hidden=True, seed=0) if c.hidden)
+    return hidden, sum(e.max_points for e in EXERCISES)
+
+
 # ----------------------------------------------------------------------------- student
 
 def build_student(out: Path) -> None:
@@ -103,6 +175,10 @@ def build_student(out: Path) -> None:
         target = out / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, target)
+    for rel, functions in STUBBED.items():
+        target = out / rel
+        target.write_text(stub_functions((ROOT / rel).read_text(encoding="utf-8"), functions, rel),
+                          encoding="utf-8")
     for rel in sorted(keep_grading):  # also those not committed yet (e.g. regenerated JSON)
         target = out / rel
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -110,7 +186,9 @@ def build_student(out: Path) -> None:
         if rel.endswith(".py"):
             source = without_hidden_checks(source)
         target.write_text(source, encoding="utf-8")
-    (out / "README.md").write_text(STUDENT_README, encoding="utf-8")
+    hidden, total = hidden_and_total_points()
+    (out / "README.md").write_text(STUDENT_README.format(hidden_points=f"{hidden:g}",
+                                                         total_points=f"{total:g}"), encoding="utf-8")
     subprocess.run([sys.executable, str(ROOT / "tools" / "student_notebook.py"),
                     str(ROOT / EXERCISES_MASTER), "--out", str(out / "chapters")],
                    check=True, capture_output=True, cwd=ROOT)
@@ -121,11 +199,15 @@ VERIFY_STUDENT = r"""
 import io, json, runpy, sys, contextlib
 release, course, reference = sys.argv[1:4]
 sys.path[:] = [release] + [p for p in sys.path if p not in ("", ".", course)]
-try:
-    import solutions
-    sys.exit("solutions/ is importable from the release")
-except ImportError:
-    pass
+import solutions
+assert solutions.__file__.startswith(release), solutions.__file__
+for name in ("chinchilla_loss", "compute_optimal", "memory_per_gpu", "communication_time_per_step"):
+    try:
+        getattr(solutions, name)(*{"chinchilla_loss": (1e9, 1e10), "compute_optimal": (1e21,),
+                                  "memory_per_gpu": (1e9, "dp", 1)}.get(name, (1e9, 1, 1, 1, 1, 1, 1, 1)))
+        sys.exit(f"solutions.{name} answers in the release")
+    except NotImplementedError:
+        pass
 import tests.grading as grading
 assert grading.__file__.startswith(release), grading.__file__
 from tests.grading import EXERCISES, load_checks
@@ -143,7 +225,8 @@ from autograde.cli import main
 with contextlib.redirect_stdout(io.StringIO()) as text:
     code = main([release + "/chapters/09-exercises.ipynb", "--json", release + "/.verify.json"])
 report = json.load(open(release + "/.verify.json"))
-out["cli"] = [code, report["score"], text.getvalue().count("not implemented yet")]
+out["cli"] = [code, report["score"], text.getvalue().count("not implemented yet"),
+              f"worth {sum(h['points'] for e in json.load(open(release + '/tests/grading/public_expected.json'))['hidden'].values() for h in e):g} more points" in text.getvalue()]
 print(json.dumps(out))
 """
 
@@ -161,10 +244,11 @@ def verify_student(out: Path) -> dict:
         if earned != public:
             raise SystemExit(f"release: the reference earns {earned}/{public} public points "
                              f"for {exercise} in the student release")
-    code, score, messages = result["cli"]
-    if code != 0 or score != 0 or messages != 4:
+    code, score, messages, hidden = result["cli"]
+    if code != 0 or score != 0 or messages != 4 or not hidden:
         raise SystemExit(f"release: grading the student notebook gave exit {code}, score "
-                         f"{score}, {messages} 'not implemented' messages (want 0, 0, 4)")
+                         f"{score}, {messages} 'not implemented' messages, hidden points "
+                         f"{'named' if hidden else 'not named'} (want 0, 0, 4, named)")
     return result
 
 
@@ -196,7 +280,8 @@ def gradescope_files() -> list:
              for p in (ROOT / folder).rglob("*.py") if "__pycache__" not in p.parts]
     grading = ROOT / "tests" / "grading"
     files += [f"tests/grading/{p.name}" for p in sorted(grading.iterdir())
-              if (p.suffix == ".py" and not p.name.startswith("test_") and p.name != "conftest.py")
+              if (p.suffix == ".py" and not p.name.startswith("test_")
+                  and p.name not in ("conftest.py", "mutants.py"))
               or p.name == "public_expected.json"]
     return sorted(set(files))
 
@@ -257,7 +342,7 @@ def main(argv=None) -> int:
     if args.what == "student":
         build_student(args.out)
         print(f"Student release written to {args.out} (checked: public tests and grader run "
-              "without solutions/).")
+              "there; solutions/ holds stubs for the graded functions).")
     else:
         archive = build_gradescope(args.out, verify=not args.no_verify)
         print(f"Gradescope autograder written to {archive}"

@@ -1,5 +1,28 @@
-"""Reports written by the grader (never by the sandbox): console text, JSON, CSV and
-Gradescope's ``results.json``.
+"""Reports written by the grader (never by the sandbox): console text, JSON, the grades
+CSV, the HTML class report and Gradescope's ``results.json``.
+
+The grades CSV (``--csv``) has one row per student, in this column order:
+
+``student_id``
+    from the roster (``--roster``), else the student's sub-folder in a class folder
+    (``class/alice/09-exercises.ipynb`` -> ``alice``), else the file name without suffix;
+``name``
+    from the roster (empty without one);
+``score``, ``max_score``
+    points earned and possible (public and hidden tests);
+``ex1`` ... ``ex4``
+    points per exercise;
+``status``
+    ``graded``, ``not run`` (nothing in the file could run), ``missing`` (on the roster,
+    no submission) or ``grader error``;
+``submission``
+    the graded file.
+
+It is UTF-8 with a header row and a dot as decimal mark. To import it: in Canvas, Grades >
+Import, matching ``student_id`` to "SIS User ID" (or name the roster's ids after Canvas's)
+and choosing ``score`` as the assignment's column; in Moodle, Grades > Import > CSV file,
+mapping ``student_id`` to "ID number" (or username/email, whichever the roster holds) and
+``score`` to the grade item.
 
 Gradescope's format (https://gradescope-autograders.readthedocs.io, "Specifications"):
 top-level ``score``, ``execution_time``, ``output``, and ``tests``, each with ``name``,
@@ -14,6 +37,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from . import textsafe
 from .grade import SubmissionReport
 
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
@@ -42,17 +66,31 @@ def student_text(report: SubmissionReport, include_hidden: bool = True) -> str:
 
     results = [(c, r) for c, r in report.results if include_hidden or not c.hidden]
     lines = []
-    if report.problems:
+    problems = [explain_problem(p) for p in report.problems]
+    if problems:
         lines.append("Parts of your submission that did not run:")
-        lines += [f"  - {p}" for p in report.problems]
+        lines += [f"  - {p}" for p in problems]
         lines.append("")
     if report.notes:
         lines += [f"Note: {n}." for n in report.notes]
         lines.append("")
-    lines.append(format_report(results))
+    first = problems[0] if problems and any(not r.passed for _, r in results) else None
+    lines.append(format_report(results, first_problem=first))
     if not include_hidden and any(c.hidden for c, _ in report.results):
         lines.append("Hidden tests are graded too; their results appear when grades are published.")
     return "\n".join(lines)
+
+
+#: What the sandbox lets submitted code import (autograde.sandbox.ALLOWED_PACKAGES).
+ALLOWED_IMPORTS = "numpy and the Python standard library"
+
+
+def explain_problem(problem: str) -> str:
+    """A problem line, with what to do where the cause is a package the grader lacks."""
+    if "ModuleNotFoundError" in problem or "No module named" in problem:
+        return (problem.rstrip(".") + f": only {ALLOWED_IMPORTS} can be imported when "
+                "grading; remove the import and write that part with numpy.")
+    return problem
 
 
 def table(reports) -> str:
@@ -60,7 +98,10 @@ def table(reports) -> str:
     if not reports:
         return "No submissions found."
     exercises = [(e["id"], e["max_score"]) for e in reports[0].exercises()]
-    width = max(10, min(48, max(len(r.submission) for r in reports)))
+    def label(r):
+        return r.submission or f"{r.student_id} (no submission)"
+
+    width = max(10, min(48, max(len(label(r)) for r in reports)))
     head = f"{'submission':<{width}}  {'score':>9}  " + "  ".join(f"{i:>7}" for i, _ in exercises)
     lines = [head + "  seconds", "-" * (len(head) + 9)]
     for r in reports:
@@ -68,7 +109,7 @@ def table(reports) -> str:
         cells = "  ".join(
             f"{fmt_points(by_id[i]['score']) + '/' + fmt_points(by_id[i]['max_score']):>7}"
             if i in by_id else f"{'-':>7}" for i, _ in exercises)
-        name = r.submission if len(r.submission) <= width else "..." + r.submission[-width + 3:]
+        name = label(r) if len(label(r)) <= width else "..." + label(r)[-width + 3:]
         flag = "  GRADER ERROR" if r.grader_errors else ""
         total = f"{fmt_points(r.score)}/{fmt_points(r.max_score)}"
         lines.append(f"{name:<{width}}  {total:>9}  {cells}  {r.seconds:7.2f}{flag}")
@@ -96,21 +137,178 @@ def write_json(path, reports, seed: int | None) -> None:
     write_atomically(path, json.dumps(json_report(reports, seed), indent=2, allow_nan=False) + "\n")
 
 
+def status(report: SubmissionReport) -> str:
+    if report.missing:
+        return "missing"
+    if report.grader_errors:
+        return "grader error"
+    return "not run" if report.problems and report.score == 0 else "graded"
+
+
+def missing_report(student_id: str, name: str, why: str, checks) -> SubmissionReport:
+    """The report of a student on the roster who submitted nothing: zero, and why."""
+    from tests.grading import Result
+
+    report = SubmissionReport(submission="", student_id=student_id, name=name, missing=True)
+    report.results = [(c, Result(False, f"No submission: {why}.")) for c in checks]
+    return report
+
+
 def write_csv(path, reports) -> None:
-    """One row per submission: file, total, maximum, then one column per exercise function."""
+    """The grades, one row per student (columns in this module's docstring)."""
     import csv  # only here: not worth its import on every run
 
-    functions = [(e["id"], e["function"]) for e in reports[0].exercises()] if reports else []
+    exercises = [e["id"] for e in reports[0].exercises()] if reports else []
     buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(["submission", "score", "max_score"] + [f for _, f in functions] + ["status"])
-    for r in reports:
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["student_id", "name", "score", "max_score"] + exercises + ["status", "submission"])
+    for r in sorted(reports, key=lambda r: r.student_id or r.submission):
         by_id = {e["id"]: e["score"] for e in r.exercises()}
-        status = "grader error" if r.grader_errors else ("not run" if r.problems and
-                                                         r.score == 0 else "graded")
-        writer.writerow([r.submission, fmt_points(r.score), fmt_points(r.max_score)]
-                        + [fmt_points(by_id.get(i, 0.0)) for i, _ in functions] + [status])
+        writer.writerow([textsafe.csv_cell(r.student_id or Path(r.submission).stem),
+                         textsafe.csv_cell(r.name), fmt_points(r.score), fmt_points(r.max_score)]
+                        + [fmt_points(by_id.get(i, 0.0)) for i in exercises]
+                        + [status(r), textsafe.csv_cell(r.submission)])
     write_atomically(path, buffer.getvalue())
+
+
+# ----------------------------------------------------------------------------- class report
+
+def misconceptions(report: SubmissionReport) -> set:
+    """The known mistakes (ids of tests.grading.explain.WHY) that the feedback recognised."""
+    from tests.grading.explain import WHY
+
+    feedback = "\n".join(r.feedback for _, r in report.results if not r.passed)
+    return {mistake for mistake, why in WHY.items() if why in feedback}
+
+
+def other_troubles(report: SubmissionReport) -> set:
+    """Causes that are not a known mistake but worth counting."""
+    found = set()
+    failed = [r for _, r in report.results if not r.passed]
+    if report.missing:
+        return {"no submission"}
+    if any(r.not_implemented for r in failed):
+        found.add("an exercise not attempted (NotImplementedError)")
+    if any("took too long" in r.feedback for r in failed):
+        found.add("a function ran out of time (an endless loop?)")
+    if any("ModuleNotFoundError" in p or "No module named" in p for p in report.problems):
+        found.add("imported a package the grader does not have")
+    if any("1-element array" in r.feedback or "not a string" in r.feedback for r in failed):
+        found.add("returned the right number in the wrong type or shape")
+    if report.problems:
+        found.add("part of the file did not run")
+    return found
+
+
+def _title(mistake: str) -> str:
+    exercise, _, rest = mistake.partition("_")
+    return f"Exercise {exercise[2:]}: {rest.replace('_', ' ')}"
+
+
+def _histogram_svg(scores, maximum: float, width: int = 360, height: int = 120) -> str:
+    """Bars of how many students earned each band of points (ten bands, 0 to maximum)."""
+    from html import escape
+
+    bands = 10
+    counts = [0] * bands
+    for score in scores:
+        counts[min(bands - 1, int(bands * score / maximum))] += 1 if maximum else 0
+    top = max(counts) or 1
+    bar = width / bands
+    pad = 16  # room above the tallest bar for its count
+    parts = [f'<svg class="hist" role="img" width="{width}" height="{height + 30}" '
+             f'viewBox="0 {-pad} {width} {height + 30 + pad}" xmlns="http://www.w3.org/2000/svg">']
+    for i, count in enumerate(counts):
+        h = height * count / top
+        low, high = maximum * i / bands, maximum * (i + 1) / bands
+        label = escape(f"{fmt_points(low)}-{fmt_points(high)} points: {count} students")
+        parts.append(f'<rect x="{i * bar + 2:.1f}" y="{height - h:.1f}" width="{bar - 4:.1f}" '
+                     f'height="{h:.1f}" fill="#0072B2"><title>{label}</title></rect>')
+        if count:
+            parts.append(f'<text x="{i * bar + bar / 2:.1f}" y="{height - h - 3:.1f}" '
+                         f'font-size="11" text-anchor="middle">{count}</text>')
+    parts.append(f'<line x1="0" y1="{height}" x2="{width}" y2="{height}" stroke="#333"/>')
+    parts.append(f'<text x="0" y="{height + 16}" font-size="11">0</text>')
+    parts.append(f'<text x="{width}" y="{height + 16}" font-size="11" text-anchor="end">'
+                 f'{fmt_points(maximum)} points</text></svg>')
+    return "".join(parts)
+
+
+def class_report_html(reports, seed: int | None = None) -> str:
+    """A self-contained HTML page: scores per exercise as histograms, and how many students
+    made each known mistake, most common first (what to re-teach)."""
+    from html import escape
+
+    from tests.grading import EXERCISES
+    from tests.grading.explain import WHY
+
+    graded = [r for r in reports if not r.missing]
+    n = len(reports)
+    counts: dict = {}
+    who: dict = {}
+    for r in reports:
+        for m in misconceptions(r) | {f"other:{t}" for t in other_troubles(r)}:
+            counts[m] = counts.get(m, 0) + 1
+            who.setdefault(m, []).append(r.student_id or r.submission)
+    known = sorted((m for m in counts if not m.startswith("other:")), key=lambda m: (-counts[m], m))
+    others = sorted((m for m in counts if m.startswith("other:")), key=lambda m: (-counts[m], m))
+    scores = sorted(r.score for r in reports)
+    mean = sum(scores) / n if n else 0.0
+    out = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
+           "<title>Class report</title><style>",
+           "body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}",
+           "table{border-collapse:collapse;margin:1rem 0}td,th{border-bottom:1px solid #ddd;padding:.3rem .6rem;text-align:left;vertical-align:top}",
+           ".exercises{display:flex;flex-wrap:wrap;gap:1.5rem}.exercise{flex:1 1 20rem}",
+           ".lead{font-size:1.15rem;background:#fff4d6;padding:.7rem 1rem;border-left:4px solid #E69F00}",
+           "</style></head><body>",
+           f"<h1>Class report</h1><p>{n} students; {len(graded)} submissions graded"
+           + (f" (hidden-test seed {seed})" if seed is not None else "")
+           + f"; mean {mean:.1f} of {fmt_points(reports[0].max_score) if reports else 0} points; "
+           f"full marks: {sum(r.score == r.max_score for r in reports)}.</p>"]
+    if known:
+        top = known[0]
+        out.append(f'<p class="lead" id="most-common">Most common misconception: '
+                   f"<strong>{escape(_title(top))}</strong>, made by {counts[top]} of {n} "
+                   f"students. The feedback told them: {escape(WHY[top])}</p>")
+    else:
+        out.append('<p class="lead" id="most-common">No known misconception was recognised.</p>')
+    out.append('<h2>Scores per exercise</h2><div class="exercises">')
+    for exercise in EXERCISES:
+        got = [next((e["score"] for e in r.exercises() if e["id"] == exercise.id), 0.0)
+               for r in reports]
+        if not got:
+            continue
+        full = sum(g == exercise.max_points for g in got)
+        out.append(f'<div class="exercise"><h3>{escape(exercise.title)}</h3>'
+                   + _histogram_svg(got, exercise.max_points)
+                   + f"<p>mean {sum(got) / len(got):.1f} / {fmt_points(exercise.max_points)}; "
+                     f"full marks: {full} of {len(got)}</p></div>")
+    out.append("</div><h2>Known mistakes: how many students made each</h2>")
+    out.append("<table id=\"misconceptions\"><tr><th>mistake</th><th>students</th><th>what the "
+               "feedback told them</th></tr>")
+    for m in known:
+        names = ", ".join(escape(x) for x in sorted(who[m]))
+        out.append(f"<tr><td>{escape(_title(m))}</td><td>{counts[m]}</td>"
+                   f"<td>{escape(WHY[m])}<details><summary>who</summary>{names}</details></td></tr>")
+    out.append("</table><h2>Other difficulties</h2><table><tr><th>what</th><th>students</th></tr>")
+    for m in others:
+        names = ", ".join(escape(x) for x in sorted(who[m]))
+        out.append(f"<tr><td>{escape(m[6:])}<details><summary>who</summary>{names}</details></td>"
+                   f"<td>{counts[m]}</td></tr>")
+    out.append("</table><h2>Students</h2><table><tr><th>student</th><th>score</th>"
+               + "".join(f"<th>{e.id}</th>" for e in EXERCISES) + "<th>status</th></tr>")
+    for r in sorted(reports, key=lambda r: r.student_id or r.submission):
+        by_id = {e["id"]: e["score"] for e in r.exercises()}
+        out.append(f"<tr><td>{escape(r.student_id or r.submission)}</td>"
+                   f"<td>{fmt_points(r.score)}/{fmt_points(r.max_score)}</td>"
+                   + "".join(f"<td>{fmt_points(by_id.get(e.id, 0.0))}</td>" for e in EXERCISES)
+                   + f"<td>{status(r)}</td></tr>")
+    out.append("</table></body></html>\n")
+    return "\n".join(out)
+
+
+def write_class_report(path, reports, seed: int | None = None) -> None:
+    write_atomically(path, class_report_html(reports, seed))
 
 
 def gradescope_results(report: SubmissionReport, hidden_visibility: str = "after_published",

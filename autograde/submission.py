@@ -23,8 +23,23 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .textsafe import file_name, printable
+
 SUFFIXES = (".ipynb", ".md", ".py")
 MAX_BYTES = 20 * 1024 * 1024
+#: Bounds on the grader's own parsing, checked before any parser runs, so that its memory
+#: stays well under 1 GB for any file within MAX_BYTES. Python's AST costs about 0.5-1 KB of
+#: memory per token, and a MyST file is parsed by a markdown parser that is slower still;
+#: an exercise file has a few thousand tokens and lines.
+MAX_LINES = 100_000
+MAX_TOKENS = 250_000
+MAX_MARKDOWN_BYTES = 2 * 1024 * 1024
+#: Objects and lists in a notebook's JSON (counted as brackets, strings included, so an
+#: over-estimate): each costs about 70 bytes once parsed; a notebook has a few thousand.
+MAX_JSON_CONTAINERS = 500_000
+#: A statement or cell longer than this is not run (the request carrying it to the sandbox
+#: would be too large); the rest of the file is.
+MAX_UNIT_CHARS = 2 * 1024 * 1024
 #: More units than this are run in consecutive groups: each unit is a round trip to the
 #: sandbox, and a file of 100,000 one-line statements must not take minutes to load.
 MAX_UNITS = 500
@@ -45,16 +60,20 @@ class Unit:
     index: int
     label: str  # "cell 7" or "line 12": how the student finds it
     filename: str  # the name compile() gives it, so tracebacks point at it
-    source: str  # padded with blank lines, so line numbers match the student's file
+    source: str  # the code itself, not padded (padding costs the square of a file's lines)
     defines: frozenset = frozenset()
+    line: int = 1  # the line of the student's file where ``source`` starts
 
     @property
     def first_line(self) -> str:
-        for line in self.source.splitlines():
+        """The unit's first non-blank line, shortened, with control characters escaped (it
+        is printed in reports)."""
+        for line in self.source[:4096].splitlines():
             if line.strip():
-                line = line.strip()
+                line = printable(line.strip())
                 return line if len(line) <= 60 else line[:57] + "..."
         return ""
+
 
 
 @dataclass
@@ -76,6 +95,11 @@ def _bound_names(nodes) -> set:
     """Names bound at module level by these statements (not inside functions or classes)."""
     names: set = set()
     for node in nodes:
+        if type(node) is ast.Assign and all(type(t) is ast.Name for t in node.targets):
+            names.update(t.id for t in node.targets)  # the common case, without a walk
+            continue
+        if type(node) is ast.Expr:
+            continue
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -122,6 +146,41 @@ def _read_text(path: Path) -> tuple[str | None, str | None]:
     return text, None
 
 
+# ----------------------------------------------------------------------------- bounds
+
+#: One match per token a parser would see, strings and comments counted as one: an upper
+#: estimate of the AST's size that costs one pass of the regular-expression engine.
+TOKEN = re.compile(  # string bodies as unrolled loops: linear, no backtracking
+    r"[rRbBuUfF]{0,2}(?:'''[^'\\]*(?:(?:\\.|'(?!''))[^'\\]*)*'''"
+    r'|"""[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*"""'
+    r"""|'[^'\\\n]*(?:\\.[^'\\\n]*)*'|"[^"\\\n]*(?:\\.[^"\\\n]*)*")"""
+    r"|#[^\n]*|\w+|[^\s\w]")
+
+
+def code_too_large(code: str) -> str | None:
+    """Why ``code`` is too large to parse (lines, tokens), or None. Checked before parsing:
+    the AST of 20 MB of dense code would take about 10 GB."""
+    lines = code.count("\n") + 1
+    if lines > MAX_LINES:
+        return f"it has {lines:,} lines, more than the {MAX_LINES:,} the grader reads"
+    tokens = TOKEN.subn("", code, count=MAX_TOKENS + 1)[1]
+    if tokens > MAX_TOKENS:
+        return f"it has more than {MAX_TOKENS:,} tokens of code, more than the grader reads"
+    return None
+
+
+#: YAML anchors and aliases, which let a few hundred bytes of front matter expand to
+#: gigabytes (and jupytext and nbformat expand them). No notebook needs them.
+YAML_ANCHOR = re.compile(r"(?:^|[\s\[{,:-])&([^\s,\[\]{}]+)")
+YAML_ALIAS = re.compile(r"(?:^|[\s\[{,:-])\*([^\s,\[\]{}]+)")
+
+
+def yaml_aliases(text: str) -> bool:
+    """Whether ``text`` defines a YAML anchor that it also refers to (``&a`` ... ``*a``)."""
+    anchors = set(YAML_ANCHOR.findall(text))
+    return bool(anchors) and not anchors.isdisjoint(YAML_ALIAS.findall(text))
+
+
 # ----------------------------------------------------------------------------- .py
 
 def units_from_python(text: str, filename: str) -> tuple[list, str | None]:
@@ -145,11 +204,10 @@ def units_from_python(text: str, filename: str) -> tuple[list, str | None]:
             spans.append([start, end, [node]])
     units = []
     for start, end, nodes in spans:
-        source = "\n" * (start - 1) + "".join(lines[start - 1:end])
         if any(_imports_tests(n) for n in nodes):
             continue  # the self-check of an exported notebook
-        units.append(Unit(len(units), f"line {start}", filename, source,
-                          frozenset(_bound_names(nodes))))
+        units.append(Unit(len(units), f"line {start}", filename, "".join(lines[start - 1:end]),
+                          frozenset(_bound_names(nodes)), line=start))
     return units, None
 
 
@@ -171,15 +229,19 @@ def bounded(units: list) -> list:
     for first in range(0, len(units), size):
         group = units[first:first + size]
         if all(u.filename == group[0].filename for u in group):  # statements of one file
-            source = group[0].source
-            for unit in group[1:]:
-                source += "".join(unit.source.splitlines(keepends=True)[source.count("\n"):])
-            label, filename = group[0].label, group[0].filename
+            pieces, line = [], group[0].line  # the line the next piece starts on
+            for unit in group:
+                pieces.append("\n" * (unit.line - line))  # blank lines between statements
+                pieces.append(unit.source if unit.source.endswith("\n") else unit.source + "\n")
+                line = unit.line + unit.source.count("\n") + (not unit.source.endswith("\n"))
+            source = "".join(pieces)
+            label, filename, first = group[0].label, group[0].filename, group[0].line
         else:
             source = "\n".join(u.source for u in group)
             label = filename = f"cells {group[0].label.split()[-1]}-{group[-1].label.split()[-1]}"
+            first = 1
         merged.append(Unit(len(merged), label, filename, source,
-                           frozenset().union(*(u.defines for u in group))))
+                           frozenset().union(*(u.defines for u in group)), line=first))
     return merged
 
 
@@ -243,12 +305,25 @@ def units_from_cells(cells, label_prefix: str = "cell") -> tuple[list, list, set
 def _notebook_cells(text: str, kind: str):
     """(cells, problem)."""
     if kind == "md":
+        if len(text) > MAX_MARKDOWN_BYTES:
+            return None, (f"the MyST notebook is {len(text) / 1e6:.1f} MB, larger than the "
+                          f"{MAX_MARKDOWN_BYTES / 1e6:.0f} MB the grader reads: submit the .ipynb")
+        if yaml_aliases(text):
+            return None, ("it uses YAML anchors and aliases (&name ... *name), which the grader "
+                          "does not expand: submit the .ipynb")
+        too_large = code_too_large(text)
+        if too_large:
+            return None, too_large
         try:
             import jupytext  # only needed for the paired MyST form
             notebook = jupytext.reads(text, fmt="md:myst")
         except Exception as exc:  # a malformed file is the student's problem, not a crash
             return None, f"it could not be read as a MyST notebook ({type(exc).__name__})"
         return [dict(c) for c in notebook.cells], None
+    containers = text.count("{") + text.count("[")
+    if containers > MAX_JSON_CONTAINERS:
+        return None, (f"the notebook's JSON holds {containers:,} brackets, more than the "
+                      f"{MAX_JSON_CONTAINERS:,} the grader reads")
     try:
         notebook = json.loads(text)
     except (ValueError, RecursionError):
@@ -259,23 +334,43 @@ def _notebook_cells(text: str, kind: str):
 
 
 def read_submission(path) -> Submission:
+    """The units of one file, or the reason why none can run. Never raises for anything in
+    the file: a parser's surprise becomes that file's problem, not the end of a class run."""
     path = Path(path)
+    try:
+        return _read_submission(path)
+    except Exception as exc:
+        return Submission(path=path, kind=path.suffix.lower().lstrip("."),
+                          problem=f"the grader could not read it ({type(exc).__name__})")
+
+
+def _read_submission(path: Path) -> Submission:
     kind = path.suffix.lower().lstrip(".")
     submission = Submission(path=path, kind=kind)
+    name = file_name(path.name)
     if path.suffix.lower() not in SUFFIXES:
-        submission.problem = f"{path.name} is not a notebook (.ipynb, .md) or a .py file"
+        submission.problem = f"{name} is not a notebook (.ipynb, .md) or a .py file"
         return submission
     text, problem = _read_text(path)
     if problem:
         submission.problem = problem
         return submission
     if kind == "py":
-        units, submission.problem = units_from_python(text, path.name)
+        submission.problem = code_too_large(text)
+        if submission.problem:
+            return submission
+        units, submission.problem = units_from_python(text, name)
         submission.units = bounded(units)
         return submission
     cells, problem = _notebook_cells(text, kind)
     if problem:
         submission.problem = problem
+        return submission
+    code = "\n".join(c["source"] if isinstance(c.get("source"), str) else
+                     "".join(x for x in c.get("source", ()) if isinstance(x, str))
+                     for c in cells if isinstance(c, dict) and c.get("cell_type") == "code")
+    submission.problem = code_too_large(code)
+    if submission.problem:
         return submission
     units, submission.notes, submission.markdown_defs = units_from_cells(cells)
     submission.units = bounded(units)

@@ -8,7 +8,8 @@ measure, and compare.
   the ZeRO-3 model, next to DDP.
 
 Each writes a JSON report (``--report PATH``) whose ``checks`` compare prediction and
-measurement. ``labs.launch`` starts and supervises the ranks.
+measurement. ``labs.launch`` starts and supervises the ranks. ``python -m labs.gpu_check``
+runs every lab on the GPUs present and writes one summary.
 """
 import os as _os
 

@@ -5,12 +5,13 @@ all-reduce written by hand from point-to-point sends; bytes and bandwidth.
 
 What it checks (``checks`` in the report):
 
-* each built-in collective returns exactly what its definition says (integer-valued data,
-  so float sums are exact);
+* each built-in collective returns exactly what its definition says (integer-valued data
+  whose sums stay below 2^24, so float32 sums are exact whatever the number of ranks);
 * the hand-written ring all-reduce agrees with ``dist.all_reduce``;
 * the bytes each rank sends in the ring equal ``2 (n-1)/n`` times the buffer
   (``solutions.communication.allreduce_bytes_per_rank``; Patarasuk & Yuan 2009), counted
-  send by send, and the ring takes ``2 (n-1)`` sequential steps.
+  send by send, and the ring takes ``2 (n-1)`` sequential steps. ``--ring-dtype fp16|bf16``
+  runs the ring on a 2-byte buffer.
 
 It also times each collective over a range of sizes and reports algorithm bandwidth
 (buffer bytes / time) and bus bandwidth (algorithm bandwidth times the ring factor,
@@ -123,10 +124,26 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
+#: Integers up to 2^24 are exact in float32 (24-bit significand); sums above it round.
+FP32_EXACT_INTEGERS = 2**24
+
+
+def exact_data_period(elements: int, n: int) -> int:
+    """Rank ``r`` holds ``(r+1) (i mod m)`` for ``i < elements``: the largest period ``m`` for
+    which every sum over ``n`` ranks, at most ``(m-1) n (n+1)/2``, stays below 2^24, so that
+    float32 sums are exact in any order."""
+    weight = n * (n + 1) // 2
+    m = min(elements, FP32_EXACT_INTEGERS // weight)
+    if m < 2:
+        raise ValueError(f"nproc={n} is too many ranks for exact float32 sums of integer data")
+    return m
+
+
 def correctness_checks(ctx, elements: int) -> list[dict]:
-    """Built-in collectives against their definitions, on integer-valued fp32 data (exact)."""
+    """Built-in collectives against their definitions, on integer-valued fp32 data whose sums
+    stay exact (:func:`exact_data_period`)."""
     n, r, dev = ctx.world_size, ctx.rank, ctx.device
-    base = torch.arange(elements, dtype=torch.float32, device=dev)
+    base = torch.arange(elements, dtype=torch.float32, device=dev) % exact_data_period(elements, n)
     x = base * (r + 1)  # rank r holds (r+1) * [0, 1, 2, ...]
     total = base * (n * (n + 1) // 2)
 
@@ -151,22 +168,27 @@ def correctness_checks(ctx, elements: int) -> list[dict]:
     ]
 
 
-def ring_checks(ctx, elements: int) -> list[dict]:
+RING_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def ring_checks(ctx, elements: int, dtype: torch.dtype = torch.float32) -> list[dict]:
+    """The hand-written ring against ``dist.all_reduce`` on a ``dtype`` buffer, and its bytes
+    and steps counted send by send against ``2 (n-1)/n`` of the buffer's bytes."""
     n, r, dev = ctx.world_size, ctx.rank, ctx.device
     gen = torch.Generator().manual_seed(1000 + r)
-    x = torch.randn(elements, generator=gen).to(dev)
+    x = torch.randn(elements, generator=gen).to(device=dev, dtype=dtype)
     stats = RingStats()
     mine = ring_all_reduce(x.clone(), stats)
     ref = x.clone()
     dist.all_reduce(ref)
     diff = _max_over_ranks((mine - ref).abs().max().item(), dev)
     # Both sum the same n numbers per element in different orders: they may differ by a
-    # few float32 roundings of the largest partial sum.
-    bound = 4 * n * torch.finfo(torch.float32).eps * _max_over_ranks(ref.abs().max().item(), dev)
+    # few roundings (of this dtype) of the largest partial sum.
+    bound = 4 * n * torch.finfo(dtype).eps * _max_over_ranks(ref.abs().max().item(), dev)
     padded = elements + stats.padding
     sent = _gather_ints(stats.bytes_sent, dev)
     steps = _gather_ints(stats.steps, dev)
-    predicted = allreduce_bytes_per_rank(padded * 4, n) if n > 1 else 0
+    predicted = allreduce_bytes_per_rank(padded * x.element_size(), n) if n > 1 else 0
     c_bytes = check_exact("ring all-reduce: bytes each rank sends", predicted, max(sent))
     c_bytes["ok"] = c_bytes["ok"] and min(sent) == max(sent)
     c_steps = check_exact("ring all-reduce: sequential steps", ring_allreduce_steps(n) if n > 1 else 0,
@@ -236,6 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="elements per rank for the correctness checks (rounded to a multiple of nproc)")
     g.add_argument("--ring-elements", type=int, default=1 << 16,
                    help="elements of the buffer the hand-written ring reduces (any size; padded to a multiple of nproc)")
+    g.add_argument("--ring-dtype", choices=tuple(RING_DTYPES), default="fp32",
+                   help="element type of the ring's buffer (bytes are counted per element of this size)")
     g.add_argument("--max-bytes", type=int, default=None,
                    help="largest buffer in the bandwidth sweep (default 4 MiB on CPU, 256 MiB on GPU; 0 skips the sweep)")
     g.add_argument("--iters", type=int, default=None, help="timed repetitions per size (default 5 on CPU, 20 on GPU)")
@@ -254,12 +278,12 @@ def worker(ctx, args) -> dict:
     ctx.maybe_fail(0)
     checks = correctness_checks(ctx, check_elements)
     ctx.maybe_fail(1)
-    checks += ring_checks(ctx, args.ring_elements)
+    checks += ring_checks(ctx, args.ring_elements, RING_DTYPES[args.ring_dtype])
     ctx.maybe_fail(2)
     rows = sweep(ctx, _sizes(ctx, max_bytes), iters) if max_bytes > 0 else []
     return {
         "config": {"check_elements": check_elements, "ring_elements": args.ring_elements,
-                   "max_bytes": max_bytes, "iters": iters, "dtype": "fp32"},
+                   "max_bytes": max_bytes, "iters": iters, "dtype": "fp32", "ring_dtype": args.ring_dtype},
         "checks": checks,
         "sweep": rows,
     }

@@ -6,7 +6,7 @@ Each rank holds a full replica and a slice of every global batch; DDP all-reduce
 gradients in buckets during the backward pass (Li et al. 2020). What it checks:
 
 * **DDP = one process.** Rank 0 also trains a second copy of the model, alone, on the
-  whole global batch. After every step the two must agree, parameter by parameter, to float
+  whole global batch. After every checked step the two must agree, parameter by parameter, to float
   tolerance: averaging the ranks' gradients is the same as the gradient of the mean loss.
 * **Replicas stay identical.** Every rank hashes its parameters after every step; all
   hashes must be equal, bit for bit.
@@ -14,11 +14,18 @@ gradients in buckets during the backward pass (Li et al. 2020). What it checks:
   equal ``P`` parameters times 4 bytes, with ``P`` from the model's closed form.
 * **Ring traffic.** By default the hook all-reduces each bucket with the hand-written ring
   of Lab 1 and counts what it sends: ``2 (n-1)/n`` of the gradient bytes per rank per step
-  (``solutions.communication.allreduce_bytes_per_rank``), exactly.
+  (``solutions.communication.allreduce_bytes_per_rank``), exactly. The ring runs inside the
+  hook and returns only when the bucket is reduced, so the backward pass waits for it: no
+  overlap of communication with computation. ``--allreduce builtin`` hands each bucket to
+  the asynchronous ``dist.all_reduce`` instead, which is how DDP overlaps the all-reduce of
+  one bucket with the backward pass of the layers before it.
 
-It reports throughput (tokens/s), the single process's throughput on the same global batch,
-and the scaling efficiency; on a known GPU also model FLOPs utilisation (Chowdhery et al.
-2022, App. B).
+The first ``--check-steps`` steps are checked (the reference runs on rank 0), the others are
+timed and do only the training step. It reports throughput (tokens/s) over the timed steps,
+the single process's throughput on the same global batch, and the scaling efficiency; on a
+GPU of ``solutions.hardware`` also model FLOPs utilisation (Chowdhery et al. 2022, App. B)
+against the peak of the dtype it ran in. ``--dtype fp16`` (the default on a T4) trains with
+a gradient scaler.
 """
 from __future__ import annotations
 
@@ -35,15 +42,16 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from solutions.communication import allreduce_bytes_per_rank
-from solutions.compute import flops_per_token, model_flops_utilization
+from solutions.compute import flops_per_token
 
 from . import launch
 from .collectives import RingStats, ring_all_reduce
 from .data import batch_offsets, get_batch, load_corpus, rank_slice
 from .model import GPT, matmul_params, param_count
 from .report import check_at_most, check_exact
-from .training import (add_model_args, configs_from_args, forward_backward, lr_at, make_optimizer, median,
-                       optimizer_update, peak_flops_per_s, pick_dtype, sync)
+from .training import (add_model_args, configs_from_args, dtype_name, format_mfu, format_rate, forward_backward,
+                       lr_at, make_optimizer, make_scaler, median, mfu_metrics, optimizer_update, pick_dtype,
+                       split_steps, sync, train_step)
 
 LAB = "ddp"
 #: Bounds on the differences between DDP and one process, per compute dtype, in L2 norm
@@ -56,6 +64,7 @@ LAB = "ddp"
 #: whatever its gradient's size, so a gradient entry that rounds to zero in one run and not
 #: in the other makes one weight differ by a whole step, which says nothing about the rest.
 TOLERANCE = {torch.float32: {"grad": 1e-5, "param": 1e-3},
+             torch.float16: {"grad": 1e-2, "param": 5e-2},
              torch.bfloat16: {"grad": 5e-2, "param": 1e-1}}
 
 GRAD_CHECK = "{} vs one process: gradients, relative L2 difference, worst step"
@@ -151,10 +160,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _timed(fn, device) -> float:
+    """Seconds ``fn()`` takes on this rank, with every rank starting together (a barrier)
+    and the GPU's queue drained before and after."""
+    dist.barrier()
+    sync(device)
+    t0 = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - t0
+
+
 def worker(ctx, args) -> dict:
     n, dev = ctx.world_size, ctx.device
     corpus = load_corpus()
     mcfg, tcfg = configs_from_args(args, corpus.vocab_size)
+    checked = split_steps(tcfg.steps, args.check_steps)
     dtype, dtype_reason = pick_dtype(args.dtype, dev)
     P = param_count(mcfg)
     global_batch = n * tcfg.batch_per_rank
@@ -162,14 +183,17 @@ def worker(ctx, args) -> dict:
 
     torch.manual_seed(tcfg.seed)
     model = GPT(mcfg).to(dev)  # same seed on every rank; DDP also broadcasts rank 0's weights
-    reference = None
+    reference = ref_opt = ref_scaler = None
     if ctx.is_main and not args.no_reference:
         reference = copy.deepcopy(model)
         ref_opt = make_optimizer(reference, tcfg)
+        ref_scaler = make_scaler(dev, dtype)
     ddp, grads, ring = wrap_ddp(model, ctx, args.allreduce, args.bucket_mb)
     opt = make_optimizer(ddp.module, tcfg)
+    scaler = make_scaler(dev, dtype)
     ctx.log(f"model: {P:,} parameters; {n} rank(s) x {tcfg.batch_per_rank} sequences x "
-            f"{mcfg.block_size} characters; compute dtype {str(dtype).replace('torch.', '')} ({dtype_reason})")
+            f"{mcfg.block_size} characters; compute dtype {dtype_name(dtype)} ({dtype_reason}); "
+            f"steps 1-{checked} checked, {checked + 1}-{tcfg.steps} timed")
 
     step_times, ref_times, losses = [], [], []
     mismatched_steps, worst_grad, worst_param = 0, 0.0, 0.0
@@ -178,39 +202,49 @@ def worker(ctx, args) -> dict:
         ctx.maybe_fail(step)
         offsets = batch_offsets(len(corpus.train), mcfg.block_size, global_batch, step, tcfg.seed)
         x, y = get_batch(corpus.train, rank_slice(offsets, ctx.rank, n), mcfg.block_size)
+        x, y = x.to(dev), y.to(dev)
         lr = lr_at(step, tcfg)
-        dist.barrier()
-        sync(dev)
-        t0 = time.perf_counter()
-        loss = forward_backward(ddp, x.to(dev), y.to(dev), dev, dtype)
-        sync(dev)
-        t_backward = time.perf_counter() - t0
-        if reference is not None:
-            xg, yg = get_batch(corpus.train, offsets, mcfg.block_size)
-            sync(dev)
-            t0 = time.perf_counter()
-            forward_backward(reference, xg.to(dev), yg.to(dev), dev, dtype)
-            sync(dev)
-            ref_times.append(time.perf_counter() - t0)
-            # The claim of data parallelism itself: the averaged gradient of the slices is the
-            # gradient of the whole batch (compared before clipping, which would hide a scale error).
-            worst_grad = max(worst_grad, relative_l2([p.grad for p in ddp.module.parameters()],
-                                                     [p.grad for p in reference.parameters()]))
-        sync(dev)
-        t0 = time.perf_counter()
-        optimizer_update(ddp.module, opt, lr, tcfg)
-        sync(dev)
-        step_times.append(t_backward + time.perf_counter() - t0)
+        out = {}
+        if step >= checked:  # a timed step: the training step and nothing else
+            def one_step():
+                out["loss"] = train_step(ddp, opt, x, y, lr, tcfg, dev, dtype, scaler)
+            step_times.append(_timed(one_step, dev))
+            loss = out["loss"]
+        else:  # a checked step, untimed: the same training step, compared with one process
+            loss = forward_backward(ddp, x, y, dev, dtype, scaler)
+            if reference is not None:
+                xg, yg = get_batch(corpus.train, offsets, mcfg.block_size)
+                xg, yg = xg.to(dev), yg.to(dev)
+
+                def ref_fwd_bwd():
+                    forward_backward(reference, xg, yg, dev, dtype, ref_scaler)
+                sync(dev)
+                t0 = time.perf_counter()
+                ref_fwd_bwd()
+                sync(dev)
+                ref_times.append(time.perf_counter() - t0)
+                # The claim of data parallelism itself: the averaged gradient of the slices is the
+                # gradient of the whole batch (compared before clipping, which would hide a scale
+                # error; with fp16 both are multiplied by the same loss scale, which the relative
+                # difference does not see).
+                worst_grad = max(worst_grad, relative_l2([p.grad for p in ddp.module.parameters()],
+                                                         [p.grad for p in reference.parameters()]))
+                time.sleep(args.reference_delay)
+            optimizer_update(ddp.module, opt, lr, tcfg, scaler)
+            if reference is not None:
+                sync(dev)
+                t0 = time.perf_counter()
+                optimizer_update(reference, ref_opt, lr, tcfg, ref_scaler)
+                sync(dev)
+                ref_times[-1] += time.perf_counter() - t0
+                ref_opt.zero_grad(set_to_none=True)
+                ref_params = list(reference.parameters())
+                moved = l2_distance(ref_params, initial)
+                worst_param = max(worst_param, l2_distance(list(ddp.module.parameters()), ref_params) / moved)
         opt.zero_grad(set_to_none=True)
-        if reference is not None:
-            t0 = time.perf_counter()
-            optimizer_update(reference, ref_opt, lr, tcfg)
-            sync(dev)
-            ref_times[-1] += time.perf_counter() - t0
-            ref_opt.zero_grad(set_to_none=True)
-            ref_params = list(reference.parameters())
-            moved = l2_distance(ref_params, initial)
-            worst_param = max(worst_param, l2_distance(list(ddp.module.parameters()), ref_params) / moved)
+        if step == checked - 1 and reference is not None:
+            del reference, ref_opt, ref_scaler, initial  # the timed steps run without it
+            reference = None
 
         mean_loss = loss.float().clone()
         dist.all_reduce(mean_loss)
@@ -218,30 +252,32 @@ def worker(ctx, args) -> dict:
         digests = [None] * n
         dist.all_gather_object(digests, param_digest(ddp.module))
         mismatched_steps += len(set(digests)) > 1
-        ctx.log(f"step {step + 1:>3}/{tcfg.steps}  loss {losses[-1]:.3f}  lr {lr:.2e}")
+        ctx.log(f"step {step + 1:>3}/{tcfg.steps}  loss {losses[-1]:.3f}  lr {lr:.2e}"
+                + ("  (timed)" if step >= checked else "  (checked)"))
 
     val = eval_loss(ddp.module, corpus.val, mcfg.block_size, 8, dev, dtype)
     ctx.log(f"validation loss after {tcfg.steps} steps: {val:.3f}")
 
-    # Every rank's step time counts: a step ends when the slowest rank finishes.
-    times = torch.tensor(step_times, dtype=torch.float64, device=dev)
-    dist.all_reduce(times, op=dist.ReduceOp.MAX)
-    step_s = median(times.tolist())
-    metrics = {"tokens_per_step": tokens_per_step, "step_seconds": step_s, "tokens_per_s": tokens_per_step / step_s}
-    if ref_times:
-        single = tokens_per_step / median(ref_times)
-        metrics.update(single_process_tokens_per_s=single, speedup=metrics["tokens_per_s"] / single,
-                       scaling_efficiency=metrics["tokens_per_s"] / single / n)
-    peak = peak_flops_per_s(dev)
     fpt = flops_per_token(matmul_params(mcfg), mcfg.n_layer, mcfg.block_size, mcfg.d_model)
-    metrics["flops_per_token"] = fpt
-    if peak is not None:
-        metrics.update(mfu=model_flops_utilization(metrics["tokens_per_s"], fpt, n * peak[0]),
-                       peak_flops_per_s=peak[0], peak_source=f"solutions.facts.GPUS[{peak[1]!r}] ({peak[2]})")
-    ctx.log(f"timing: {metrics['tokens_per_s']:,.0f} tokens/s on {n} rank(s)"
-            + (f"; one process {metrics['single_process_tokens_per_s']:,.0f} tokens/s;"
-               f" scaling efficiency {metrics['scaling_efficiency']:.0%}" if ref_times else "")
-            + (f"; MFU {metrics['mfu']:.1%}" if "mfu" in metrics else ""))
+    metrics = {"tokens_per_step": tokens_per_step, "flops_per_token": fpt, "timed_steps": len(step_times),
+               "checked_steps": checked}
+    times = []
+    if step_times:
+        # Every rank's step time counts: a step ends when the slowest rank finishes.
+        t = torch.tensor(step_times, dtype=torch.float64, device=dev)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        times = t.tolist()
+        step_s = median(times)
+        metrics.update(step_seconds=step_s, tokens_per_s=tokens_per_step / step_s)
+        metrics.update(mfu_metrics(metrics["tokens_per_s"], fpt, n, dev, dtype))
+        if ref_times:
+            single = tokens_per_step / median(ref_times)
+            metrics.update(single_process_tokens_per_s=single, speedup=metrics["tokens_per_s"] / single,
+                           scaling_efficiency=metrics["tokens_per_s"] / single / n)
+        ctx.log(f"timing: {format_rate(metrics['tokens_per_s'])} tokens/s on {n} rank(s)"
+                + (f"; one process {format_rate(metrics['single_process_tokens_per_s'])} tokens/s;"
+                   f" scaling efficiency {metrics['scaling_efficiency']:.3g}" if ref_times else "")
+                + f"; {format_mfu(metrics)}")
 
     grad_bytes = P * 4  # fp32 gradients (autocast keeps parameters and gradients in fp32)
     checks = [check_exact("gradient bytes all-reduced per step (DDP hook)", grad_bytes,
@@ -255,16 +291,16 @@ def worker(ctx, args) -> dict:
         c["ok"] = c["ok"] and len(set(sent)) == 1
         checks.append(c)
     checks.append(check_exact("steps where replicas differ (bitwise)", 0, mismatched_steps, unit="steps"))
-    if reference is not None:
+    if not args.no_reference:
         checks.append(check_at_most(GRAD_CHECK.format("DDP"), TOLERANCE[dtype]["grad"], worst_grad))
         checks.append(check_at_most(PARAM_CHECK.format("DDP"), TOLERANCE[dtype]["param"], worst_param))
     return {
         "config": {"model": mcfg.to_dict(), "train": tcfg.to_dict(), "params": P, "dtype": str(dtype),
                    "dtype_reason": dtype_reason, "allreduce": args.allreduce, "bucket_mb": args.bucket_mb,
-                   "buckets_per_step": grads.buckets / tcfg.steps},
+                   "buckets_per_step": grads.buckets / tcfg.steps, "checked_steps": checked},
         "checks": checks,
         "metrics": metrics,
-        "history": {"loss": losses, "val_loss": val, "step_seconds": times.tolist(), "reference_seconds": ref_times},
+        "history": {"loss": losses, "val_loss": val, "step_seconds": times, "reference_seconds": ref_times},
     }
 
 

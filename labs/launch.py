@@ -23,10 +23,13 @@ picks a GPU by accident.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -38,7 +41,9 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BACKENDS = ("auto", "gloo", "nccl")
 
-__all__ = ["choose_backend", "add_common_args", "RankContext", "LabFailed", "run", "main", "run_lab", "exit_now"]
+__all__ = ["choose_backend", "agree_on_backend", "local_rank_from_env", "check_report_path", "cpu_cores",
+           "oversubscription_warning", "add_common_args", "RankContext", "LabFailed", "run", "main", "run_lab",
+           "exit_now"]
 
 
 class LabFailed(RuntimeError):
@@ -140,33 +145,99 @@ def _in_rank_environment() -> bool:
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
 
 
-def _run_rank(lab: str, args, worker) -> int:
-    import datetime
-    import faulthandler
+#: Where launchers other than torchrun put a rank's index on its node.
+LOCAL_RANK_VARIABLES = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK")
 
+
+def local_rank_from_env(environ=None) -> int | None:
+    """This rank's index on its node, from the first of :data:`LOCAL_RANK_VARIABLES` that is
+    set, else ``None`` (never the global rank: on two nodes that would name a GPU that is not
+    there)."""
+    environ = os.environ if environ is None else environ
+    for name in LOCAL_RANK_VARIABLES:
+        if environ.get(name, "") != "":
+            value = environ[name]
+            if not value.isdigit():
+                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+            return int(value)
+    return None
+
+
+def agree_on_backend(choices: list[str], reasons: list[str]) -> tuple[str, str]:
+    """One backend for every rank of a job whose nodes decided on their own (``choices[r]``
+    is rank ``r``'s): NCCL only if every rank can use it, else gloo everywhere. A job that
+    mixed the two would hang or fail in its first collective."""
+    if not choices:
+        raise ValueError("choices must not be empty")
+    if all(c == "nccl" for c in choices):
+        return "nccl", reasons[0] + "; every node agrees"
+    if all(c == "gloo" for c in choices):
+        return "gloo", reasons[0]
+    k = sum(c == "nccl" for c in choices)
+    return "gloo", (f"{k} of {len(choices)} ranks could use NCCL, the others could not: "
+                    "every rank uses gloo on CPU, so that the whole job speaks one backend")
+
+
+def _agree_across_nodes(args, rank: int, world: int):
+    """Under torchrun (or another launcher that sets the env:// variables): join the job's
+    store, publish this node's backend choice, and take the common one."""
     import torch
-    import torch.distributed as dist
+    from torch.distributed.rendezvous import rendezvous
+
+    # NVML counts GPUs without initialising CUDA, so that a gloo rank can still hide them.
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    gpus = torch.cuda.device_count()
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    try:
+        mine, reason = choose_backend(args.backend, local_world, gpus)
+    except ValueError as exc:
+        mine, reason = "error", str(exc)
+    store, _, _ = next(rendezvous("env://", rank, world, timeout=datetime.timedelta(seconds=args.timeout)))
+    store.set(f"labs/backend/{rank}", f"{mine}|{reason}")
+    published = [store.get(f"labs/backend/{r}").decode().split("|", 1) for r in range(world)]
+    errors = [(r, why) for r, (c, why) in enumerate(published) if c == "error"]
+    if errors:
+        r, why = errors[0]
+        raise ValueError(f"rank {r}: {why}")
+    backend, reason = agree_on_backend([c for c, _ in published], [why for _, why in published])
+    return store, backend, reason
+
+
+def _run_rank(lab: str, args, worker) -> int:
+    import faulthandler
 
     faulthandler.enable()
     if hasattr(signal, "SIGUSR1"):
         faulthandler.register(signal.SIGUSR1, all_threads=True)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local_rank = int(os.environ.get("LOCAL_RANK", rank))
     if args.nproc is not None and args.nproc != world:
         raise ValueError(f"--nproc {args.nproc} disagrees with WORLD_SIZE={world} set by the launcher")
     backend = os.environ.get("LABS_BACKEND")
     reason = os.environ.get("LABS_BACKEND_REASON", "")
-    if backend is None:  # started by torchrun: decide here, per node
-        gpus = torch.cuda.device_count()
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-        backend, reason = choose_backend(args.backend, local_world, gpus)
+    store = None
+    if backend is None:  # torchrun or another launcher: the nodes must agree on one backend
+        store, backend, reason = _agree_across_nodes(args, rank, world)
+    if backend == "gloo":
+        # Hide the GPUs from a CPU rank (works while CUDA is not initialised), so that
+        # nothing in it (FSDP's default device, a stray .cuda()) picks one by accident.
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    import torch
+    import torch.distributed as dist
+
+    local_rank = local_rank_from_env()
     if backend == "nccl":
+        if local_rank is None:
+            raise ValueError("backend nccl needs this rank's index on its node to pick its GPU: set LOCAL_RANK "
+                             f"(torchrun does), or one of {', '.join(LOCAL_RANK_VARIABLES[1:])}")
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
     else:
+        local_rank = local_rank if local_rank is not None else 0
         device = torch.device("cpu")
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     init = dict(backend=backend, timeout=datetime.timedelta(seconds=args.timeout))
+    if store is not None:
+        init.update(store=store, rank=rank, world_size=world)
     if backend == "nccl":
         init["device_id"] = device  # bind the communicator to this rank's GPU at once
     dist.init_process_group(**init)
@@ -182,6 +253,11 @@ def _run_rank(lab: str, args, worker) -> int:
         sys.stderr.flush()
         os._exit(1)
     try:
+        # Every rank's view of the run, so that a report shows that all ranks (on every node)
+        # ran the same backend.
+        ranks = [None] * world
+        dist.all_gather_object(ranks, {"rank": rank, "local_rank": local_rank, "backend": backend,
+                                       "host": socket.gethostname(), "device": str(device)})
         if ctx.is_main:
             from .report import format_checks, write_report
 
@@ -192,9 +268,15 @@ def _run_rank(lab: str, args, worker) -> int:
                 "backend_reason": reason,
                 "world_size": world,
                 "device": _device_name(device),
+                "ranks": ranks,
                 **result,
             }
-            write_report(report, args.report)
+            try:
+                write_report(report, args.report)
+            except OSError as exc:
+                print(f"error: --report {args.report}: cannot write the report ({exc.strerror or exc})",
+                      file=sys.stderr, flush=True)
+                exit_now(1)
             if "LABS_LAUNCHER_PID" not in os.environ:  # torchrun: nobody else will print it
                 print(format_checks(report), flush=True)
                 print(f"report: {args.report}", flush=True)
@@ -250,8 +332,6 @@ def _kill_group(proc: subprocess.Popen, sig=signal.SIGKILL) -> None:
 
 
 def _launch(lab: str, argv: list[str], nproc: int, backend: str, reason: str, args, echo=print) -> None:
-    import datetime
-
     import torch.distributed as dist
 
     # The launcher holds the rendezvous store, bound to port 0 so the OS picks a free port:
@@ -324,15 +404,20 @@ def _launch(lab: str, argv: list[str], nproc: int, backend: str, reason: str, ar
         if stopped_by or any(codes):
             elapsed = time.monotonic() - start
             failed = [r for r, c in enumerate(codes) if c != 0]
+            fates = {}
+            for r in failed:
+                fates.setdefault(_describe(codes[r]), []).append(r)
             lines = [f"lab {lab} failed after {elapsed:.1f} s ({stopped_by or 'a rank failed'}): "
-                     + "; ".join(f"rank {r} {_describe(codes[r])}" for r in failed)]
+                     + "; ".join(f"{_ranks(rs)} {fate}" for fate, rs in fates.items())]
+            entries = []
             for r in range(nproc):
                 story = _tail(logdir / f"rank{r}.err") or _tail(logdir / f"rank{r}.out", 5)
                 if r in stopped:
                     story += "\n(stopped by the launcher; above, where it was when asked for its stack)"
                 elif codes[r] == -signal.SIGKILL:
                     story += "\n(killed by SIGKILL: a process killed this way cannot print a traceback)"
-                lines.append(f"--- rank {r} ({_describe(codes[r])}):\n{story}")
+                entries.append((r, _describe(codes[r]), story))
+            lines += [f"--- {_ranks(rs)} ({fate}):\n{story}" for rs, fate, story in group_stories(entries)]
             raise LabFailed("\n".join(lines))
     finally:
         for p in procs:
@@ -345,6 +430,29 @@ def _launch(lab: str, argv: list[str], nproc: int, backend: str, reason: str, ar
             child.unlink()
         logdir.rmdir()
         del store
+
+
+def group_stories(entries: list[tuple[int, str, str]]) -> list[tuple[list[int], str, str]]:
+    """``(ranks, fate, story)`` for ``(rank, fate, story)`` entries: ranks whose fate and story
+    agree up to rank numbers and peer addresses are told once (a 99-rank timeout is one
+    story, not 99), with the first such rank's story."""
+    groups: dict[tuple, list] = {}
+    for rank, fate, story in entries:
+        key = (fate, re.sub(r"\brank \d+|\[[\w.:]+\]:\d+", "#", story))
+        groups.setdefault(key, []).append((rank, story))
+    return [([r for r, _ in told], fate, told[0][1]) for (fate, _), told in groups.items()]
+
+
+def _ranks(ranks: list[int]) -> str:
+    """'rank 3', 'ranks 0-2, 5'."""
+    parts, i = [], 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        parts.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(parts)
 
 
 def _stream(path: Path, pos: int, echo) -> int:
@@ -360,6 +468,39 @@ def _stream(path: Path, pos: int, echo) -> int:
         for line in data[:end].decode("utf-8", errors="replace").splitlines():
             echo(line)
     return pos + end
+
+
+def check_report_path(report) -> Path:
+    """``Path(report)`` if a report can be written there, before any rank starts; else a
+    one-line ``ValueError`` (a folder, an unwritable folder, a parent that is a file)."""
+    path = Path(report)
+    if str(report) == "" or path.is_dir():
+        raise ValueError(f"--report {report!s}: is a folder; give a file name, e.g. {path / 'lab.json'}")
+    parent = path.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as exc:
+        raise ValueError(f"--report {report!s}: cannot write in {parent}/ ({exc.strerror or exc})") from None
+    return path
+
+
+def cpu_cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def oversubscription_warning(nproc: int, cores: int) -> str | None:
+    """What to tell a learner who starts more CPU ranks than there are cores, else ``None``."""
+    if nproc <= cores:
+        return None
+    return (f"--nproc {nproc} starts {nproc} CPU processes on {cores} core(s): they take turns, so the run is "
+            f"about {nproc / cores:.0f}x slower than it needs to be and its timings say little; "
+            f"--nproc {cores} or fewer is the most this machine runs at full speed")
 
 
 def run(lab: str, parser: argparse.ArgumentParser, worker, argv: list[str] | None = None) -> dict | None:
@@ -379,12 +520,16 @@ def run(lab: str, parser: argparse.ArgumentParser, worker, argv: list[str] | Non
         raise ValueError(f"--timeout must be > 0 and --grace >= 0, got {args.timeout}, {args.grace}")
     if args.fail_rank is not None and not 0 <= args.fail_rank < args.nproc:
         raise ValueError(f"--fail-rank must be a rank in 0..{args.nproc - 1}, got {args.fail_rank}")
+    report_path = check_report_path(args.report)
     import torch
 
     gpus = torch.cuda.device_count()
     backend, reason = choose_backend(args.backend, args.nproc, gpus)
     print(f"backend: {backend} ({reason})", flush=True)
-    report_path = Path(args.report)
+    if backend == "gloo":
+        warning = oversubscription_warning(args.nproc, cpu_cores())
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr, flush=True)
     if report_path.exists():
         report_path.unlink()  # never mistake an old report for this run's
     _launch(lab, argv, args.nproc, backend, reason, args, echo=lambda line: print(line, flush=True))

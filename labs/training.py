@@ -11,7 +11,14 @@ Measurements:
   the way the allocator sees them, and a shared buffer only once);
 * :class:`CollectiveCounter` records every collective the process issues (all-gather,
   reduce-scatter, all-reduce, ...) with its buffer size, by intercepting the ``c10d`` ops at
-  the dispatcher, which is where FSDP's and DDP's communication passes.
+  the dispatcher, which is where FSDP's and DDP's communication passes. A Python dispatch
+  mode sees every aten op (hundreds per step, each slowed down), so the labs use it only in
+  their checked steps, never in a timed one.
+
+Timed steps and checked steps are different steps (:func:`split_steps`): the first steps of
+a run are checked (collectives counted, the single-process reference compared), the rest are
+timed and do only what the strategy needs, so that step times, tokens/s, MFU and peak memory
+describe training and nothing else.
 """
 from __future__ import annotations
 
@@ -25,9 +32,21 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .model import GPTConfig, padded_vocab
 
 __all__ = ["TrainConfig", "lr_at", "make_optimizer", "set_lr", "add_model_args", "configs_from_args",
-           "pick_dtype", "state_bytes", "CollectiveCounter", "peak_flops_per_s", "autocast", "train_step",
-           "forward_backward", "optimizer_update",
+           "TORCH_DTYPES", "dtype_name", "pick_dtype", "make_scaler", "state_bytes", "CollectiveCounter",
+           "peak_flops_per_s", "device_peak", "mfu_metrics", "format_rate", "format_mfu", "autocast", "train_step",
+           "forward_backward", "optimizer_update", "split_steps",
            "sync", "median"]
+
+#: The compute dtypes of ``--dtype``, by their names in :mod:`solutions.hardware`.
+TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """'fp32', 'fp16' or 'bf16' for a torch dtype."""
+    for name, t in TORCH_DTYPES.items():
+        if t == dtype:
+            return name
+    raise ValueError(f"dtype must be one of {list(TORCH_DTYPES.values())}, got {dtype!r}")
 
 
 @dataclass(frozen=True)
@@ -92,9 +111,30 @@ def add_model_args(parser: argparse.ArgumentParser, steps: int = 20) -> argparse
     g.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
     g.add_argument("--warmup", type=int, default=None, help="warm-up steps (default: a quarter of --steps)")
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--dtype", choices=("auto", "fp32", "bf16"), default="auto",
-                   help="auto: bf16 mixed precision on a GPU that supports it natively (compute capability 8.0+), else fp32")
+    g.add_argument("--dtype", choices=("auto", "fp32", "fp16", "bf16"), default="auto",
+                   help="compute precision (weights and optimizer state stay fp32). auto: bf16 on GPUs with bf16 "
+                        "tensor cores (compute capability 8.0+), fp16 with a gradient scaler on 7.x (T4, V100), "
+                        "fp32 on CPU")
+    g.add_argument("--check-steps", type=int, default=None,
+                   help="steps (the first ones) that are checked: collectives counted, the single-process "
+                        "reference compared. The other steps are timed and do only the training step. "
+                        "Default: half of --steps")
+    g.add_argument("--reference-delay", type=float, default=0.0,
+                   help="debug: rank 0 sleeps this many seconds in each reference step (the timed steps must "
+                        "not change)")
     return parser
+
+
+def split_steps(steps: int, check_steps: int | None) -> int:
+    """How many of ``steps`` are checked (the first ones); the rest are timed. At least one of
+    each when ``steps >= 2``; a single step is checked and not timed."""
+    if check_steps is None:
+        check_steps = max(1, steps // 2)
+    if not 1 <= check_steps <= steps:
+        raise ValueError(f"--check-steps must be in 1..{steps} (--steps), got {check_steps}")
+    if steps >= 2 and check_steps == steps:
+        raise ValueError(f"--check-steps {check_steps} leaves no step to time; use at most {steps - 1}")
+    return check_steps
 
 
 def configs_from_args(args, vocab_size: int) -> tuple[GPTConfig, TrainConfig]:
@@ -107,18 +147,21 @@ def configs_from_args(args, vocab_size: int) -> tuple[GPTConfig, TrainConfig]:
 
 
 def pick_dtype(requested: str, device: torch.device) -> tuple[torch.dtype, str]:
-    """``(dtype, reason)``: the compute precision. Parameters and optimizer state stay fp32."""
-    if requested == "fp32":
-        return torch.float32, "requested"
-    if requested == "bf16":
-        if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 0):
-            return torch.bfloat16, "requested; this GPU has no bf16 tensor cores, so bf16 is emulated and slow"
-        return torch.bfloat16, "requested"
-    if device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0):
-        return torch.bfloat16, "GPU with compute capability 8.0+ (native bf16)"
-    if device.type == "cuda":
-        return torch.float32, "this GPU (compute capability below 8.0, e.g. a T4) has no native bf16"
-    return torch.float32, "CPU"
+    """``(dtype, reason)``: the compute precision (``solutions.hardware.choose_dtype`` for this
+    device). Parameters and optimizer state stay fp32."""
+    from solutions.hardware import choose_dtype
+
+    capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+    name, reason = choose_dtype(requested, device.type, capability)
+    return TORCH_DTYPES[name], reason
+
+
+def make_scaler(device: torch.device, dtype: torch.dtype):
+    """A gradient scaler for fp16 (whose range is too narrow for small gradients; Micikevicius
+    et al. 2018), else ``None``. bf16 has fp32's range and needs none."""
+    if dtype != torch.float16:
+        return None
+    return torch.amp.GradScaler(device.type)
 
 
 def autocast(device: torch.device, dtype: torch.dtype):
@@ -201,49 +244,93 @@ class CollectiveCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def peak_flops_per_s(device: torch.device):
-    """``(peak FLOP/s, GPU name in solutions.facts, cite)`` for a known GPU, else ``None``.
-    Peaks are dense 16-bit tensor throughput (solutions.facts.GPUS)."""
+def device_peak(device: torch.device, dtype: torch.dtype):
+    """``(Peak or None, note)``: the peak FLOP/s of this device computing in ``dtype``, from
+    ``solutions.hardware`` (exact name match), and why there is none when there is none."""
     if device.type != "cuda":
-        return None
-    from solutions.facts import GPUS
+        return None, "CPU: no peak FLOP/s, MFU not computed"
+    from solutions.hardware import UNKNOWN_GPU, lookup, peak_flops
 
     name = torch.cuda.get_device_name(device)
-    key = None
-    if "H200" in name:
-        key = "H200"
-    elif "H100" in name:
-        key = "H100 PCIe" if "PCIe" in name else "H100 SXM"
-    elif "A100" in name:
-        total = torch.cuda.get_device_properties(device).total_memory
-        key = "A100 80GB" if total > 50e9 else "A100 40GB"
-    elif "T4" in name:
-        key = "T4"
-    if key is None or key not in GPUS:
-        return None
-    return GPUS[key].peak_flops_per_s, key, GPUS[key].cite
+    peak = peak_flops(name, dtype_name(dtype))
+    if peak is not None:
+        return peak, ""
+    if lookup(name) is None:
+        return None, f"{UNKNOWN_GPU} ({name!r} is not in solutions.hardware.ACCELERATORS)"
+    return None, f"{name} has no native {dtype_name(dtype)} arithmetic: MFU not computed"
 
 
-def forward_backward(model, x, y, device, dtype) -> torch.Tensor:
-    """Forward and backward; returns the (detached) loss. Gradients are left in ``.grad``."""
+def peak_flops_per_s(device: torch.device, dtype: torch.dtype = torch.bfloat16):
+    """``(peak FLOP/s, GPU name, cite)`` for a known GPU computing in ``dtype``, else ``None``."""
+    peak, _ = device_peak(device, dtype)
+    return None if peak is None else (peak.flops_per_s, peak.gpu, peak.cite)
+
+
+def mfu_metrics(tokens_per_s: float, flops_per_token: float, n: int, device, dtype) -> dict:
+    """``{"mfu", "peak_flops_per_s", "peak_source"}`` against ``n`` times this device's peak for
+    ``dtype`` (Chowdhery et al. 2022, App. B), or ``{"mfu_note"}`` saying why there is none."""
+    from solutions.compute import model_flops_utilization
+
+    peak, note = device_peak(device, dtype)
+    if peak is None:
+        return {"mfu_note": note}
+    return {"mfu": model_flops_utilization(tokens_per_s, flops_per_token, n * peak.flops_per_s),
+            "peak_flops_per_s": peak.flops_per_s, "peak_source": peak.source}
+
+
+def format_rate(x: float) -> str:
+    """Thousands separators for large rates, three significant digits for small ones."""
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
+
+
+def format_mfu(metrics: dict) -> str:
+    """'MFU 0.0123%' (three significant digits, never a bare 0.0%), or the reason there is none."""
+    if metrics.get("mfu") is None:
+        return metrics.get("mfu_note", "MFU not computed")
+    return f"MFU {100 * metrics['mfu']:.3g}%"
+
+
+def forward_backward(model, x, y, device, dtype, scaler=None) -> torch.Tensor:
+    """Forward and backward; returns the (detached) loss. Gradients are left in ``.grad``
+    (multiplied by the scaler's scale when ``scaler`` is given: fp16)."""
     with autocast(device, dtype):
         _, loss = model(x, y)
-    loss.backward()
+    (scaler.scale(loss) if scaler is not None else loss).backward()
     return loss.detach()
 
 
-def optimizer_update(model, optimizer, lr: float, cfg: TrainConfig) -> None:
-    """Clip the gradient norm, then an AdamW step at learning rate ``lr``."""
+def _agree_on_overflow(scaler, optimizer) -> None:
+    """With sharded gradients each rank checks only its shard for inf/NaN: make every rank
+    skip the step if any rank found one (what FSDP1's ``ShardedGradScaler`` does)."""
+    import torch.distributed as dist
+
+    state = getattr(scaler, "_per_optimizer_states", {}).get(id(optimizer), {})
+    for found in state.get("found_inf_per_device", {}).values():
+        dist.all_reduce(found, op=dist.ReduceOp.MAX)
+
+
+def optimizer_update(model, optimizer, lr: float, cfg: TrainConfig, scaler=None, sharded: bool = False) -> None:
+    """Clip the gradient norm, then an AdamW step at learning rate ``lr``. With an fp16
+    ``scaler``: unscale first, and skip the step (lowering the scale) on inf/NaN."""
     set_lr(optimizer, lr)
+    if scaler is None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        return
+    scaler.unscale_(optimizer)
+    if sharded:
+        _agree_on_overflow(scaler, optimizer)
     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-    optimizer.step()
+    scaler.step(optimizer)
+    scaler.update()
 
 
-def train_step(model, optimizer, x, y, lr: float, cfg: TrainConfig, device, dtype) -> torch.Tensor:
+def train_step(model, optimizer, x, y, lr: float, cfg: TrainConfig, device, dtype, scaler=None,
+               sharded: bool = False) -> torch.Tensor:
     """One optimizer step: forward, backward, clip, AdamW. Leaves the gradients in place
     (so their memory can be measured); the caller zeroes them."""
-    loss = forward_backward(model, x, y, device, dtype)
-    optimizer_update(model, optimizer, lr, cfg)
+    loss = forward_backward(model, x, y, device, dtype, scaler)
+    optimizer_update(model, optimizer, lr, cfg, scaler, sharded)
     return loss
 
 

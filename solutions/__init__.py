@@ -10,10 +10,13 @@ exact semantics of the exercise text:
 Richer models live in the submodules: :mod:`solutions.scaling`,
 :mod:`solutions.memory`, :mod:`solutions.communication`,
 :mod:`solutions.pipeline`, :mod:`solutions.compute`, :mod:`solutions.layout`,
-and the cited tables in :mod:`solutions.facts`.
+beyond 3D parallelism and Chinchilla in :mod:`solutions.context`,
+:mod:`solutions.moe`, :mod:`solutions.after_chinchilla` and
+:mod:`solutions.efficiency`, and the cited tables in :mod:`solutions.facts`.
 """
 
 from . import brief, communication, compute, facts, layout, memory, pipeline, scaling
+from . import after_chinchilla, context, efficiency, moe
 from .communication import communication_time_per_step
 from .memory import memory_per_gpu
 from .scaling import chinchilla_loss, compute_optimal
@@ -31,4 +34,8 @@ __all__ = [
     "facts",
     "layout",
     "brief",
+    "context",
+    "moe",
+    "after_chinchilla",
+    "efficiency",
 ]

@@ -108,7 +108,7 @@ _CLAIMS = (
         "rounded",
         "the dense bf16 peak of the H100 SXM is facts.GPUS['H100 SXM'].peak_flops_per_s; "
         "twice that assumes 2:4 structured sparsity",
-        "nvidia2022h100",
+        "nvidia2022hopper",
         ("01-single-gpu",),
     ),
     BriefClaim(
@@ -118,7 +118,7 @@ _CLAIMS = (
         "rounded",
         "compute.training_time_seconds(scaling.training_flops(70e9, 1.4e12), H100 SXM peak), "
         "and several times longer at a real run's utilisation (facts.MFU)",
-        "nvidia2022h100",
+        "nvidia2022hopper",
         ("01-single-gpu",),
     ),
     BriefClaim(

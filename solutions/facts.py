@@ -35,12 +35,19 @@ __all__ = [
     "HOFFMANN_STUDY",
     "MFU",
     "ZERO_EXAMPLE",
+    "MoEArchitecture",
+    "MOE_ARCHITECTURES",
+    "MOE_LAYOUTS",
+    "LLAMA3_LONG_CONTEXT_TOKENS",
+    "NVLINK_DOMAINS",
+    "RUN_SIZES_COMPARED",
 ]
 
 
 @dataclass(frozen=True)
 class GPU:
-    """Peak dense 16-bit tensor throughput (FLOP/s) and memory (GB = 1e9 bytes)."""
+    """Peak dense 16-bit tensor throughput (FLOP/s) and memory (GB = 1e9 bytes).
+    ``fp8_flops_per_s``: dense FP8 tensor throughput, where the source gives it."""
 
     name: str
     peak_flops_per_s: float
@@ -48,6 +55,7 @@ class GPU:
     memory_gb: float
     cite: str
     note: str = ""
+    fp8_flops_per_s: Optional[float] = None
 
 
 GPUS = {
@@ -56,9 +64,13 @@ GPUS = {
         GPU("T4", 65e12, "fp16 tensor", 16, "nvidia2018t4", "Colab and Kaggle (2x T4)"),
         GPU("A100 40GB", 312e12, "bf16 dense", 40, "nvidia2020a100"),
         GPU("A100 80GB", 312e12, "bf16 dense", 80, "nvidia2020a100"),
-        GPU("H100 SXM", 989.4e12, "bf16 dense", 80, "nvidia2022h100", "1,979 TFLOP/s with 2:4 sparsity"),
+        # Dense figures from the Hopper architecture whitepaper; the datasheet
+        # prints the 2:4-sparsity figures (1,979 bf16, 3,958 FP8).
+        GPU("H100 SXM", 989.4e12, "bf16 dense", 80, "nvidia2022hopper", "1,979 TFLOP/s with 2:4 sparsity",
+            fp8_flops_per_s=1978.9e12),
         GPU("H100 PCIe", 756e12, "bf16 dense", 80, "nvidia2022h100"),
-        GPU("H200", 989.4e12, "bf16 dense", 141, "nvidia2024h200", "same compute as H100 SXM, HBM3e"),
+        GPU("H200", 989.4e12, "bf16 dense", 141, "nvidia2024h200", "same compute as H100 SXM, HBM3e",
+            fp8_flops_per_s=1978.9e12),
     )
 }
 
@@ -112,7 +124,8 @@ MODELS = {
 @dataclass(frozen=True)
 class Architecture:
     """Transformer shape as reported: layers, model width, attention heads
-    (``kv_heads`` for grouped-query attention) and training sequence length."""
+    (``kv_heads`` for grouped-query or multi-query attention) and training
+    sequence length; ``ffn_hidden`` is the MLP width where it is used here."""
 
     name: str
     params: float
@@ -122,6 +135,7 @@ class Architecture:
     seq_len: int
     cite: str
     kv_heads: Optional[int] = None
+    ffn_hidden: Optional[int] = None
 
 
 ARCHITECTURES = {
@@ -131,11 +145,14 @@ ARCHITECTURES = {
         Architecture("Gopher", 280e9, 80, 16384, 128, 2048, "rae2021gopher"),  # Table 1
         Architecture("MT-NLG", 530e9, 105, 20480, 128, 2048, "smith2022mtnlg"),
         Architecture("Chinchilla", 70e9, 80, 8192, 64, 2048, "hoffmann2022chinchilla"),  # Table 4
-        Architecture("PaLM", 540e9, 118, 18432, 48, 2048, "chowdhery2022palm"),  # Table 1
+        # Table 1; multi-query attention: one key/value head shared by all 48 (sec. 2).
+        Architecture("PaLM", 540e9, 118, 18432, 48, 2048, "chowdhery2022palm", kv_heads=1),
         # Dubey et al. 2024, Table 3; 8K-token sequences in standard pre-training.
-        Architecture("Llama 3 8B", 8e9, 32, 4096, 32, 8192, "dubey2024llama3", kv_heads=8),
-        Architecture("Llama 3 70B", 70e9, 80, 8192, 64, 8192, "dubey2024llama3", kv_heads=8),
-        Architecture("Llama 3 405B", 405e9, 126, 16384, 128, 8192, "dubey2024llama3", kv_heads=8),
+        # SwiGLU MLPs with the FFN dimensions of Table 3.
+        Architecture("Llama 3 8B", 8e9, 32, 4096, 32, 8192, "dubey2024llama3", kv_heads=8, ffn_hidden=14336),
+        Architecture("Llama 3 70B", 70e9, 80, 8192, 64, 8192, "dubey2024llama3", kv_heads=8, ffn_hidden=28672),
+        Architecture("Llama 3 405B", 405e9, 126, 16384, 128, 8192, "dubey2024llama3", kv_heads=8,
+                     ffn_hidden=53248),
     )
 }
 
@@ -163,8 +180,10 @@ LLAMA3_405B_BATCH_SCHEDULE = BatchSchedule(
 
 @dataclass(frozen=True)
 class Layout:
-    """One reported 3D-parallel configuration. ``cp`` is context parallelism.
-    ``tflops_per_gpu`` and ``mfu`` as reported (None where not reported)."""
+    """One reported 3D-parallel configuration. ``cp`` is context parallelism;
+    ``ep`` expert parallelism, carved out of the data-parallel ranks (so it
+    must divide ``dp``). ``tflops_per_gpu`` and ``mfu`` as reported (None
+    where not reported)."""
 
     model: str
     num_gpus: int
@@ -176,10 +195,13 @@ class Layout:
     tflops_per_gpu: Optional[float] = None
     mfu: Optional[float] = None
     note: str = ""
+    ep: int = 1
 
     def __post_init__(self):
         if self.tp * self.cp * self.pp * self.dp != self.num_gpus:
             raise ValueError(f"layout {self} does not multiply out to num_gpus")
+        if self.dp % self.ep:
+            raise ValueError(f"layout {self}: ep must divide dp")
 
 
 LAYOUTS = (
@@ -307,3 +329,78 @@ ZERO_EXAMPLE = {
 }
 
 
+
+
+#: Dubey et al. 2024, sec. 3.4.2: the final pre-training stage extends the
+#: context to 128K tokens; Table 4's CP16 layout is for this stage.
+LLAMA3_LONG_CONTEXT_TOKENS = 131_072
+
+
+@dataclass(frozen=True)
+class MoEArchitecture:
+    """A mixture-of-experts transformer as reported: parameters stored
+    (``total_params``) and used per token (``active_params``), layers, width,
+    heads, routed ``experts`` per MoE layer of which ``top_k`` are used per
+    token, always-used ``shared_experts``, each expert's MLP width
+    ``expert_ffn``, ``dense_layers`` (leading layers with a plain MLP) and
+    ``node_limit``, the most nodes one token's experts may span."""
+
+    name: str
+    total_params: float
+    active_params: float
+    layers: int
+    d_model: int
+    heads: int
+    experts: int
+    top_k: int
+    expert_ffn: int
+    cite: str
+    kv_heads: Optional[int] = None
+    shared_experts: int = 0
+    dense_layers: int = 0
+    vocab: Optional[int] = None
+    node_limit: Optional[int] = None
+    note: str = ""
+
+
+MOE_ARCHITECTURES = {
+    a.name: a
+    for a in (
+        # Jiang et al. 2024, sec. 2 and Table 1: "47B" stored, "13B" active;
+        # SwiGLU experts, grouped-query attention, 32K vocabulary.
+        MoEArchitecture("Mixtral 8x7B", 47e9, 13e9, 32, 4096, 32, 8, 2, 14336, "jiang2024mixtral",
+                        kv_heads=8, vocab=32000),
+        # Liu et al. 2024 (DeepSeek-V3), sec. 4.2: 61 layers, the first 3 dense;
+        # 1 shared + 256 routed experts of width 2,048, 8 routed per token;
+        # multi-head latent attention with 128 heads; 671B stored, 37B active.
+        MoEArchitecture("DeepSeek-V3", 671e9, 37e9, 61, 7168, 128, 256, 8, 2048, "liu2024deepseekv3",
+                        shared_experts=1, dense_layers=3, node_limit=4,
+                        note="node-limited routing; one multi-token-prediction module on top"),
+    )
+}
+
+#: DeepSeek-V3's training layout (Liu et al. 2024, sec. 3.2): 2,048 H800 GPUs,
+#: 16-way pipeline, 64-way expert parallelism across 8 nodes, ZeRO-1 data
+#: parallelism (the data-parallel degree, 128, is what the GPUs leave), no
+#: tensor parallelism.
+MOE_LAYOUTS = (
+    Layout("DeepSeek-V3", 2048, 1, 16, 128, "liu2024deepseekv3", ep=64,
+           note="ZeRO-1 over the data-parallel ranks; DP derived as 2048 / 16"),
+)
+
+#: GPUs joined by one NVLink domain: an 8-GPU HGX/DGX H100 server
+#: (nvidia2022h100) and NVIDIA's GB200 NVL72 rack, 72 GPUs (nvidia2024gb200).
+NVLINK_DOMAINS = {
+    "HGX H100": {"gpus": 8, "cite": "nvidia2022h100"},
+    "GB200 NVL72": {"gpus": 72, "cite": "nvidia2024gb200"},
+}
+
+#: Hoffmann et al. 2022, sec. 2, on why their allocation differs from Kaplan
+#: et al.'s: "the majority of the models used in our analysis have more than
+#: 500 million parameters", while "many" of Kaplan et al.'s runs were "less
+#: than 100M parameters".
+RUN_SIZES_COMPARED = {
+    "hoffmann_most_above": 500e6,
+    "kaplan_many_below": 100e6,
+    "cite": "hoffmann2022chinchilla",
+}

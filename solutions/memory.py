@@ -215,7 +215,7 @@ def activation_memory_per_layer(
     selective_recompute=False,
 ):
     """Activation bytes stored per transformer layer for the backward pass,
-    with 16-bit activations (Korthikanti et al. 2022, sec. 4, Table 2).
+    with 16-bit activations (Korthikanti et al., MLSys 2023, sec. 4, Table 2).
 
     ``s`` = seq_len, ``b`` = micro_batch, ``h`` = hidden, ``a`` = heads,
     ``t`` = tp:

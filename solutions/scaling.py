@@ -62,8 +62,11 @@ class ChinchillaConstants:
     """Constants of the parametric loss ``L(N, D) = E + A/N^alpha + B/D^beta``
     (Hoffmann et al. 2022, eq. 2).
 
-    ``E`` is the irreducible loss (entropy of text), ``A/N^alpha`` the penalty
-    for a finite model and ``B/D^beta`` the penalty for finite data.
+    ``E`` is the fit's irreducible-loss term: the loss it predicts for
+    unlimited parameters and data, on the paper's data set and tokenizer. It
+    is a fitted constant, not a measured entropy of text (another fit to the
+    same runs, :data:`EPOCH_2024`, puts it elsewhere). ``A/N^alpha`` is the
+    penalty for a finite model and ``B/D^beta`` the penalty for finite data.
     ``cite`` is the bibtex key of the source.
     """
 

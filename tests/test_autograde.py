@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import math
 import os
 import struct
@@ -26,6 +27,13 @@ ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "tests" / "redteam" / "reference_submission.py"
 SEED = 7
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def skip_unless_ci(reason: str) -> None:
+    """Skip a test that cannot run its real check here; under CI=true, fail instead."""
+    if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+        pytest.fail(reason)
+    pytest.skip(reason)
 
 
 def run_cli(*args, cwd=None, timeout=180):
@@ -145,7 +153,8 @@ def test_python_statements_become_units_with_their_own_line_numbers():
     assert problem is None
     assert [u.label for u in units] == ["line 1", "line 3", "line 6", "line 7"]
     assert units[1].defines == {"f"} and units[2].defines == {"a", "b"}
-    assert units[1].source.splitlines()[2] == "@staticmethod"  # padded: line 3 stays line 3
+    # Not padded (that would cost the square of the line count); the worker shifts lines.
+    assert units[1].line == 3 and units[1].source.splitlines()[0] == "@staticmethod"
 
 
 def test_a_python_syntax_error_names_the_line():
@@ -332,7 +341,7 @@ def test_a_test_budget_is_shared_by_its_calls(probe_file):
 @pytest.mark.parametrize("mode", ["uid", "rlimits"])
 def test_weaker_modes_still_grade_the_reference(mode, checks):
     if mode == "uid" and not IS_ROOT:
-        pytest.skip("the uid mode needs a root grader")
+        skip_unless_ci("the uid mode needs a root grader (CI runs as root)")
     report = grade_submission(REFERENCE, checks, isolation=mode)
     assert report.isolation == mode
     assert report.score == report.max_score == 100
@@ -392,9 +401,11 @@ def test_cli_reports_for_one_submission(tmp_path):
         assert set(test) >= {"name", "score", "max_score", "output", "visibility"}
         is_hidden = test["name"].split(": ", 1)[1] in hidden
         assert test["visibility"] == ("after_published" if is_hidden else "visible")
-    assert "(hidden)" not in results["output"]
+    # The top-level output names the hidden tests and their points, never their results.
+    assert not re.search(r"[✓✗] \w+_hidden", results["output"])
+    assert "ex1_hidden_random  3 points (hidden)" in results["output"]
     rows = list(csv.DictReader((tmp_path / "r.csv").open()))
-    assert rows[0]["score"] == "100" and rows[0]["chinchilla_loss"] == "10"
+    assert rows[0]["score"] == "100" and rows[0]["ex1"] == "10"
 
 
 def test_cli_grades_a_class_folder_and_exits_zero_whatever_the_scores(tmp_path):
@@ -438,7 +449,7 @@ def test_the_namespace_sandbox_without_switching_uid(tmp_path):
 
     if not shutil.which("unshare") or subprocess.run(
             ["unshare", "-r", "true"], capture_output=True).returncode != 0:
-        pytest.skip("unprivileged user namespaces are not available")
+        skip_unless_ci("unprivileged user namespaces are not available")
     redteam = ROOT / "tests" / "redteam" / "submissions"
     done = subprocess.run(
         ["unshare", "-r", sys.executable, "-m", "autograde", str(REFERENCE),

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from autograde.grade import find_submissions, grade_many, grade_submission
 from tests.grading import EXERCISES, load_checks
 from tests.redteam import build
 from tests.redteam.cases import CASES, Case
+from tests.redteam.leftovers import in_ci, leftover_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBMISSIONS = ROOT / "tests" / "redteam" / "submissions"
@@ -39,7 +41,7 @@ def strong_isolation():
     if mode == "rlimits":
         reason = ("the red-team suite needs the namespace or uid sandbox; this machine only "
                   "allows rlimits isolation (enable unprivileged user namespaces, or run as root)")
-        if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+        if in_ci():
             pytest.fail(reason)
         pytest.skip(reason)
     return mode
@@ -54,7 +56,7 @@ def checks():
 def graded(checks):
     paths = [SUBMISSIONS / c.name for c in CASES]
     reports = grade_many(paths, checks, jobs=2, timeout=TIMEOUT)
-    return {c.name: r for c, r in zip(CASES, reports)}
+    return {**{c.name: r for c, r in zip(CASES, reports)}, "_finished": time.monotonic()}
 
 
 def deserved(case: Case, checks) -> dict:
@@ -158,14 +160,33 @@ def test_shipped_conftest_and_sitecustomize_are_ignored(tmp_path, checks):
     assert scores["ex1"] == 0 and scores["ex4"] == 40 and scores["ex2"] == 20
 
 
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
-                    reason="the uid mode needs a root grader")
+def require_root() -> None:
+    """The uid mode needs a root grader: skip without one, except under CI (which runs as
+    root), where not running the real check is a failure."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        if in_ci():
+            pytest.fail("the uid-mode tests need a root grader, and CI runs as root")
+        pytest.skip("the uid mode needs a root grader")
+
+
+def test_no_process_outlives_grading(graded):
+    """Three seconds after a grading run (every red-team case, including the daemon that
+    leaves its process group and ignores signals), no process it started remains."""
+    time.sleep(max(0.0, graded["_finished"] + 3.0 - time.monotonic()))
+    assert leftover_processes() == []
+
+
 @pytest.mark.parametrize("name", ["os_exit_at_import.py", "fork_bomb.py", "kill_everything.py",
                                   "segfault.py", "background_thread.py", "reference.ipynb",
-                                  "network_access.py"])
+                                  "network_access.py", "setsid_daemon.py",
+                                  "proc_cmdline_thief.py", "import_site_packages.py",
+                                  "ansi_escape_report.py"])
 def test_uid_mode_without_namespaces(name, checks):
     """The fallback used where namespaces are refused (e.g. Gradescope's containers)."""
+    require_root()
     case = next(c for c in CASES if c.name == name)
     report = grade_submission(SUBMISSIONS / name, checks, timeout=TIMEOUT, isolation="uid")
     assert report.isolation == "uid"
     assert {e["id"]: e["score"] for e in report.exercises()} == deserved(case, checks)
+    time.sleep(0.2)
+    assert leftover_processes() == []  # its uid was cleared before the sandbox closed

@@ -5,6 +5,11 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
+import shlex
+import subprocess
+import sys
+import textwrap
 import zipfile
 from pathlib import Path
 
@@ -33,10 +38,12 @@ def bundle(tmp_path_factory):
     return release.build_gradescope(tmp_path_factory.mktemp("gradescope"), verify=False)
 
 
-def test_student_release_leaves_out_solutions_hidden_tests_and_instructor_material(student):
-    files = {p.relative_to(student).as_posix() for p in student.rglob("*") if p.is_file()}
-    assert not [f for f in files if f.startswith(("solutions/", "tests/redteam/", "benchmarks/"))]
-    assert "book/instructors.md" not in files
+def test_student_release_leaves_out_answers_hidden_tests_and_instructor_material(student):
+    files = {p.relative_to(student).as_posix() for p in student.rglob("*") if p.is_file()
+             and "__pycache__" not in p.parts}
+    assert not [f for f in files if f.startswith(("tests/redteam/", "benchmarks/"))]
+    assert "book/instructors.md" not in files and "Makefile" not in files
+    assert "tests/grading/independent.py" not in files and "tests/grading/mistakes.py" not in files
     assert "autograde/release.py" not in files and "tools/student_notebook.py" not in files
     assert {f for f in files if f.startswith("tests/")} == \
         {f"tests/grading/{name}" for name in __import__("tests.grading").grading.STUDENT_RELEASE_FILES}
@@ -120,3 +127,104 @@ def test_gradescope_without_a_submission_writes_a_zero_with_an_explanation(tmp_p
     assert main([str(tmp_path / "in"), str(tmp_path / "results.json")]) == 0
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["score"] == 0 and "09-exercises.ipynb" in results["output"]
+
+
+# ----------------------------------------------------------------------------- a student's kit
+
+def _run_as_student(release: Path, command: str) -> subprocess.CompletedProcess:
+    """Run ``command`` (``python -m ...``) in the release, as written, with the course's own
+    folder out of reach (the development venv puts it on sys.path)."""
+    argv = shlex.split(command)
+    assert argv[:2] == ["python", "-m"], command
+    wrapper = (f"import os, runpy, sys; root = {str(ROOT)!r}; "
+               "sys.path[:] = [p for p in sys.path if os.path.realpath(p or '.') != root]; "
+               f"sys.path.insert(0, os.getcwd()); sys.argv = {argv[2:]!r}; "
+               f"runpy.run_module({argv[2]!r}, run_name='__main__', alter_sys=True)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, "-c", wrapper], cwd=release, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _commands_in(text: str) -> list[str]:
+    """The `python -m ...` commands a text tells a student to run."""
+    found = re.findall(r"^(python -m [^\n`]+?)\s*$", text, re.M)
+    found += re.findall(r"`(python -m [^`]+)`", text)
+    return list(dict.fromkeys(c.strip() for c in found))
+
+
+def test_the_release_has_its_own_readme_and_every_command_it_gives_runs(student):
+    readme = (student / "README.md").read_text()
+    notebook = (student / "chapters" / "09-exercises.md").read_text()
+    assert "make " not in readme and "Makefile" not in readme
+    assert "tools/student_notebook.py" not in notebook and "tools/student_notebook.py" not in readme
+    commands = _commands_in(readme) + _commands_in(notebook)
+    assert set(release.STUDENT_COMMANDS) <= set(commands)
+    hidden, total = release.hidden_and_total_points()
+    assert f"{hidden:g} of the {total:g} points" in readme
+    for command in dict.fromkeys(commands):
+        done = _run_as_student(student, command)
+        assert done.returncode == 0, (command, done.stderr[-2000:])
+        assert "not implemented yet" in done.stdout, command
+        assert f"worth {hidden:g} more points" in done.stdout, (command, done.stdout[-1500:])
+    report = json.loads((student / "my-report.json").read_text())
+    assert report["score"] == 0 and report["max_score"] == total - hidden
+
+
+def test_the_release_ships_solutions_with_the_graded_functions_as_stubs(student):
+    wrapper = textwrap.dedent(f"""
+        import os, sys
+        root = {str(ROOT)!r}
+        sys.path[:] = [{str(student)!r}] + [p for p in sys.path if os.path.realpath(p or ".") != root]
+        import solutions, solutions.scaling, solutions.memory
+        assert solutions.__file__.startswith({str(student)!r})
+        print(solutions.memory.zero_memory_per_gpu(7e9, 3, 8, "zero_16"))
+        for call in (lambda: solutions.chinchilla_loss(1e9, 1e10),
+                     lambda: solutions.compute_optimal(1e21),
+                     lambda: solutions.scaling.compute_optimal_sweep(1e21),
+                     lambda: solutions.memory_per_gpu(1e9, "dp", 1),
+                     lambda: solutions.communication_time_per_step(1e9, 1, 1, 1, 1, 1, 1, 1)):
+            try:
+                call()
+            except NotImplementedError as err:
+                print("STUB", err)
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", wrapper], env=env, capture_output=True,
+                          text=True, timeout=120, cwd=student)
+    assert done.returncode == 0, done.stderr
+    # The rest of solutions/ works: ZeRO-3 shards all 16 bytes per parameter, 16 * 7e9 / 8.
+    assert abs(float(done.stdout.splitlines()[0]) - 1.4e10) <= 1e-6 * 1.4e10
+    stubs = [line for line in done.stdout.splitlines() if line.startswith("STUB")]
+    assert len(stubs) == 5 and all("chapters/09-exercises.ipynb" in s for s in stubs)
+    assert "Exercise 1" in stubs[0] and "Exercise 4" in stubs[-1]
+
+
+def test_no_line_of_the_graded_implementations_is_in_the_release(student):
+    """Each stubbed function is its docstring and a raise; and no line of its body in the
+    master (other than lines that other, shipped functions also contain, such as argument
+    validation) appears anywhere in the release's solutions/."""
+    shipped = "\n".join(p.read_text() for p in (student / "solutions").glob("*.py"))
+    shipped_lines = {line.strip() for line in shipped.splitlines()}
+    for rel, functions in release.STUBBED.items():
+        source = (ROOT / rel).read_text()
+        lines = source.splitlines()
+        bodies, elsewhere = {}, set()
+        stubbed_rows = set()
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.FunctionDef) and node.name in functions:
+                body = node.body[1:] if isinstance(node.body[0], ast.Expr) else node.body
+                rows = range(body[0].lineno - 1, node.end_lineno)
+                stubbed_rows |= set(rows)
+                bodies[node.name] = [lines[i].strip() for i in rows]
+        elsewhere = {line.strip() for i, line in enumerate(lines) if i not in stubbed_rows}
+        assert set(bodies) == set(functions), rel
+        for name, code in bodies.items():
+            code = [c for c in code if c and not c.startswith("#") and len(c) > 3]
+            own = [c for c in code if c not in elsewhere]
+            assert own, name
+            leaked = [c for c in own if c in shipped_lines]
+            assert not leaked, (name, leaked)
+        for node in ast.parse((student / rel).read_text()).body:
+            if isinstance(node, ast.FunctionDef) and node.name in functions:
+                kinds = [type(n).__name__ for n in node.body]
+                assert kinds in (["Expr", "Raise"], ["Raise"]), (name, kinds)

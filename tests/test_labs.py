@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -169,7 +171,7 @@ def test_collectives_cli_contract(tmp_path):
     report = tmp_path / "collectives.json"
     proc = subprocess.run(
         [sys.executable, "-m", "labs.collectives", "--nproc", "2", "--report", str(report),
-         "--max-bytes", "16384", "--iters", "2", "--ring-elements", "1001"],
+         "--max-bytes", "16384", "--iters", "2", "--ring-elements", "1001", "--ring-dtype", "fp16"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
@@ -177,51 +179,94 @@ def test_collectives_cli_contract(tmp_path):
     assert "backend: gloo" in proc.stdout
     data = json.loads(report.read_text())
     assert all_ok(data), _failed(data)
-    # 1001 elements are padded to 1002 for two ranks; each rank sends half of it twice.
-    assert _check(data, "ring all-reduce: bytes each rank sends")["measured"] == 2 * (2 - 1) / 2 * 1002 * 4
+    # 1001 elements are padded to 1002 for two ranks; each rank sends half of it twice, in
+    # 2-byte fp16 elements (fp32 rings are counted by the DDP runs).
+    assert _check(data, "ring all-reduce: bytes each rank sends")["measured"] == 2 * (2 - 1) / 2 * 1002 * 2
+    assert data["config"]["ring_dtype"] == "fp16"
     ops = {row["op"] for row in data["sweep"]}
     assert ops == {"all_reduce", "all_gather", "reduce_scatter", "ring_all_reduce"}
 
 
 @pytest.mark.slow
-def test_collectives_four_ranks(tmp_path):
-    report = _run("collectives", 4, tmp_path, "--max-bytes", "16384", "--iters", "2", "--ring-elements", "1001")
+def test_collectives_four_ranks_bf16_ring_and_more_ranks_than_cores(tmp_path, monkeypatch, capsys):
+    # Pretend this machine has one core: four ranks must draw a warning (and still pass).
+    monkeypatch.setattr(launch, "cpu_cores", lambda: 1)
+    report = _run("collectives", 4, tmp_path, "--max-bytes", "16384", "--iters", "2", "--ring-elements", "1001",
+                  "--ring-dtype", "bf16")
+    assert "warning: --nproc 4 starts 4 CPU processes on 1 core(s)" in capsys.readouterr().err
     assert all_ok(report), _failed(report)
-    # 1001 elements padded to 1004 on four ranks; 2(n-1)/n of that, in fp32 bytes.
-    assert _check(report, "ring all-reduce: bytes each rank sends")["measured"] == 2 * 3 / 4 * 1004 * 4
+    # 1001 elements padded to 1004 on four ranks; 2(n-1)/n of that, in 2-byte bf16 elements.
+    assert _check(report, "ring all-reduce: bytes each rank sends")["measured"] == 2 * 3 / 4 * 1004 * 2
     assert _check(report, "ring all-reduce: sequential steps")["measured"] == 6
+    # bf16's rounding (eps 2^-7), not float32's, bounds the ring's difference from all_reduce.
+    bound = _check(report, "ring all-reduce vs dist.all_reduce")["predicted"]
+    assert 4 * 4 * 2**-7 <= bound <= 4 * 4 * 2**-7 * 10
+
+
+def _timing_is_consistent(metrics: dict, step_seconds: list, cfg: dict, n: int) -> None:
+    """tokens/s is the global batch's tokens over the median timed step (the first left out
+    when there are three or more), recomputed here from the report's own step times."""
+    train, model = cfg["train"], cfg["model"]
+    assert len(step_seconds) == train["steps"] - cfg["checked_steps"] == metrics["timed_steps"]
+    timed = step_seconds[1:] if len(step_seconds) >= 3 else step_seconds
+    assert metrics["step_seconds"] == pytest.approx(statistics.median(timed), rel=1e-12)
+    tokens = n * train["batch_per_rank"] * model["block_size"]
+    assert metrics["tokens_per_s"] == pytest.approx(tokens / statistics.median(timed), rel=1e-12)
+
+
+REFERENCE_DELAY = 1.0  # seconds rank 0 sleeps in each reference step: no timed step may see it
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 4])
 def test_ddp_equals_one_process(tmp_path, n):
-    report = _run("ddp", n, tmp_path, *TINY)
+    report = _run("ddp", n, tmp_path, *TINY, "--reference-delay", str(REFERENCE_DELAY))
     assert all_ok(report), _failed(report)
     cfg = GPTConfig(**report["config"]["model"])
     grad_bytes = 4 * sum(p.numel() for p in GPT(cfg).parameters())
     assert _check(report, "gradient bytes all-reduced")["measured"] == grad_bytes
     assert _check(report, "bytes each rank sends per step (ring)")["measured"] == 2 * (n - 1) / n * grad_bytes
     assert _check(report, "steps where replicas differ")["measured"] == 0
-    assert _check(report, "DDP vs one process: gradient")["ok"]
-    assert _check(report, "DDP vs one process: weights")["ok"]
+    # The bounds themselves (fp32): a looser bound would let a real difference through.
+    grad, weights = _check(report, "DDP vs one process: gradient"), _check(report, "DDP vs one process: weights")
+    assert (grad["predicted"], weights["predicted"]) == (1e-5, 1e-3)
+    assert grad["ok"] and weights["ok"]
     assert len(report["history"]["loss"]) == 3
-    assert report["metrics"]["tokens_per_s"] > 0 and 0 < report["metrics"]["scaling_efficiency"]
+    metrics = report["metrics"]
+    _timing_is_consistent(metrics, report["history"]["step_seconds"], report["config"], n)
+    assert max(report["history"]["step_seconds"]) < REFERENCE_DELAY  # the reference is not timed
+    assert metrics["scaling_efficiency"] == pytest.approx(
+        metrics["tokens_per_s"] / metrics["single_process_tokens_per_s"] / n)
+    assert "mfu" not in metrics and metrics["mfu_note"].startswith("CPU")
+    assert {r["backend"] for r in report["ranks"]} == {"gloo"} and len(report["ranks"]) == n
+
+
+def test_lab_tolerances_are_pinned():
+    from labs.ddp import TOLERANCE
+
+    assert TOLERANCE == {torch.float32: {"grad": 1e-5, "param": 1e-3},
+                         torch.float16: {"grad": 1e-2, "param": 5e-2},
+                         torch.bfloat16: {"grad": 5e-2, "param": 1e-1}}
 
 
 @pytest.mark.slow
 def test_ddp_checks_fail_without_all_reduce(tmp_path):
-    """The checks can fail: with no all-reduce, replicas drift apart and DDP != one process."""
+    """The checks can fail: with no all-reduce, replicas drift apart and DDP != one process,
+    in the gradients and in the weights."""
     report = _run("ddp", 2, tmp_path, *TINY, "--allreduce", "none")
     failed = _failed(report)
     assert any(name.startswith("steps where replicas differ") for name in failed)
     assert any(name.startswith("DDP vs one process: gradient") for name in failed)
+    assert any(name.startswith("DDP vs one process: weights") for name in failed)
     assert any(name.startswith("bytes each rank sends") for name in failed)
+    # Each rank kept half the batch's gradient: far outside the bound, not a rounding error.
+    assert _check(report, "DDP vs one process: weights")["measured"] > 100 * 1e-3
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 4])
 def test_fsdp_memory_and_traffic(tmp_path, n):
-    report = _run("fsdp", n, tmp_path, *TINY)
+    report = _run("fsdp", n, tmp_path, *TINY, "--reference-delay", str(REFERENCE_DELAY))
     assert all_ok(report), _failed(report)
     P = sum(p.numel() for p in GPT(GPTConfig(**report["config"]["model"])).parameters())
     for strategy, share in (("DP", 1), ("FSDP", n)):
@@ -237,9 +282,16 @@ def test_fsdp_memory_and_traffic(tmp_path, n):
     fsdp_sent = _check(report, "FSDP: bytes each rank sends")["measured"]
     assert dp_sent == 2 * (n - 1) / n * 4 * P
     assert fsdp_sent == pytest.approx(1.5 * dp_sent)
-    assert _check(report, "FSDP vs one process: gradient")["ok"]
-    assert _check(report, "FSDP vs one process: weights")["ok"]
+    grad, weights = _check(report, "FSDP vs one process: gradient"), _check(report, "FSDP vs one process: weights")
+    assert (grad["predicted"], weights["predicted"]) == (1e-5, 1e-3)
+    assert grad["ok"] and weights["ok"]
     assert report["phases"]["dp"]["loss"] == pytest.approx(report["phases"]["fsdp"]["loss"], rel=1e-4)
+    for strategy in ("dp", "fsdp"):
+        phase = report["phases"][strategy]
+        assert max(phase["step_seconds_all"]) < REFERENCE_DELAY  # rank 0's reference is not timed
+        tokens = n * report["config"]["train"]["batch_per_rank"] * report["config"]["model"]["block_size"]
+        assert report["side_by_side"][strategy]["tokens_per_s"] == pytest.approx(tokens / phase["step_seconds"])
+        assert phase["timed_steps"] == 2 and phase["checked_steps"] == 1
 
 
 def _processes_mentioning(marker: str) -> list[int]:
@@ -277,13 +329,51 @@ def test_a_killed_rank_ends_the_lab_quickly_and_leaves_nothing(tmp_path):
 
 
 @pytest.mark.slow
-def test_fsdp_bf16_mixed_precision(tmp_path):
-    """The GPU path's mixed precision, run on CPU: FSDP gathers bf16 weights (half the bytes),
-    reduces fp32 gradients, and still stores fp32 state; DDP runs under bf16 autocast."""
-    report = _run("fsdp", 2, tmp_path, *TINY, "--dtype", "bf16")
+def test_fsdp_fp16_with_a_gradient_scaler(tmp_path):
+    """The T4's precision, run on CPU: both phases compute in fp16 under autocast with a
+    gradient scaler, keep fp32 weights, gradients and AdamW state, and so move fp32 buffers."""
+    report = _run("fsdp", 2, tmp_path, *TINY, "--dtype", "fp16")
     assert all_ok(report), _failed(report)
-    assert report["config"]["dtype"] == "torch.bfloat16"
+    assert report["config"]["dtype"] == "torch.float16"
     P = sum(p.numel() for p in GPT(GPTConfig(**report["config"]["model"])).parameters())
-    assert _check(report, "FSDP: all-gathered bytes")["measured"] == 2 * 2 * P  # two gathers, 2 bytes each
-    assert _check(report, "FSDP: reduce-scattered bytes")["measured"] == 4 * P  # fp32 gradients
+    assert _check(report, "FSDP: all-gathered bytes")["measured"] == 2 * 4 * P
+    assert _check(report, "FSDP: reduce-scattered bytes")["measured"] == 4 * P
     assert _check(report, "FSDP: weights bytes per rank")["measured"] == 4 * P / 2  # fp32 shards
+    grad, weights = _check(report, "FSDP vs one process: gradient"), _check(report, "FSDP vs one process: weights")
+    assert (grad["predicted"], weights["predicted"]) == (1e-2, 5e-2)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_torchrun_nodes_on_localhost_agree(tmp_path):
+    """Multi-node, rehearsed on one machine: two torchrun "nodes" (c10d rendezvous, gloo) run
+    the DDP lab as one job of two ranks, exactly as two machines would."""
+    report = tmp_path / "two-nodes.json"
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env.pop("LABS_BACKEND", None)
+    nodes = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
+         "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+         "--rdzv-id", "labs-rehearsal", "-m", "labs.ddp", "--backend", "gloo", "--report", str(report),
+         *TINY, "--dtype", "bf16"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for node in (0, 1)]
+    try:
+        outputs = [p.communicate(timeout=240)[0] for p in nodes]
+    finally:
+        for p in nodes:
+            p.kill()
+    assert [p.returncode for p in nodes] == [0, 0], "\n".join(o[-3000:] for o in outputs)
+    data = json.loads(report.read_text())
+    assert all_ok(data), _failed(data)
+    assert data["world_size"] == 2 and data["config"]["dtype"] == "torch.bfloat16"
+    assert [r["rank"] for r in data["ranks"]] == [0, 1]
+    assert {r["backend"] for r in data["ranks"]} == {"gloo"}
+    assert [r["local_rank"] for r in data["ranks"]] == [0, 0]  # one rank per node: each is local rank 0
+    assert _check(data, "steps where replicas differ")["measured"] == 0

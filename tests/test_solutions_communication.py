@@ -25,12 +25,17 @@ def test_ring_factors_known_values():
 @FAST
 @given(n=st.integers(1, 10_000))
 def test_allreduce_is_reduce_scatter_plus_allgather(n):
+    assert comm.ring_allreduce_factor(n) == pytest.approx(2 * (n - 1) / n, rel=1e-15)
+    assert comm.allgather_factor(n) == comm.reduce_scatter_factor(n) == pytest.approx((n - 1) / n, rel=1e-15)
     assert comm.ring_allreduce_factor(n) == pytest.approx(comm.reduce_scatter_factor(n) + comm.allgather_factor(n))
     assert comm.ring_allreduce_factor(n) < 2
+    assert comm.ring_allreduce_steps(n) == 2 * n - 2
 
 
 def test_bytes_per_rank():
     assert comm.allreduce_bytes_per_rank(1e9, 4) == 1.5e9
+    assert comm.allreduce_bytes_per_rank(1.2e9, 3) == pytest.approx(1.6e9)  # 2 x 2/3 of the buffer
+    assert comm.allgather_bytes_per_rank(1.2e9, 6) == pytest.approx(1e9)  # 5/6 of the buffer
     assert comm.allgather_bytes_per_rank(1e9, 4) == 0.75e9
     assert comm.reduce_scatter_bytes_per_rank(1e9, 4) == 0.75e9
 
@@ -42,20 +47,26 @@ def test_ring_factor_bad_n(bad):
 
 
 # -- ring simulation ----------------------------------------------------------
+# Element sizes of 1, 2, 4 and 8 bytes, so byte counts cannot assume 4 bytes per element.
+RING_DTYPES = {np.int8: 1, np.int16: 2, np.float16: 2, np.int32: 4, np.float32: 4, np.int64: 8, np.float64: 8}
+
+
 @FAST
-@given(n=st.integers(1, 9), k=st.integers(1, 4), seed=st.integers(0, 2**32 - 1))
-def test_ring_simulation_sums_and_counts_bytes(n, k, seed):
+@given(n=st.integers(1, 9), k=st.integers(1, 4), seed=st.integers(0, 2**32 - 1),
+       dtype=st.sampled_from(sorted(RING_DTYPES, key=lambda t: t.__name__)))
+def test_ring_simulation_sums_and_counts_bytes(n, k, seed, dtype):
     rng = np.random.default_rng(seed)
-    data = rng.integers(-1000, 1000, size=(n, n, k))  # integers: exact sums
+    # Small integers: every partial sum (at most 9 x 12 = 108 in size) is exact in every dtype.
+    data = rng.integers(-12, 13, size=(n, n, k)).astype(dtype)
     res = comm.simulate_ring_allreduce(data)
-    total = data.sum(axis=0)
+    total = data.astype(np.int64).sum(axis=0)
     for r in range(n):
-        np.testing.assert_array_equal(res.final[r], total)
-    # Each rank sends 2(n-1) chunks of k elements = 2(n-1)/n of its buffer.
-    assert len(res.steps) == comm.ring_allreduce_steps(n)
-    assert res.buffer_bytes == data[0].nbytes
-    expected = comm.ring_allreduce_factor(n) * data[0].nbytes
-    np.testing.assert_allclose(res.bytes_sent_per_rank, expected)
+        np.testing.assert_array_equal(res.final[r].astype(np.int64), total)
+    # Each rank sends 2(n-1) chunks of k elements: 2(n-1)/n of its n k-element buffer.
+    size = RING_DTYPES[dtype]
+    assert len(res.steps) == 2 * (n - 1)
+    assert res.buffer_bytes == n * k * size
+    np.testing.assert_array_equal(res.bytes_sent_per_rank, [2 * (n - 1) * k * size] * n)
 
 
 def test_ring_simulation_does_not_modify_input_and_records_steps():
@@ -175,6 +186,9 @@ def test_breakdown_zero3_is_one_and_a_half_dp():
     for stage in (1, 2):
         assert comm.communication_breakdown(**BASE, zero_stage=stage)["dp"]["bytes"] == pytest.approx(plain)
     assert comm.communication_breakdown(**BASE, zero_stage=3)["dp"]["bytes"] == pytest.approx(1.5 * plain)
+    # By hand: shards of 70e9 / 32 parameters, 2 bytes each, 3 x 7/8 of them sent.
+    assert comm.communication_breakdown(**BASE, zero_stage=3)["dp"]["bytes"] == pytest.approx(
+        70e9 / 32 * 2 * 3 * 7 / 8)
 
 
 def test_breakdown_degenerate_axes_are_free():
@@ -184,20 +198,67 @@ def test_breakdown_degenerate_axes_are_free():
     assert two["pp"]["bytes"] == pytest.approx(2 * 16 * 4096 * 8192)  # one send per micro-batch
 
 
+def test_two_stage_pipeline_sends_one_way_per_microbatch():
+    # Two stages: stage 0 sends activations, stage 1 sends gradients back; each stage sends
+    # only one of them. 3 micro-batches of 2 x 64 x 32 = 4096 elements, 4 bytes each.
+    small = dict(model_params=1e6, dp=1, tp=1, num_layers=4, seq_len=64, micro_batch=2,
+                 num_microbatches=3, d_model=32, bytes_per_element=4, inter_node_bw=1e9)
+    two = comm.communication_breakdown(**small, pp=2)
+    assert two["pp"]["bytes"] == 3 * 4096 * 4 == 49_152
+    assert two["pp"]["seconds"] == pytest.approx(49_152 / 1e9)
+    # An interior stage (four stages) sends both: twice as much.
+    assert comm.communication_breakdown(**small, pp=4)["pp"]["bytes"] == 98_304
+
+
 def test_breakdown_tp_across_nodes_uses_inter_node_bandwidth():
     out = comm.communication_breakdown(**{**BASE, "tp": 16, "pp": 2})
     assert out["tp"]["seconds"] == pytest.approx(out["tp"]["bytes"] / comm.DEFAULT_INTER_NODE_BW)
 
 
+def test_tp_over_nvlink_while_it_fits_in_a_node():
+    # 4 GPUs per node: TP4 fits (intra-node 100 B/s here), TP8 spills over (inter-node 1 B/s).
+    small = dict(model_params=1e6, dp=1, pp=1, num_layers=1, seq_len=1, micro_batch=1, num_microbatches=1,
+                 d_model=100, bytes_per_element=1, intra_node_bw=100.0, inter_node_bw=1.0, gpus_per_node=4)
+    # TP4: 4 all-reduces x 100 elements x 2 x 3/4 = 600 bytes in 6 s; TP8: 700 bytes in 700 s.
+    four = comm.communication_breakdown(**small, tp=4)["tp"]
+    eight = comm.communication_breakdown(**small, tp=8)["tp"]
+    assert (four["bytes"], four["seconds"]) == (pytest.approx(600), pytest.approx(6))
+    assert (eight["bytes"], eight["seconds"]) == (pytest.approx(700), pytest.approx(700))
+    # The defaults: H100 NVLink, 450 GB/s each way; one 400 Gb/s NIC per GPU, 50 GB/s.
+    assert (comm.DEFAULT_INTRA_NODE_BW, comm.DEFAULT_INTER_NODE_BW) == (450e9, 50e9)
+
+
 @FAST
-@given(tp=st.sampled_from([1, 2, 4, 8]), pp=st.sampled_from([1, 2, 4, 8]), dp=st.integers(1, 512))
-def test_dp_volume_shrinks_with_model_sharding(tp, pp, dp):
-    out = comm.communication_breakdown(**{**BASE, "tp": tp, "pp": pp, "dp": dp})
-    unsharded = 2 * 70e9 * comm.ring_allreduce_factor(dp)
-    assert out["dp"]["bytes"] * tp * pp == pytest.approx(unsharded)
-    # TP volume per layer per micro-batch matches the helper.
-    per_layer = comm.tensor_parallel_bytes_per_layer(1, 4096, 8192, tp)
-    assert out["tp"]["bytes"] == pytest.approx(per_layer * 16 * 80 / pp)
+@given(tp=st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16]), pp=st.sampled_from([1, 2, 4, 5, 8, 10, 16]),
+       dp=st.sampled_from([1, 2, 3, 6, 8, 12, 96, 512]), stage=st.sampled_from([0, 1, 2, 3]))
+def test_dp_volume_shrinks_with_model_sharding(tp, pp, dp, stage):
+    # Every axis written out for BASE's 70e9 parameters, 80 layers, 16 micro-batches of
+    # 1 x 4096 x 8192 activations, 2 bytes per element.
+    out = comm.communication_breakdown(**{**BASE, "tp": tp, "pp": pp, "dp": dp, "zero_stage": stage})
+    moves = 3 if stage == 3 else 2  # ZeRO-3 all-gathers the weights once more
+    dp_bytes = 2 * 70e9 / (tp * pp) * moves * (dp - 1) / dp
+    # 4 all-reduces per layer and micro-batch, over the 80/pp layers this GPU holds.
+    tp_bytes = (80 / pp) * 16 * 4 * (4096 * 8192) * 2 * (tp - 1) / tp * 2
+    # Point-to-point: none alone, one direction per boundary with two stages, both inside.
+    pp_bytes = {1: 0, 2: 1}.get(pp, 2) * 16 * 4096 * 8192 * 2
+    assert out["dp"]["bytes"] == pytest.approx(dp_bytes, rel=1e-12, abs=0)
+    assert out["tp"]["bytes"] == pytest.approx(tp_bytes, rel=1e-12, abs=0)
+    assert out["pp"]["bytes"] == pytest.approx(pp_bytes, rel=1e-12, abs=0)
+    # TP rides NVLink (450e9 B/s) while it fits in an 8-GPU node, the NICs (50e9 B/s) beyond.
+    tp_bw = 450e9 if tp <= 8 else 50e9
+    assert out["tp"]["seconds"] == pytest.approx(tp_bytes / tp_bw, rel=1e-12, abs=0)
+    assert out["dp"]["seconds"] == pytest.approx(dp_bytes / 50e9, rel=1e-12, abs=0)
+    assert out["pp"]["seconds"] == pytest.approx(pp_bytes / 50e9, rel=1e-12, abs=0)
+
+
+def test_tensor_parallel_four_allreduces_by_hand():
+    # Megatron: 2 all-reduces forward and 2 backward of b s h elements per layer. With
+    # b s h = 2 x 5 x 10 = 100 elements on 4 GPUs: 4 x 100 x 2 x 3/4 = 600 elements.
+    assert comm.tensor_parallel_bytes_per_layer(2, 5, 10, 4, bytes_per_element=1) == pytest.approx(600)
+    assert comm.tensor_parallel_bytes_per_layer(2, 5, 10, 4) == pytest.approx(1200)  # bf16 by default
+    assert comm.tensor_parallel_bytes_per_layer(1, 10, 10, 3, bytes_per_element=4) == pytest.approx(
+        4 * 100 * 2 * 2 / 3 * 4)
+    assert comm.tensor_parallel_bytes_per_layer(4, 8, 16, 1) == 0  # no tensor parallelism, no traffic
 
 
 @pytest.mark.parametrize(

@@ -34,8 +34,9 @@ def _new_cites():
 
 
 # -- the table itself ---------------------------------------------------------
-@pytest.mark.skipif(not BIB.exists(), reason="bibliography not present")
 def test_every_cite_key_is_in_the_bibliography():
+    # No skip: the bibliography is part of the repository, so a missing file is a failure.
+    assert BIB.is_file(), f"{BIB.relative_to(ROOT)} is missing"
     keys = _bib_keys()
     assert {c for c in _new_cites() if c not in keys} == set()
 
@@ -98,7 +99,8 @@ LLAMA = [lay for lay in facts.LAYOUTS if lay.model == "Llama 3 405B"]
 
 def test_mtnlg_layout_claim_is_wrong():
     claim = CLAIMS["mtnlg_layout"]
-    assert 8 * 35 * 64 == 17_920  # the brief's arithmetic is self-consistent
+    # The figures as the claim quotes them; its arithmetic is self-consistent.
+    assert (claim["tp"], claim["pp"], claim["dp"], claim["gpus"]) == (8, 35, 64, 17_920)
     assert claim["tp"] * claim["pp"] * claim["dp"] == claim["gpus"]
     # TP and PP agree with every run the paper reports (Smith et al. 2022)...
     assert all((lay.tp, lay.pp) == (claim["tp"], claim["pp"]) for lay in MTNLG)
@@ -270,7 +272,8 @@ def test_hoffmann_study_scope():
 def test_ratio_growth_exponent_is_the_slope_of_the_optimal_ratio(name):
     c = scaling.CONSTANT_SETS[name]
     k = scaling.ratio_growth_exponent(c)
-    assert k == pytest.approx(1 - 2 * scaling.allocation_exponent(c))
+    # D/N ~ C^(b - a) with a = beta/(alpha+beta), b = alpha/(alpha+beta) (Hoffmann et al. eq. 4).
+    assert k == pytest.approx((c.alpha - c.beta) / (c.alpha + c.beta))
     r1 = scaling.compute_optimal_closed_form(1e20, c)[2]
     r2 = scaling.compute_optimal_closed_form(1e24, c)[2]
     assert math.log(r2 / r1) / math.log(1e4) == pytest.approx(k)

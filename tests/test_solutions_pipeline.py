@@ -22,15 +22,35 @@ def test_bubble_formulas_known_values():
     assert pl.bubble_fraction(4, 8, "relative_to_ideal") == pytest.approx(3 / 8)
     assert pl.bubble_fraction(4, 8, "relative_to_ideal", interleave=2) == pytest.approx(3 / 16)
     assert pl.bubble_fraction(1, 5) == 0
+    # Two stages: one idle slot of m + 1. p=2, m=1: half the time; p=2, m=3: a quarter.
+    assert pl.bubble_fraction(2, 1) == pytest.approx(1 / 2)
+    assert pl.bubble_fraction(2, 3, "relative_to_ideal") == pytest.approx(1 / 3)
     np.testing.assert_allclose(pl.bubble_fraction(np.array([2, 4]), 4), [1 / 5, 3 / 7])
+
+
+def test_interleaving_divides_the_idle_time_by_v():
+    # v chunks per GPU: the idle time is (p-1)/v slots against m slots of work, so
+    # p=4, m=8, v=2: idle 3/2 against 8, a share of (3/2)/(8 + 3/2) = 3/19, relative 3/16.
+    assert pl.bubble_fraction(4, 8, "share_of_total", interleave=2) == pytest.approx(3 / 19)
+    assert pl.bubble_fraction(4, 8, "relative_to_ideal", interleave=2) == pytest.approx(3 / 16)
+    # p=8, m=4, v=4: idle 7/4 against 4: share 7/23, relative 7/16.
+    assert pl.bubble_fraction(8, 4, "share_of_total", interleave=4) == pytest.approx(7 / 23)
+    assert pl.bubble_fraction(8, 4, "relative_to_ideal", interleave=4) == pytest.approx(7 / 16)
+    # One chunk per GPU is the plain pipeline: p=3, m=6 gives 2/8 and 2/6.
+    assert pl.bubble_fraction(3, 6, interleave=1) == pytest.approx(1 / 4)
+    assert pl.bubble_fraction(3, 6, "relative_to_ideal", interleave=1) == pytest.approx(1 / 3)
 
 
 @FAST
 @given(p=stages, m=micro, v=st.integers(1, 4))
 def test_two_definitions_are_consistent(p, m, v):
-    # share = idle/(idle+ideal) and rel = idle/ideal, so share = rel/(1+rel).
+    # Idle time (p-1)/v micro-batch slots, ideal compute m slots (Narayanan et al. 2021,
+    # sec. 2.2.2): share = idle/(idle + ideal), rel = idle/ideal, so share = rel/(1+rel).
     share = pl.bubble_fraction(p, m, "share_of_total", v)
     rel = pl.bubble_fraction(p, m, "relative_to_ideal", v)
+    idle = (p - 1) / v
+    assert share == pytest.approx(idle / (idle + m), rel=1e-12, abs=0)
+    assert rel == pytest.approx(idle / m, rel=1e-12, abs=0)
     assert share == pytest.approx(rel / (1 + rel))
 
 
@@ -68,6 +88,7 @@ def test_gpipe_idle_share_equals_formula(p, m, tf, tb):
     # stage is busy m(tf+tb): idle share (p-1)/(m+p-1) for any tf, tb.
     sched = pl.pipeline_schedule(p, m, "gpipe", tf, tb)
     assert pl.makespan(sched) == pytest.approx((m + p - 1) * (tf + tb))
+    assert pl.idle_fraction(sched) == pytest.approx((p - 1) / (m + p - 1), abs=1e-12)
     assert pl.idle_fraction(sched) == pytest.approx(pl.bubble_fraction(p, m), abs=1e-12)
     # Idle time per stage relative to its compute: Narayanan's (p-1)/m.
     idle_per_stage = pl.makespan(sched) - m * (tf + tb)
@@ -85,6 +106,43 @@ def test_1f1b_same_bubble_less_memory(p, m, tf, tb):
         assert pl.peak_in_flight(g, s) == m
         assert pl.peak_in_flight(o, s) == min(p - s, m)
         assert pl.peak_in_flight(o, s) <= p
+
+
+@FAST
+@given(p=stages, groups=st.integers(1, 3), v=st.integers(1, 4), tf=times, tb=times)
+def test_interleaved_schedule_is_valid_and_has_the_interleaved_bubble(p, groups, v, tf, tb):
+    # Narayanan et al. 2021, sec. 2.2.2: with v chunks per stage the bubble is
+    # (p-1)/v micro-batch slots, an idle share of (p-1)/(v m + p - 1).
+    m = p * groups
+    events = pl.pipeline_schedule(p, m, pl.INTERLEAVED, tf, tb, interleave=v)
+    # Every pass of every chunk exactly once, each taking 1/v of the stage's time.
+    assert Counter((e.stage, e.chunk, e.microbatch, e.phase) for e in events) == Counter(
+        (s, c, i, ph) for s in range(p) for c in range(v) for i in range(m) for ph in "FB"
+    )
+    for e in events:
+        assert e.end - e.start == pytest.approx((tf if e.phase == "F" else tb) / v)
+    # Chunk c of stage s is virtual stage c p + s: forwards climb, backwards descend.
+    end = {(e.phase, e.chunk * p + e.stage, e.microbatch): e.end for e in events}
+    for e in events:
+        vs = e.chunk * p + e.stage
+        if e.phase == "F" and vs > 0:
+            assert e.start >= end[("F", vs - 1, e.microbatch)] - 1e-12
+        if e.phase == "B":
+            assert e.start >= end[("F", vs, e.microbatch)] - 1e-12
+            if vs < v * p - 1:
+                assert e.start >= end[("B", vs + 1, e.microbatch)] - 1e-12
+    for s in range(p):
+        evs = sorted((e for e in events if e.stage == s), key=lambda e: e.start)
+        for a, b in zip(evs, evs[1:]):
+            assert b.start >= a.end - 1e-12
+    assert pl.idle_fraction(events) == pytest.approx(pl.bubble_fraction(p, m, interleave=v), abs=1e-9)
+
+
+def test_interleaving_shrinks_the_bubble():
+    one = pl.idle_fraction(pl.pipeline_schedule(4, 8, "1f1b"))
+    two = pl.idle_fraction(pl.pipeline_schedule(4, 8, pl.INTERLEAVED, interleave=2))
+    assert one == pytest.approx(3 / 11)
+    assert two == pytest.approx(3 / 19)
 
 
 def test_small_gpipe_schedule_by_hand():
@@ -111,6 +169,9 @@ def test_small_gpipe_schedule_by_hand():
         (lambda: pl.bubble_fraction(4, 8, "ratio"), "definition"),
         (lambda: pl.bubble_fraction(4, 8, interleave=0), "interleave"),
         (lambda: pl.pipeline_schedule(4, 8, "zb"), "kind"),
+        (lambda: pl.pipeline_schedule(4, 6, "interleaved", interleave=2), "m must be a multiple"),
+        (lambda: pl.pipeline_schedule(4, 8, "1f1b", interleave=2), "interleave"),
+        (lambda: pl.pipeline_schedule(4, 8, "interleaved", interleave=0), "interleave"),
         (lambda: pl.pipeline_schedule(4, 8, t_fwd=0), "t_fwd"),
         (lambda: pl.pipeline_schedule(4, 8, t_bwd=float("nan")), "t_bwd"),
         (lambda: pl.pipeline_schedule(True, 8), "p"),

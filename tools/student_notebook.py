@@ -47,9 +47,23 @@ for folder in (here, *here.parents):
         break
 else:
     if importlib.util.find_spec("tests.grading") is None:  # e.g. on Colab
-        subprocess.run(["git", "clone", "--depth", "1", "https://github.com/llm-course/scaling-distributed-training", "course"], check=True)
+        subprocess.run(["git", "clone", "--depth", "1", "{url}", "course"], check=True)
         sys.path.insert(0, "course")
 '''
+
+
+def repository_url(config: Path = Path(__file__).resolve().parents[1] / "_config.yml") -> str:
+    """The course's public repository (``repository.url`` in the book's ``_config.yml``),
+    which students clone; the setup cell fetches the grading package from it on Colab."""
+    import yaml
+
+    try:
+        url = yaml.safe_load(config.read_text(encoding="utf-8"))["repository"]["url"]
+    except (OSError, KeyError, TypeError) as exc:
+        raise ValueError(f"config: no repository.url in {config} ({exc})") from None
+    if not isinstance(url, str) or not url.startswith("https://"):
+        raise ValueError(f"config: repository.url in {config} must be an https URL, got {url!r}")
+    return url
 
 
 class MarkerError(ValueError):
@@ -139,7 +153,7 @@ def student_notebook(master: nbformat.NotebookNode) -> nbformat.NotebookNode:
             continue
         tags = list(cell.metadata.get("tags", []))
         if "remove-cell" in tags and "Colab/Binder" in cell.source:
-            cell.source = STUDENT_SETUP.rstrip("\n")
+            cell.source = STUDENT_SETUP.replace("{url}", repository_url()).rstrip("\n")
         source, regions, top_level = strip_solutions(cell.source, f"cell {index}")
         cell.source = source
         if regions:

@@ -5,8 +5,10 @@
     results = grade_callable(lambda name: local_call(my_functions[name]), checks)
 
 Public checks use fixed inputs and the expected outcomes stored in ``public_expected.json``,
-so they run in the student release (no ``solutions/``). Hidden checks draw random inputs
-from ``random.Random(seed)`` and compute what to expect from ``solutions`` when they run.
+so they run in the student release (no reference code). Hidden checks draw random inputs
+from ``random.Random(seed)`` and compute what to expect when they run, from
+:mod:`tests.grading.independent` (the exercises written out plainly), never from
+``solutions/``: ``test_independent.py`` checks that the two agree.
 Every check calls the student's function only through ``call(*args)`` (see
 :mod:`tests.grading.core`), so the same checks grade a notebook in-process or a submission
 in a sandbox.
@@ -38,6 +40,15 @@ STUDENT_RELEASE_FILES = (
 )
 
 
+def with_others(call):
+    """``call`` as a plain function object, so that a check can reach the submission's other
+    functions through ``call.other(name)`` (Exercise 2 uses the student's own loss)."""
+    def bound(*args):
+        return call(*args)
+
+    return bound
+
+
 def load_checks(include_hidden: bool = True, seed: int | None = None) -> list[Check]:
     """Every exercise's checks, public first, in exercise order.
 
@@ -64,17 +75,26 @@ def grade_callable(call_for_function: Callable[[str], Callable[..., Any]],
     """
     results = []
     calls: dict[str, Any] = {}
-    for check in checks:
-        if check.function not in calls:
+
+    def get(function: str):
+        if function not in calls:
             try:
-                calls[check.function] = call_for_function(check.function)
+                calls[function] = with_others(call_for_function(function))
             except SubmissionError as err:
-                calls[check.function] = err
+                calls[function] = err
             except Exception as exc:
-                calls[check.function] = SubmissionError(
-                    f"could not load `{check.function}`: {type(exc).__name__}: {exc}",
-                    kind="crashed")
-        call = calls[check.function]
+                calls[function] = SubmissionError(
+                    f"could not load `{function}`: {type(exc).__name__}: {exc}", kind="crashed")
+        return calls[function]
+
+    def other(function: str):
+        found = get(function)
+        return None if isinstance(found, SubmissionError) else found
+
+    for check in checks:
+        call = get(check.function)
+        if not isinstance(call, SubmissionError):
+            call.other = other
         if isinstance(call, SubmissionError):
             message = call.message if call.message.endswith(".") else call.message + "."
             results.append((check, Result(False, message, call.not_implemented)))

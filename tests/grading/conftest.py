@@ -37,3 +37,22 @@ def call_for_function(submission_path, request):
     timeout = _option(request.config, "--submission-timeout", 10.0)
     with sandbox.Sandbox(submission_path, timeout=timeout) as box:
         yield lambda name: (lambda *args: box.call(name, *args))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print the mutation score of the grading checks (tests/grading/test_mutation.py)."""
+    from tests.grading import mutants
+
+    if not mutants.SCORES:
+        return
+    write = terminalreporter.write_line
+    terminalreporter.write_sep("=", "mutation score of the grading checks")
+    total_caught = total = 0
+    for exercise in sorted(mutants.SCORES):
+        caught, graded, equivalent, missed = mutants.SCORES[exercise]
+        total_caught, total = total_caught + caught, total + graded
+        write(f"{exercise}: {caught}/{graded} wrong variants lose points "
+              f"({100 * caught / graded:.1f}%); {equivalent} equivalent variant(s) not graded")
+        for what in missed:
+            write(f"    full marks: {what}")
+    write(f"all: {total_caught}/{total} ({100 * total_caught / max(total, 1):.1f}%)")

@@ -88,6 +88,20 @@ def describe_exception(exc: BaseException) -> str:
     return f"raised {type(exc).__name__}" + (f": {text}" if text else "")
 
 
+def _raised_inside(exc: BaseException, function) -> str | None:
+    """The student's other function in which ``exc`` was raised (the innermost frame of the
+    same file as ``function``), or None."""
+    code = getattr(function, "__code__", None)
+    tb, inside = exc.__traceback__, None
+    while tb is not None:
+        frame_code = tb.tb_frame.f_code
+        if code is not None and frame_code.co_filename == code.co_filename \
+                and frame_code.co_name not in ("<module>", "<lambda>"):
+            inside = frame_code.co_name
+        tb = tb.tb_next
+    return inside if inside and inside != getattr(function, "__name__", None) else None
+
+
 def local_call(function: Callable[..., Any]) -> Callable[..., Any]:
     """A ``call`` that runs ``function`` in this process (no sandbox, no timeout).
 
@@ -98,7 +112,11 @@ def local_call(function: Callable[..., Any]) -> Callable[..., Any]:
         try:
             value = function(*to_student_args(args))
         except Exception as exc:  # the student's code may raise anything
-            raise SubmissionError(describe_exception(exc), kind="raised",
+            text = describe_exception(exc)
+            inside = _raised_inside(exc, function)
+            if inside:
+                text += f", inside your `{inside}`, which `{function.__name__}` calls"
+            raise SubmissionError(text, kind="raised",
                                   exception_type=type(exc).__name__) from None
         try:
             return to_plain(value)

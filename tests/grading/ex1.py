@@ -7,7 +7,8 @@ import random
 
 from .core import Result
 from .framework import (
-    attempt, call_failure, collect, fmt_call, fmt_pair, fmt_value, make_check, recognise, same, values_match, with_why,
+    attempt, call_failure, collect, fmt_call, fmt_pair, fmt_value, gate, make_check, recognise, same,
+    values_match, with_why,
 )
 
 EXERCISE = "ex1"
@@ -28,6 +29,7 @@ def judge_decreasing(variable: str):
         if failed:
             return failed
         index = 0 if variable == "N" else 1
+        failed = gate(FUNCTION, probes, values, f"The loss falls as {variable} grows")
         for i in range(len(values) - 1):
             if not values[i + 1] < values[i]:
                 a, b = probes[i].args, probes[i + 1].args
@@ -36,6 +38,8 @@ def judge_decreasing(variable: str):
                         f"fall as {variable} grows from {fmt_value(a[index])} to {fmt_value(b[index])}.")
                 why = recognise({"value": values[i + 1]}, probes[i + 1])
                 return Result(False, with_why(text, why))
+        if failed:
+            return failed
         fixed = "D" if variable == "N" else "N"
         return Result(True, f"The loss falls strictly as {variable} grows from "
                             f"{fmt_value(probes[0].args[index])} to {fmt_value(probes[-1].args[index])} "
@@ -66,6 +70,9 @@ def judge_vectorised(call, probes) -> Result:
             gs, ss = fmt_pair(g, s)
             return Result(False, f"{where}: element {i} is {gs}, but "
                                  f"{fmt_call(FUNCTION, scalar_probes[i].args)} returns {ss}.")
+    failed = gate(FUNCTION, scalar_probes, scalars, "It works on arrays")
+    if failed:
+        return failed
     return Result(True, f"{where} returned the {n} losses of the scalar calls.")
 
 
@@ -88,7 +95,8 @@ def public_checks():
 
 
 def hidden_checks(rng: random.Random):
-    pairs = [[10 ** rng.uniform(7, 13), 10 ** rng.uniform(8, 14)] for _ in range(8)]
+    # Sizes over ten decades each, from a toy model to far beyond any trained so far.
+    pairs = [[10 ** rng.uniform(5, 15), 10 ** rng.uniform(6, 16)] for _ in range(10)]
     return [
         make_check(EXERCISE, "ex1_hidden_random", 3, FUNCTION, pairs,
                    lambda call, probes: values_match(FUNCTION, probes, call, HINT),

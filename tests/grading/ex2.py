@@ -1,14 +1,21 @@
 """Checks for Exercise 2: ``compute_optimal(C, ratios=None) -> (N, D, ratio, loss)``, the best
 point of a grid of D/N ratios along the iso-FLOP line ``6 N D = C`` (Kaplan et al. 2020,
-sec. 2.1, for 6ND; Hoffmann et al. 2022 for the loss being minimised)."""
+sec. 2.1, for 6ND; Hoffmann et al. 2022 for the loss being minimised).
+
+Exercise 2 is graded on its own: the student's ``compute_optimal`` calls their own
+``chinchilla_loss``, so an answer is accepted when it is the grid's best point under the
+exercise's loss *or* under the student's own Exercise 1 (the feedback then says that
+Exercise 1 changes the answer). A mistake in Exercise 1 is charged to Exercise 1 only."""
 from __future__ import annotations
 
 import random
 
-from .core import Result
+import math
+
+from .core import Result, SubmissionError
 from .framework import (
-    collect, fmt_call, fmt_pair, fmt_value, make_check, recognise, recognise_derived, same,
-    values_match, with_why,
+    attempt, collect, fmt_call, fmt_pair, fmt_value, gate, make_check, other_call, recognise,
+    recognise_derived, same, values_match, with_why,
 )
 
 EXERCISE = "ex2"
@@ -19,11 +26,126 @@ HINT = ("for every ratio r on the grid, N = sqrt(C / (6*r)) and D = r*N; evaluat
 
 SEVERAL_BUDGETS = [1e19, 1e20, 1e21, 1e22, 1e23, 1e24, 1e25]
 CUSTOM = [[1e22, [4.0, 15.0, 60.0, 240.0, 960.0]],
-          [1e24, [500.0, 3.0, 90.0, 30.0, 2000.0]]]  # unsorted on purpose
+          [1e24, [500.0, 3.0, 90.0, 30.0, 2000.0]],  # unsorted on purpose
+          [1e22, [960.0, 4.0, 240.0, 15.0, 60.0]],  # the best ratio last
+          [1e23, [60.0]]]  # a single ratio
+#: The exercise's default grid: np.logspace(-1, 3.3, 200), as the exercise text states.
+GRID = (-1.0, 3.3, 200)
+#: Grid sizes a student may have typed instead of 200 (recognised to say so).
+OTHER_GRID_SIZES = (199, 201, 100, 1000, 2000, 20, 50, 500, 400, 300, 150, 250)
+
+
+def logspace(start: float, stop: float, num: int) -> list:
+    """``np.logspace`` as a list of plain floats."""
+    import numpy as np
+
+    return [float(x) for x in np.logspace(start, stop, num)]
+
+
+def _grid_points(C: float, ratios) -> tuple:
+    Ns = [math.sqrt(C / (6 * r)) for r in ratios]
+    return Ns, [r * N for r, N in zip(ratios, Ns)]
+
+
+def _student_losses(loss_call, Ns, Ds):
+    """The student's chinchilla_loss on every grid point: one call with arrays, else one
+    call per point; None if it cannot answer."""
+    try:
+        values = loss_call(Ns, Ds)
+        if type(values) is list and len(values) == len(Ns) and all(type(v) is float for v in values):
+            return values
+    except SubmissionError:
+        pass
+    values = []
+    for N, D in zip(Ns, Ds):  # stop at the first call that does not give a number
+        try:
+            value = loss_call(N, D)
+        except SubmissionError:
+            return None
+        if type(value) is not float or not math.isfinite(value):
+            return None
+        values.append(value)
+    return values
+
+
+def own_loss_answer(call, C: float, ratios=None, num: int | None = None):
+    """The grid's best (N, D, r, loss) under the student's own ``chinchilla_loss``; None when
+    it is not available (e.g. it raises). ``num``: another size of the default grid."""
+    loss_call = other_call(call, "chinchilla_loss")
+    if loss_call is None:
+        return None
+    cache = call.__dict__.setdefault("_own_answers", {})
+    key = (C, tuple(ratios) if ratios is not None else None, num)
+    if key not in cache:
+        grid = logspace(GRID[0], GRID[1], num or GRID[2]) if ratios is None else list(ratios)
+        Ns, Ds = _grid_points(C, grid)
+        losses = _student_losses(loss_call, Ns, Ds)
+        best = None
+        if losses is not None:
+            i = min(range(len(grid)), key=lambda k: (losses[k], k))  # the first on a tie
+            best = [Ns[i], Ds[i], grid[i], losses[i]]
+        cache[key] = best
+    return cache[key]
+
+
+def _own_args(probe):
+    return probe.args[0], (probe.args[1] if len(probe.args) > 1 else None)
+
+
+def _own_note(call, probe, value) -> str | None:
+    """A note when ``value`` is the right search under the student's own (different) loss."""
+    own = own_loss_answer(call, *_own_args(probe))
+    if own is None or not same(value, own) or same(own, probe.expected["value"]):
+        return None
+    g, e = fmt_pair(own[3], probe.expected["value"][3])
+    return (f"{fmt_call(FUNCTION, probe.args)}: your search is right for your own "
+            f"chinchilla_loss, so it earns these points; with the exercise's loss the best "
+            f"point has loss {e} (yours: {g}). Fixing Exercise 1 will change this answer.")
+
+
+def _more_about_failure(call, probe, result: Result) -> Result:
+    """Name the real cause where we can: a wrong grid size, or Exercise 1's function raising."""
+    student = attempt(call, probe.args)
+    C, ratios = _own_args(probe)
+    if "raises" in student:
+        loss_call = other_call(call, "chinchilla_loss")
+        if loss_call is not None:
+            Ns, Ds = _grid_points(C, logspace(*GRID) if ratios is None else ratios)
+            outcome = attempt(loss_call, [Ns, Ds])
+            if outcome.get("raises") == student["raises"] and "inside your `chinchilla_loss`" not in result.feedback:
+                return Result(False, result.feedback + (
+                    f"\nYour `chinchilla_loss` raises the same {student['raises']} when given "
+                    "numpy arrays: the error may come from Exercise 1 (see ex1_vectorised), "
+                    "which compute_optimal calls."))
+        return result
+    value = student.get("value")
+    if ratios is None and type(value) is list and len(value) == 4 and type(value[2]) is float \
+            and own_loss_answer(call, C) is not None:
+        for num in OTHER_GRID_SIZES:
+            grid = logspace(GRID[0], GRID[1], num)
+            if any(same(value[2], r) for r in grid) and not any(same(value[2], r) for r in logspace(*GRID)):
+                own = own_loss_answer(call, C, None, num)
+                if own is not None and same(own, value):
+                    return Result(False, result.feedback.split("\n")[0] + (
+                        f"\nYour ratio {fmt_value(value[2])} is the best point of a grid of {num} "
+                        f"ratios: the grid has {num} points, not 200. Use np.logspace(-1, 3.3, 200)."))
+    return result
+
+
+def _collect(call, probes):
+    """collect() probe by probe, naming Exercise 1's function when it is the cause."""
+    values = []
+    for probe in probes:
+        got, failed = collect(call, FUNCTION, [probe], want="numbers")
+        if failed:
+            return None, (failed if failed.not_implemented
+                          else _more_about_failure(call, probe, failed))
+        values += got
+    return values, None
 
 
 def judge_four_numbers(call, probes) -> Result:
-    values, failed = collect(call, FUNCTION, probes, want="numbers")
+    values, failed = _collect(call, probes)
     if failed:
         return failed
     for probe, value in zip(probes, values):
@@ -34,6 +156,12 @@ def judge_four_numbers(call, probes) -> Result:
         if not all(v > 0 for v in value):
             return Result(False, f"{where} returned {fmt_value(value)}; N, D, the ratio and "
                                  "the loss are all positive.")
+    what = "It returns four positive numbers"
+    if gate(FUNCTION, probes, values, what):  # the student's own loss only when needed
+        own = [own_loss_answer(call, *_own_args(p)) for p in probes]
+        failed = gate(FUNCTION, probes, values, what, alternatives=own)
+        if failed:
+            return failed
     return Result(True, f"{fmt_call(FUNCTION, probes[0].args)} returned four positive numbers "
                         "(N, D, ratio, loss).")
 
@@ -43,7 +171,7 @@ def _budget_factor(C):
 
 
 def judge_on_budget(call, probes) -> Result:
-    values, failed = collect(call, FUNCTION, probes, want="numbers")
+    values, failed = _collect(call, probes)
     if failed:
         return failed
     for probe, value in zip(probes, values):
@@ -70,10 +198,12 @@ def _ratio(values):
 
 
 def judge_custom_ratios(call, probes) -> Result:
-    values, failed = collect(call, FUNCTION, probes, want="numbers")
-    if failed:
-        return failed
-    for probe, value in zip(probes, values):
+    notes = []
+    for probe in probes:
+        values, failed = _collect(call, [probe])
+        if failed:
+            return failed
+        value = values[0]
         where = fmt_call(FUNCTION, probe.args)
         if len(value) != 4:
             return Result(False, f"{where} returned {fmt_value(value)}; expected (N, D, ratio, loss).")
@@ -82,6 +212,10 @@ def judge_custom_ratios(call, probes) -> Result:
         got = value[2]
         if same(got, expected):
             continue
+        own = own_loss_answer(call, *_own_args(probe))
+        if own is not None and same(got, own[2]):
+            notes.append(_own_note(call, probe, value) or "")
+            continue
         why = recognise_derived(got, [probe], _ratio, expected)
         if not any(same(got, g) for g in given):
             text = (f"{where} returned ratio {fmt_value(got)}, which is not one of the ratios "
@@ -89,27 +223,48 @@ def judge_custom_ratios(call, probes) -> Result:
         else:
             text = (f"{where} returned ratio {fmt_value(got)}; the ratio with the lowest loss "
                     f"among those passed in is {fmt_value(expected)}.")
+            if same(given[-1], expected) and len(given) > 1:
+                text += " It is the last one in the list: does your loop reach the last ratio?"
         return Result(False, with_why(text, why, "search exactly the `ratios` you are given, "
                                                  "in any order, and keep the lowest loss."))
-    return Result(True, "The search used the `ratios` passed in (sorted or not) and kept the best.")
+    text = "The search used the `ratios` passed in (any order, best first, last or alone) and kept the best."
+    return Result(True, "\n".join([text] + [n for n in notes if n]))
 
 
 def judge_values(call, probes) -> Result:
-    result = values_match(FUNCTION, probes, call, HINT)
-    if result.passed or result.not_implemented:
-        return result
-    # Say how the loss compares with the grid's best: lower means "not on the grid".
+    """Every probe: the grid's best point (under the exercise's loss, or the student's own)."""
+    notes = []
     for probe in probes:
-        student = collect(call, FUNCTION, [probe], want="numbers")[0]
-        expected = probe.expected.get("value")
-        if student and len(student[0]) == 4 and expected and not same(student[0], expected):
-            got_loss, best_loss = student[0][3], expected[3]
-            if got_loss < best_loss and not same(got_loss, best_loss) and "Why:" not in result.feedback:
-                g, e = fmt_pair(got_loss, best_loss)
-                return Result(False, result.feedback + f"\nYour loss {g} is below the best grid "
-                                                       f"point's {e}: is your answer on the grid?")
-            break
-    return result
+        result = values_match(FUNCTION, [probe], call, HINT)
+        if result.passed:
+            continue
+        if result.not_implemented:
+            return result
+        student = attempt(call, probe.args)
+        note = _own_note(call, probe, student["value"]) if "value" in student else None
+        if note:
+            notes.append(note)
+            continue
+        result = _more_about_failure(call, probe, result)
+        value, expected = student.get("value"), probe.expected.get("value")
+        if (type(value) is list and len(value) == 4 and type(value[3]) is float and expected
+                and "Why:" not in result.feedback and "\nYour" not in result.feedback
+                and value[3] < expected[3] and not same(value[3], expected[3])):
+            g, e = fmt_pair(value[3], expected[3])
+            return Result(False, result.feedback + f"\nYour loss {g} is below the best grid "
+                                                   f"point's {e}: is your answer on the grid?")
+        if (type(value) is list and len(value) == 4 and probe.args[1:] and "Why:" not in result.feedback
+                and same(value[2], probe.args[1][-1]) and not same(value[2], expected[2])):
+            return Result(False, result.feedback + "\nYou returned the last ratio of the list: "
+                                                   "keep a point only when its loss is lower.")
+        if (type(value) is list and len(value) == 4 and len(probe.args) > 1 and "Why:" not in result.feedback
+                and len(probe.args[1]) > 1 and same(expected[2], probe.args[1][-1])):
+            return Result(False, result.feedback + "\nThe best ratio is the last one in the "
+                                                   "list: does your loop reach the last ratio?")
+        return result
+    text = (f"All {len(probes)} calls of `{FUNCTION}` gave the grid's best point." if len(probes) > 1
+            else f"{fmt_call(FUNCTION, probes[0].args)} returned the grid's best point.")
+    return Result(True, "\n".join([text] + notes))
 
 
 def public_checks():
@@ -121,26 +276,46 @@ def public_checks():
         make_check(EXERCISE, "ex2_grid_minimum", 3, FUNCTION, [[1e22]], judge_values,
                    description="the best point of the default grid at C = 1e22"),
         make_check(EXERCISE, "ex2_custom_ratios", 3, FUNCTION, CUSTOM, judge_custom_ratios,
-                   description="honours a custom `ratios` grid"),
+                   description="honours a custom `ratios` grid, in any order"),
         make_check(EXERCISE, "ex2_several_budgets", 3, FUNCTION, [[c] for c in SEVERAL_BUDGETS],
                    judge_values, description="budgets from 1e19 to 1e25 FLOPs"),
     ]
 
 
 def hidden_checks(rng: random.Random):
-    budgets = [[10 ** rng.uniform(18, 26)] for _ in range(5)]
+    from .independent import compute_optimal as plain_search  # instructor side only
+
+    # Budgets over fourteen decades, one in each pair of decades.
+    budgets = [[10 ** rng.uniform(lo, lo + 2)] for lo in range(14, 28, 2)]
     with_ratios = []
-    for _ in range(3):
-        # For budgets up to 1e26 the optimal ratio stays below about 150 (Exercise 2's
-        # constants), and the loss along the budget line has a single minimum in log(r). A
-        # ratio in [170, 700] below the last one therefore always beats the last one: the
-        # best point is never simply the end of the list.
-        ratios = [10 ** rng.uniform(-0.3, 2.9) for _ in range(rng.randint(2, 7))]
-        ratios += [10 ** rng.uniform(2.23, 2.84), 10 ** rng.uniform(2.9, 3.3)]
-        with_ratios.append([10 ** rng.uniform(18, 26), sorted(ratios)])
+    for order in ("best last", "best last, sorted by loss", "best first", "alone",
+                  "duplicates", "shuffled"):
+        C = 10 ** rng.uniform(16, 27)
+        pool = sorted({round(10 ** rng.uniform(-1, 3.6), 6) for _ in range(rng.randint(3, 12))})
+        if order == "alone":
+            with_ratios.append([C, [pool[0]]])
+            continue
+        loss = {r: plain_search(C, [r])[3] for r in pool}
+        best = min(pool, key=lambda r: loss[r])
+        rest = [r for r in pool if r != best]
+        rng.shuffle(rest)
+        if order == "best last":
+            ratios = rest + [best]
+        elif order == "best last, sorted by loss":
+            ratios = sorted(pool, key=lambda r: -loss[r])
+        elif order == "best first":
+            ratios = [best] + rest
+        elif order == "duplicates":
+            ratios = rest + [best, best] + rest[:2]
+            rng.shuffle(ratios)
+        else:
+            ratios = pool[:]
+            rng.shuffle(ratios)
+        with_ratios.append([C, ratios])
     return [
         make_check(EXERCISE, "ex2_hidden_budgets", 3, FUNCTION, budgets, judge_values,
-                   hidden=True, description="random budgets, default grid"),
+                   hidden=True, description="random budgets over fourteen decades, default grid"),
         make_check(EXERCISE, "ex2_hidden_ratios", 3, FUNCTION, with_ratios, judge_values,
-                   hidden=True, description="random budgets and random ratio grids"),
+                   hidden=True, description="random ratio lists: best first, last, alone, "
+                                            "duplicated, shuffled"),
     ]

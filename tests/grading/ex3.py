@@ -9,7 +9,7 @@ import random
 
 from .core import Result
 from .framework import (
-    collect, fmt_call, fmt_pair, make_check, recognise, same, values_match, with_why,
+    collect, fmt_call, fmt_pair, gate, make_check, recognise, same, values_match, with_why,
 )
 
 EXERCISE = "ex3"
@@ -33,6 +33,9 @@ def judge_same_as_first(what: str):
                 text = (f"{fmt_call(FUNCTION, probe.args)} returned {g}, but "
                         f"{fmt_call(FUNCTION, probes[0].args)} returned {f}: {what}")
                 return Result(False, with_why(text, recognise({"value": value}, probe)))
+        failed = gate(FUNCTION, probes, values, "The memory is the same for every GPU count")
+        if failed:
+            return failed
         return Result(True, f"The same memory per GPU for every GPU count tried: {what}")
     return judge
 
@@ -53,6 +56,9 @@ def judge_divides(call, probes) -> Result:
             text = (f"{fmt_call(FUNCTION, probe.args)} returned {g_text}; {strategy!r} splits the "
                     f"state evenly, so expected your one-GPU value divided by {g}: {e_text}.")
             return Result(False, with_why(text, recognise({"value": value}, probe)))
+    failed = gate(FUNCTION, probes, values, "The memory divides by the number of GPUs")
+    if failed:
+        return failed
     return Result(True, "TP, PP and FSDP divide the one-GPU memory by the number of GPUs.")
 
 
@@ -72,6 +78,9 @@ def judge_fsdp_vs_dp(call, probes) -> Result:
             why = (recognise({"value": fsdp}, probes[i])
                    or recognise({"value": dp}, probes[i + 1]))
             return Result(False, with_why(text, why))
+    failed = gate(FUNCTION, probes, values, "FSDP x GPUs equals DP")
+    if failed:
+        return failed
     return Result(True, "FSDP memory x number of GPUs equals DP memory per GPU.")
 
 

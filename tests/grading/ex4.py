@@ -18,7 +18,7 @@ import random
 
 from .core import Result
 from .framework import (
-    collect, fmt_call, fmt_pair, fmt_value, make_check, recognise, recognise_derived, same,
+    collect, fmt_call, fmt_pair, fmt_value, gate, make_check, recognise, recognise_derived, same,
     values_match, with_why,
 )
 
@@ -163,6 +163,10 @@ def judge_degrees(call, probes) -> Result:
                     f"it returned {f}. The exercise's first estimate does not use the parallel "
                     "degrees; how they change the traffic is the chapter's refinement.")
             return Result(False, with_why(text, recognise({"value": value}, probe)))
+    failed = gate(FUNCTION, probes, values, "The time does not depend on the degrees",
+                  factors=(1.0, *UNIT_SLIPS))  # a unit slip is charged to ex4_bandwidth_units
+    if failed:
+        return failed
     return Result(True, "As in the exercise's first estimate, the result does not depend on "
                         "dp_rank and tp_rank.")
 

@@ -1,9 +1,10 @@
 """Probes, comparisons and messages shared by the exercise checks.
 
-A *probe* is one call of an exercise function: its arguments, the reference's outcome, and
-the outcome of every known wrong implementation (:mod:`tests.grading.mistakes`) on the same
-arguments. Public probes are stored in ``public_expected.json`` (so the student release
-needs no reference code); hidden probes are computed at grading time from ``solutions``.
+A *probe* is one call of an exercise function: its arguments, the expected outcome (from
+:mod:`tests.grading.independent`, never from ``solutions/``), and the outcome of every known
+wrong implementation (:mod:`tests.grading.mistakes`) on the same arguments. Public probes
+are stored in ``public_expected.json`` (so the student release needs no reference code);
+hidden probes are computed at grading time.
 
 An *outcome* is a small dict: ``{"value": plain}`` or ``{"raises": "ValueError"}``; for a
 student's call also ``{"error": kind, "message": ...}`` when the call could not be made.
@@ -16,7 +17,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .core import Check, Result, SubmissionError, describe_exception
 from .explain import WHY
@@ -28,13 +29,18 @@ PUBLIC_EXPECTED_PATH = Path(__file__).with_name("public_expected.json")
 REL_TOL = 1e-9
 #: Looser tolerance for quantities derived from differences of two answers.
 DERIVED_REL_TOL = 1e-6
+#: A property check (monotone, proportional, independent of the degrees...) pays only a
+#: function whose values are also right to within this relative difference: a constant or
+#: an echo of the arguments has every property and earns nothing, while a slip in a
+#: constant (0.1 %) keeps the points of the properties it really has.
+PROPERTY_GATE_REL = 0.05
 
 
 @dataclass(frozen=True)
 class Probe:
     args: list
     expected: dict
-    mistakes: dict  # mistake id -> outcome
+    mistakes: Mapping  # mistake id -> outcome
 
 
 # --------------------------------------------------------------------------- outcomes
@@ -140,6 +146,47 @@ def fmt_outcome(outcome: dict) -> str:
     return outcome.get("message", "failed")
 
 
+# --------------------------------------------------------------------------- shapes
+
+def unwrap_single(value):
+    """``[x]`` -> ``x`` and ``[[a], [b]]`` -> ``[a, b]``: what a student meant when numpy
+    handed back 1-element arrays; None when the value is not of that shape."""
+    if type(value) is list and len(value) == 1 and type(value[0]) is float:
+        return value[0]
+    if type(value) is list and value and all(type(v) is list and len(v) == 1
+                                             and type(v[0]) is float for v in value):
+        return [v[0] for v in value]
+    return None
+
+
+def shape_problem(where: str, got, expected) -> str | None:
+    """A message for a value of the wrong type or shape, naming that cause (and whether
+    the numbers inside are right), or None when the shape is fine."""
+    inner = unwrap_single(got)
+    if type(expected) is float and type(got) is list:
+        if inner is not None:
+            right = "the value inside is right" if same(inner, expected) else \
+                f"the value inside, {fmt_value(inner)}, is not right either (expected {fmt_value(expected)})"
+            return (f"{where} returned a 1-element array [{fmt_value(inner)}]; return a single "
+                    f"number (e.g. `float(x)` or `x.item()`): {right}.")
+        return (f"{where} returned {fmt_value(got)} ({len(got)} values); expected a single "
+                f"number, {fmt_value(expected)}.")
+    if type(expected) is list and type(got) is list and inner is not None \
+            and type(inner) is list and len(inner) == len(expected):
+        right = "the values inside are right" if same(inner, expected) else \
+            "the values inside are not right either"
+        return (f"{where} returned {len(got)} 1-element arrays; return {len(expected)} plain "
+                f"numbers (e.g. `float(N)`): {right}.")
+    if type(expected) is list and type(got) is not list:
+        return f"{where} returned {fmt_value(got)}; expected {len(expected)} numbers, {fmt_value(expected)}."
+    if type(expected) is list and type(got) is list and len(got) != len(expected):
+        return (f"{where} returned {len(got)} values; expected {len(expected)}: "
+                f"{fmt_value(expected)}.")
+    if type(got) is str:
+        return f"{where} returned the text {got!r}; return a number, not a string."
+    return None
+
+
 # --------------------------------------------------------------------------- results
 
 def call_failure(function: str, args: Sequence, outcome: dict) -> Result | None:
@@ -203,12 +250,9 @@ def value_mismatch(function: str, probe: Probe, student: dict, hint: str | None 
     where = fmt_call(function, probe.args)
     if "raises" in probe.expected:
         text = f"{where} {fmt_outcome(student)}, but it should raise {probe.expected['raises']}."
-    elif type(got) is not type(expected) or (type(got) is list and len(got) != len(expected)):
-        text = f"{where} returned {fmt_value(got)}; expected {fmt_value(expected)}."
-        if type(expected) is list and type(got) is not list:
-            text += f" Return {len(expected)} numbers."
-        elif type(expected) is float and type(got) is list:
-            text += " Return a single number."
+    elif shape_problem(where, got, expected) is not None:
+        # The cause is the type or shape: say so, without the algorithm's hint.
+        return Result(False, shape_problem(where, got, expected))
     else:
         g, e = fmt_pair(got, expected)
         text = f"{where} returned {g}; expected {e}."
@@ -275,11 +319,36 @@ def public_probes(check_name: str, args_list: Sequence[Sequence]) -> list[Probe]
     return [Probe(p["args"], p["expected"], p.get("mistakes", {})) for p in data]
 
 
-def reference_probes(function: str, args_list: Iterable[Sequence]) -> list[Probe]:
-    """Probes computed now from the reference solutions and the known mistakes."""
-    from .public_expected import compute_probe  # needs solutions/: hidden checks only
+class LazyOutcomes(Mapping):
+    """The known mistakes' outcomes of a probe, computed on first use: only a wrong answer
+    needs them (to be recognised), and most of a grading run's time would go into them."""
 
-    return [Probe(**compute_probe(function, list(a))) for a in args_list]
+    def __init__(self, compute: Callable[[], dict]):
+        self._compute, self._data = compute, None
+
+    def _outcomes(self) -> dict:
+        if self._data is None:
+            self._data = self._compute()
+        return self._data
+
+    def __getitem__(self, key):
+        return self._outcomes()[key]
+
+    def __iter__(self):
+        return iter(self._outcomes())
+
+    def __len__(self):
+        return len(self._outcomes())
+
+
+def reference_probes(function: str, args_list: Iterable[Sequence]) -> list[Probe]:
+    """Probes computed now: the expected outcome from the independent implementation, the
+    known mistakes' outcomes when first needed."""
+    from .public_expected import expected_outcome, mistake_outcomes  # instructor side only
+
+    return [Probe(list(a), expected_outcome(function, list(a)),
+                  LazyOutcomes(lambda a=list(a): mistake_outcomes(function, a)))
+            for a in args_list]
 
 
 # --------------------------------------------------------------------------- building checks
@@ -330,6 +399,11 @@ def collect(call, function: str, probes: Sequence[Probe], want: str = "number"):
                                 failed.not_implemented)
         value = student["value"]
         where = fmt_call(function, probe.args)
+        expected = probe.expected.get("value")
+        if want in ("number", "positive") and type(value) is not float:
+            text = shape_problem(where, value, expected) if type(expected) is float else None
+            return None, Result(False, text or f"{where} returned {fmt_value(value)}; expected "
+                                               "a single finite number.")
         if want == "positive" and not (is_number(value) and value > 0):
             return None, Result(False, with_why(
                 f"{where} returned {fmt_value(value)}; expected a positive finite number.",
@@ -339,10 +413,49 @@ def collect(call, function: str, probes: Sequence[Probe], want: str = "number"):
                 f"{where} returned {fmt_value(value)}; expected a single finite number.",
                 recognise(student, probe)))
         if want == "numbers" and not (type(value) is list and all(is_number(v) for v in value)):
-            return None, Result(False, f"{where} returned {fmt_value(value)}; expected a list "
-                                       "(or tuple, or array) of finite numbers.")
+            text = shape_problem(where, value, expected) if type(expected) is list else None
+            return None, Result(False, text or f"{where} returned {fmt_value(value)}; expected "
+                                               "a list (or tuple, or array) of finite numbers.")
         values.append(value)
     return values, None
+
+
+def gate(function: str, probes: Sequence[Probe], values: Sequence, what: str,
+         factors: Sequence[float] = (1.0,), alternatives: Sequence | None = None) -> Result | None:
+    """None when every value is within :data:`PROPERTY_GATE_REL` of the expected one (times
+    one of ``factors``, a unit slip charged to another check; or of ``alternatives[i]``,
+    e.g. the answer under the student's own Exercise 1); else the failed Result of a
+    property check that pays only right values."""
+    def near(a, b):
+        if type(a) is list and type(b) is list:
+            return len(a) == len(b) and all(near(x, y) for x, y in zip(a, b))
+        return type(a) is float and type(b) is float and b != 0 and \
+            any(abs(a - f * b) <= PROPERTY_GATE_REL * abs(f * b) for f in factors)
+
+    for i, (probe, value) in enumerate(zip(probes, values)):
+        expected = probe.expected.get("value")
+        if expected is None or near(value, expected):
+            continue
+        if alternatives is not None and alternatives[i] is not None and near(value, alternatives[i]):
+            continue
+        got, exp = fmt_pair(value, expected)
+        return Result(False, with_why(
+            f"{fmt_call(function, probe.args)} returned {got}; expected {exp}. {what} holds, "
+            "but this test pays only when the values are right too (within "
+            f"{PROPERTY_GATE_REL:.0%}).", recognise({"value": value}, probe)))
+    return None
+
+
+def other_call(call, function: str):
+    """The ``call`` of another function of the same submission, or None where the grader
+    did not provide one (see :func:`tests.grading.grade_callable` and autograde.grade)."""
+    get = getattr(call, "other", None)
+    if get is None:
+        return None
+    try:
+        return get(function)
+    except Exception:
+        return None
 
 
 def mistaken_values(probes: Sequence[Probe], mistake_id: str):

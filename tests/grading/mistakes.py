@@ -68,7 +68,7 @@ def _sweep(C, ratios, loss, flops_per_param_token=6.0, pick="best"):
 
 
 def _reference_loss(N, D):
-    from solutions import chinchilla_loss
+    from .independent import chinchilla_loss
     return chinchilla_loss(N, D)
 
 
@@ -132,6 +132,10 @@ def _comm(dp_bytes_per_param=4.0, ring=False, divide_by_tp=False, tp_allreduces=
 EX1_VALUES = {"ex1_gpt3", "ex1_chinchilla", "ex1_hidden_random"}
 EX2_VALUES = {"ex2_grid_minimum", "ex2_several_budgets", "ex2_hidden_budgets", "ex2_hidden_ratios"}
 EX4_VALUES = {"ex4_config_7b", "ex4_config_70b", "ex4_hidden_random"}
+# Property checks pay only values within 5 % of the right ones (framework.PROPERTY_GATE_REL),
+# so a mistake that moves every value by more fails them too.
+EX1_PROPERTIES = {"ex1_decreasing_in_n", "ex1_decreasing_in_d", "ex1_vectorised"}
+EX3_PROPERTIES = {"ex3_dp_replicates", "ex3_sharded_divide", "ex3_fsdp_times_gpus_equals_dp"}
 
 MISTAKES = [
     Mistake("ex1_paper_rounded_constants", "chinchilla_loss",
@@ -139,31 +143,31 @@ MISTAKES = [
     Mistake("ex1_paper_precise_constants", "chinchilla_loss",
             _loss(1.69337, 406.401, 410.723, 0.33917084, 0.2849083), frozenset(EX1_VALUES)),
     Mistake("ex1_swapped_exponents", "chinchilla_loss",
-            _loss(1.69, 406.0, 410.0, 0.28, 0.34), frozenset(EX1_VALUES)),
+            _loss(1.69, 406.0, 410.0, 0.28, 0.34), frozenset(EX1_VALUES | EX1_PROPERTIES)),
     Mistake("ex1_multiplies_instead_of_divides", "chinchilla_loss", ex1_multiplies,
-            frozenset(EX1_VALUES | {"ex1_decreasing_in_n", "ex1_decreasing_in_d"})),
+            frozenset(EX1_VALUES | EX1_PROPERTIES)),
     Mistake("ex1_not_vectorised", "chinchilla_loss", ex1_not_vectorised,
             frozenset({"ex1_vectorised"})),
 
     Mistake("ex2_returns_last_point", "compute_optimal", ex2_returns_last_point,
-            frozenset(EX2_VALUES | {"ex2_custom_ratios"})),
+            frozenset(EX2_VALUES | {"ex2_custom_ratios", "ex2_returns_four_numbers"})),
     Mistake("ex2_ignores_ratios", "compute_optimal", ex2_ignores_ratios,
             frozenset({"ex2_custom_ratios", "ex2_hidden_ratios"})),
     Mistake("ex2_uses_2ND", "compute_optimal", ex2_uses_2ND,
-            frozenset(EX2_VALUES | {"ex2_on_budget"})),
+            frozenset(EX2_VALUES | {"ex2_on_budget", "ex2_returns_four_numbers"})),
     Mistake("ex2_forgets_the_6", "compute_optimal", ex2_forgets_the_6,
-            frozenset(EX2_VALUES | {"ex2_on_budget"})),
+            frozenset(EX2_VALUES | {"ex2_on_budget", "ex2_returns_four_numbers"})),
     Mistake("ex2_continuous_optimum", "compute_optimal", ex2_continuous_optimum,
             frozenset(EX2_VALUES | {"ex2_custom_ratios"})),
     Mistake("ex2_wrong_loss_constants", "compute_optimal", ex2_wrong_loss_constants,
             frozenset(EX2_VALUES)),
 
     Mistake("ex3_zero_16_bytes", "memory_per_gpu", _memory(bytes_per_param=16),
-            frozenset({"ex3_bytes_per_param", "ex3_hidden_random"})),
+            frozenset({"ex3_bytes_per_param", "ex3_hidden_random"} | EX3_PROPERTIES)),
     Mistake("ex3_returns_gigabytes", "memory_per_gpu", _memory(unit=1e9),
-            frozenset({"ex3_bytes_per_param", "ex3_hidden_random"})),
+            frozenset({"ex3_bytes_per_param", "ex3_hidden_random"} | EX3_PROPERTIES)),
     Mistake("ex3_returns_gibibytes", "memory_per_gpu", _memory(unit=2.0**30),
-            frozenset({"ex3_bytes_per_param", "ex3_hidden_random"})),
+            frozenset({"ex3_bytes_per_param", "ex3_hidden_random"} | EX3_PROPERTIES)),
     Mistake("ex3_divides_dp", "memory_per_gpu", _memory(divide_dp=True),
             frozenset({"ex3_dp_replicates", "ex3_fsdp_times_gpus_equals_dp", "ex3_hidden_random"})),
     Mistake("ex3_fsdp_not_sharded", "memory_per_gpu", _memory(shard_fsdp=False),
@@ -172,15 +176,17 @@ MISTAKES = [
             frozenset({"ex3_unknown_strategy"})),
 
     Mistake("ex4_dp_missing_factor_2", "communication_time_per_step",
-            _comm(dp_bytes_per_param=2.0), frozenset(EX4_VALUES | {"ex4_dp_volume"})),
+            _comm(dp_bytes_per_param=2.0),
+            frozenset(EX4_VALUES | {"ex4_dp_volume", "ex4_ignores_degrees"})),
     Mistake("ex4_dp_ring_factor", "communication_time_per_step", _comm(ring=True),
             frozenset(EX4_VALUES | {"ex4_dp_volume", "ex4_ignores_degrees"})),
     Mistake("ex4_dp_divided_by_tp", "communication_time_per_step", _comm(divide_by_tp=True),
             frozenset(EX4_VALUES | {"ex4_dp_volume", "ex4_ignores_degrees"})),
     Mistake("ex4_tp_forward_and_backward", "communication_time_per_step",
-            _comm(tp_allreduces=4), frozenset(EX4_VALUES | {"ex4_tp_volume"})),
+            _comm(tp_allreduces=4),
+            frozenset(EX4_VALUES | {"ex4_tp_volume", "ex4_ignores_degrees"})),
     Mistake("ex4_tp_not_per_layer", "communication_time_per_step", _comm(per_layer=False),
-            frozenset(EX4_VALUES | {"ex4_tp_volume"})),
+            frozenset(EX4_VALUES | {"ex4_tp_volume", "ex4_ignores_degrees"})),
     Mistake("ex4_bandwidth_gb", "communication_time_per_step", _comm(bytes_per_s_per_tb=1e9),
             frozenset(EX4_VALUES | {"ex4_bandwidth_units"})),
     Mistake("ex4_bandwidth_bits", "communication_time_per_step",

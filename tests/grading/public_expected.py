@@ -1,16 +1,19 @@
-"""Compute the public checks' expected outcomes from the reference, and store them.
+"""Compute the public checks' expected outcomes from the independent implementation
+(:mod:`tests.grading.independent`), and store them.
 
     python -m tests.grading.public_expected          # rewrite public_expected.json
     python -m tests.grading.public_expected --check  # exit 1 if the file is out of date
 
 The JSON lets the public checks (the notebook's self-check) run in the student release,
 which has no ``solutions/`` package. ``tests/grading/test_public_expected.py`` asserts that
-the stored file equals what the reference computes now.
+the stored file equals what the independent implementation computes now, up to a
+stated tolerance (numpy's vectorised maths may differ in the last bit between CPUs).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from .core import local_call
@@ -18,19 +21,32 @@ from .framework import PUBLIC_EXPECTED_PATH, PUBLIC_SPECS, attempt, strip_messag
 
 
 def compute_probe(function: str, args: list) -> dict:
-    """The reference's outcome and every known mistake's outcome for one call."""
-    import solutions
-    from . import mistakes
+    """The expected outcome (from :mod:`tests.grading.independent`, never from
+    ``solutions/``) and every known mistake's outcome for one call."""
+    return {"args": args, "expected": expected_outcome(function, args),
+            "mistakes": mistake_outcomes(function, args)}
 
-    expected = strip_message(attempt(local_call(getattr(solutions, function)), args))
+
+def expected_outcome(function: str, args: list) -> dict:
+    """What a correct answer gives, from :mod:`tests.grading.independent`."""
+    from . import independent
+
+    expected = strip_message(attempt(local_call(independent.FUNCTIONS[function]), args))
     if "value" not in expected and "raises" not in expected:
         raise RuntimeError(f"the reference cannot answer {function}{tuple(args)}: {expected}")
+    return expected
+
+
+def mistake_outcomes(function: str, args: list) -> dict:
+    """What every known mistake gives for the same call (to recognise and explain it)."""
+    from . import mistakes
+
     outcomes = {}
     for mistake in mistakes.for_function(function):
         outcome = strip_message(attempt(local_call(mistake.impl), args))
         if outcome:
             outcomes[mistake.id] = outcome
-    return {"args": args, "expected": expected, "mistakes": outcomes}
+    return outcomes
 
 
 def compute() -> dict:
@@ -41,11 +57,43 @@ def compute() -> dict:
         name: [compute_probe(function, args) for args in args_list]
         for name, (function, args_list) in sorted(PUBLIC_SPECS.items())
     }
+    hidden: dict = {}
+    for check in load_checks(include_hidden=True, seed=0):
+        if check.hidden:
+            hidden.setdefault(check.exercise, []).append(
+                {"name": check.name, "points": check.points, "description": check.description})
     return {
-        "about": "Expected outcomes of the public grading checks, computed from solutions/ "
-                 "by `python -m tests.grading.public_expected`. Do not edit by hand.",
+        "about": "Expected outcomes of the public grading checks, computed from "
+                 "tests/grading/independent.py by `python -m tests.grading.public_expected`; "
+                 "and the names and points of the hidden checks (their inputs are drawn at "
+                 "grading time). Do not edit by hand.",
         "checks": checks,
+        "hidden": hidden,
     }
+
+
+#: Stored and freshly computed expectations agree to this relative tolerance: numpy's
+#: vectorised maths may round the last bit differently on another CPU, while any real change
+#: of an expectation (a constant, a formula) moves it by far more.
+STORED_REL_TOL = 1e-12
+
+
+def differences(stored, fresh, where: str = "", rel: float = STORED_REL_TOL) -> list:
+    """Where two JSON trees differ: floats beyond ``rel``, anything else at all."""
+    if isinstance(stored, float) or isinstance(fresh, float):
+        ok = (isinstance(stored, (int, float)) and isinstance(fresh, (int, float))
+              and math.isclose(stored, fresh, rel_tol=rel, abs_tol=0.0))
+        return [] if ok else [f"{where}: stored {stored!r}, computed {fresh!r}"]
+    if isinstance(stored, dict) and isinstance(fresh, dict):
+        if set(stored) != set(fresh):
+            return [f"{where}: keys {sorted(set(stored) ^ set(fresh))} differ"]
+        return [d for k in sorted(stored) for d in differences(stored[k], fresh[k], f"{where}/{k}", rel)]
+    if isinstance(stored, list) and isinstance(fresh, list):
+        if len(stored) != len(fresh):
+            return [f"{where}: {len(stored)} items stored, {len(fresh)} computed"]
+        return [d for i, (a, b) in enumerate(zip(stored, fresh))
+                for d in differences(a, b, f"{where}[{i}]", rel)]
+    return [] if stored == fresh else [f"{where}: stored {stored!r}, computed {fresh!r}"]
 
 
 def dumps(data: dict) -> str:
@@ -58,8 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     text = dumps(compute())
     if args.check:
-        current = PUBLIC_EXPECTED_PATH.read_text(encoding="utf-8") if PUBLIC_EXPECTED_PATH.exists() else ""
-        if current != text:
+        current = (json.loads(PUBLIC_EXPECTED_PATH.read_text(encoding="utf-8"))
+                   if PUBLIC_EXPECTED_PATH.exists() else {})
+        if differences(current, json.loads(text)):
             print(f"{PUBLIC_EXPECTED_PATH.name} is out of date; run python -m tests.grading.public_expected")
             return 1
         print(f"{PUBLIC_EXPECTED_PATH.name} is up to date")

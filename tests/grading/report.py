@@ -20,13 +20,28 @@ def _short(title: str) -> str:
     return title.split(":")[0].split(" (")[0]
 
 
+def hidden_not_run(results: Sequence[tuple[Check, Result]]) -> list[dict]:
+    """The hidden checks of the graded exercises that are not among ``results`` (the
+    self-check, the student release, ``--public-only``), from ``public_expected.json``."""
+    from .framework import load_public_expected
+
+    exercises = {c.exercise for c, _ in results}
+    ran = {c.name for c, _ in results}
+    try:
+        hidden = load_public_expected().get("hidden", {})
+    except (OSError, ValueError):
+        return []
+    return [dict(h, exercise=e) for e in sorted(exercises) for h in hidden.get(e, [])
+            if h["name"] not in ran]
+
+
 def score(results: Sequence[tuple[Check, Result]]) -> tuple[float, float]:
     earned = sum(c.points for c, r in results if r.passed)
     possible = sum(c.points for c, _ in results)
     return earned, possible
 
 
-def format_report(results: Sequence[tuple[Check, Result]]) -> str:
+def format_report(results: Sequence[tuple[Check, Result]], first_problem: str | None = None) -> str:
     """Per exercise: points, a line per test (✓ or ✗), feedback under each failure; then the
     total and what to fix first."""
     lines: list[str] = []
@@ -74,11 +89,23 @@ def format_report(results: Sequence[tuple[Check, Result]]) -> str:
                         "\n  ".join(feedback[:1] + why)
         lines.append("")
     earned, possible = score(results)
-    lines.append(f"Total: {fmt_points(earned)} / {fmt_points(possible)} points")
+    hidden = hidden_not_run(results)
+    if hidden:
+        points = sum(h["points"] for h in hidden)
+        lines.append(f"Total: {fmt_points(earned)} / {fmt_points(possible)} public points; "
+                     f"{len(hidden)} hidden test{'s' if len(hidden) != 1 else ''} worth {fmt_points(points)} more points run "
+                     "when your work is graded:")
+        lines += [f"  ? {h['name']}  {fmt_points(h['points'])} points (hidden): {h['description']}"
+                  for h in hidden]
+    else:
+        lines.append(f"Total: {fmt_points(earned)} / {fmt_points(possible)} points")
+    if fix_first is not None and first_problem:
+        fix_first = first_problem  # the cause (a cell that did not run), not its consequences
     if fix_first is not None:
         lines.append(f"Fix first: {fix_first}")
     if not_implemented:
         lines.append("Not implemented yet: " + ", ".join(not_implemented) + ".")
     if fix_first is None and results:
-        lines.append("All tests passed.")
+        lines.append("All public tests passed; the hidden tests use other inputs."
+                     if hidden else "All tests passed.")
     return "\n".join(lines)

@@ -1,17 +1,34 @@
-"""Check one exercise from inside the notebook, with the public tests only:
+"""Check one exercise from inside the notebook, exactly as the grader will (public tests):
 
     from tests.grading.selfcheck import self_check
     self_check("ex1", chinchilla_loss)      # or self_check("ex1", globals())
 
-Runs in the student release too: the public tests need no reference solutions.
+The self-check is the grader: it runs your code in the grader's sandbox (only numpy and the
+standard library importable, the same time limit per test, a fresh process), with the
+same checks, and prints the same report. In Jupyter the code it runs is every cell you have
+run so far, in order (the kernel's history); from a ``.py`` file it is that file. The
+hidden tests are not run here: the report names them and their points.
+
+Where the sandbox cannot be used (a function defined inside another function, or a system
+where the sandbox cannot start) it falls back to calling your function in this process,
+and says so.
 """
 from __future__ import annotations
 
+import inspect
+import json
+import tempfile
+from pathlib import Path
 from typing import Any, Mapping
 
 from . import grade_callable, load_checks
 from .core import EXERCISE_BY_ID, local_call, missing_call
 from .report import format_report, score
+
+#: Seconds per test: the grader's default (``python -m autograde --timeout``).
+TIMEOUT = 10.0
+#: What submitted code may import when graded (besides matplotlib, which is a silent stub).
+ALLOWED_IMPORTS = "numpy and the Python standard library"
 
 
 def _resolve(function_name: str, namespace_or_function: Any):
@@ -29,20 +46,111 @@ class Points(float):
         pass
 
 
-def self_check(exercise_id: str, namespace_or_function: Any) -> float:
-    """Run exercise ``exercise_id``'s public tests against the current definition, print the
-    report, and return the points earned."""
+def kernel_history() -> list[str] | None:
+    """The raw source of every cell run so far in this IPython kernel, or None outside one."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "history_manager"):
+        return None
+    cells = [c for c in shell.history_manager.input_hist_raw[1:] if c.strip()]
+    if not cells:  # cells run without history (e.g. by nbval): IPython still caches each one
+        import linecache
+
+        cells = ["".join(entry[2]) for name, entry in list(linecache.cache.items())
+                 if ("ipykernel_" in name or name.startswith("<ipython-input-"))
+                 and len(entry) == 4 and "".join(entry[2]).strip()]
+    return cells or None
+
+
+def source_file(function) -> Path | None:
+    """The .py file that defines ``function`` at its top level (what the grader would see)."""
+    if not callable(function) or getattr(function, "__qualname__", "") != getattr(function, "__name__", None):
+        return None
+    try:
+        path = Path(inspect.getsourcefile(function) or "")
+    except TypeError:
+        return None
+    return path if path.suffix == ".py" and path.is_file() else None
+
+
+def write_notebook(cells: list[str], folder: Path) -> Path:
+    """The cells as a minimal notebook file, for the grader's sandbox."""
+    path = Path(folder) / "self-check.ipynb"
+    notebook = {"cells": [{"cell_type": "code", "metadata": {}, "source": cell, "outputs": [],
+                           "execution_count": None} for cell in cells],
+                "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path.write_text(json.dumps(notebook), encoding="utf-8")
+    return path
+
+
+def grade_in_sandbox(path: Path, checks, timeout: float = TIMEOUT):
+    """Grade a file as the grader does (``autograde.grade``); the SubmissionReport, or None
+    where the sandbox cannot run here."""
+    try:
+        from autograde.grade import grade_submission
+    except ImportError:
+        return None
+    report = grade_submission(path, checks, timeout=timeout)
+    if report.grader_errors:
+        return None
+    return report
+
+
+def check_code(exercise_ids, *, cells: list[str] | None = None, path: Path | None = None,
+               timeout: float = TIMEOUT):
+    """Grade ``cells`` (a notebook's code, in order) or the file ``path`` with the public
+    checks of ``exercise_ids``, in the grader's sandbox: the SubmissionReport, or None where
+    the sandbox cannot run here."""
+    checks = [c for c in load_checks(include_hidden=False) if c.exercise in exercise_ids]
+    with tempfile.TemporaryDirectory(prefix="self-check-") as tmp:
+        if cells is not None:
+            path = write_notebook(cells, Path(tmp))
+        return grade_in_sandbox(path, checks, timeout)
+
+
+def self_check(exercise_id: str, namespace_or_function: Any, *, timeout: float = TIMEOUT,
+               cells: list[str] | None = None) -> float:
+    """Run exercise ``exercise_id``'s public tests the way the grader does, print the
+    report, and return the points earned. ``cells``: the code to grade (default: this
+    kernel's history, or the file defining the function)."""
     if exercise_id not in EXERCISE_BY_ID:
         raise ValueError(f"exercise_id must be one of {sorted(EXERCISE_BY_ID)}, got {exercise_id!r}")
     exercise = EXERCISE_BY_ID[exercise_id]
     function = _resolve(exercise.function, namespace_or_function)
-    call = local_call(function) if callable(function) else missing_call(exercise.function)
     checks = [c for c in load_checks(include_hidden=False) if c.exercise == exercise_id]
-    results = grade_callable(lambda name: call, checks)
     name = getattr(function, "__name__", exercise.function)
     if callable(function) and name != exercise.function:
         print(f"Note: checking `{name}` as `{exercise.function}`.")
+        cells = None  # the grader looks for the exercise's name: check this function directly
+
+    report = None
+    if name == exercise.function:
+        if cells is None:
+            cells = kernel_history()
+        if cells is not None:
+            report = check_code([exercise_id], cells=cells, timeout=timeout)
+        elif source_file(function) is not None:
+            report = check_code([exercise_id], path=source_file(function), timeout=timeout)
+    if report is not None:
+        from autograde.reports import student_text
+
+        # The notebook's own set-up cells are skipped by design: not worth a note here.
+        report.notes = [n for n in report.notes if "set up the self-check" not in n]
+        print(student_text(report))
+        return Points(report.score)
+
+    def lookup(other: str):  # Exercise 2 also calls the same code's chinchilla_loss
+        found = function if other == exercise.function else (
+            _resolve(other, namespace_or_function) if isinstance(namespace_or_function, Mapping)
+            else getattr(function, "__globals__", {}).get(other))
+        return local_call(found) if callable(found) else missing_call(other)
+
+    results = grade_callable(lookup, checks)
+    print(f"(Checked in this Python process, not in the grader's sandbox: the grader allows "
+          f"only {ALLOWED_IMPORTS} and {timeout:g} s per test.)")
     print(format_report(results))
-    print("Hidden tests with random inputs run when your work is graded.")
     earned, _ = score(results)
     return Points(earned)

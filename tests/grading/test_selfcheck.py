@@ -1,61 +1,174 @@
-"""The notebook's self-check: public checks only, in-process, and it works in the student
-release, where neither solutions/ nor the instructor-side grading files exist."""
+"""The notebook's self-check is the grader: the same checks, run on the same code in the same
+sandbox (allowed imports, time limit), with the hidden tests named and counted. It works in
+the student release too, where neither solutions/ nor the instructor-side files exist."""
 from __future__ import annotations
 
+import json
 import os
+import runpy
 import shutil
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-import solutions
+from autograde.grade import grade_submission
 from tests.grading import EXERCISES, STUDENT_RELEASE_FILES, load_checks
-from tests.grading.selfcheck import self_check
+from tests.grading.selfcheck import check_code, self_check
 
 ROOT = Path(__file__).resolve().parents[2]
-PUBLIC_POINTS = {e.id: sum(c.points for c in load_checks(include_hidden=False) if c.exercise == e.id)
-                 for e in EXERCISES}
+REFERENCE = ROOT / "tests" / "redteam" / "reference_submission.py"
+SUBMISSIONS = ROOT / "tests" / "redteam" / "submissions"
+PUBLIC = load_checks(include_hidden=False)
+PUBLIC_POINTS = {e.id: sum(c.points for c in PUBLIC if c.exercise == e.id) for e in EXERCISES}
+HIDDEN_POINTS = {e.id: e.max_points - PUBLIC_POINTS[e.id] for e in EXERCISES}
+ALL = [e.id for e in EXERCISES]
+
+
+@pytest.fixture(scope="module")
+def reference_functions():
+    return runpy.run_path(str(REFERENCE))
 
 
 @pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.id)
-def test_reference_earns_every_public_point(exercise, capsys):
-    earned = self_check(exercise.id, getattr(solutions, exercise.function))
+def test_reference_earns_every_public_point_and_hidden_tests_are_named(
+        exercise, reference_functions, capsys):
+    earned = self_check(exercise.id, reference_functions[exercise.function])
     out = capsys.readouterr().out
     assert earned == PUBLIC_POINTS[exercise.id] > 0
-    assert "All tests passed." in out and "(hidden)" not in out
-    assert "Hidden tests with random inputs run when your work is graded." in out
+    assert "All public tests passed" in out and "(hidden)" in out
+    assert f"worth {HIDDEN_POINTS[exercise.id]:g} more points" in out
+    assert "not in the grader's sandbox" not in out  # the sandbox ran it
 
 
-def test_namespace_lookup_and_missing_function(capsys):
-    assert self_check("ex3", {"memory_per_gpu": solutions.memory_per_gpu}) == PUBLIC_POINTS["ex3"]
-    assert self_check("ex4", {"chinchilla_loss": solutions.chinchilla_loss}) == 0
+def test_namespace_lookup_and_missing_function(reference_functions, capsys):
+    assert self_check("ex3", {"memory_per_gpu": reference_functions["memory_per_gpu"]}) == \
+        PUBLIC_POINTS["ex3"]
+    assert self_check("ex4", {"chinchilla_loss": reference_functions["chinchilla_loss"]}) == 0
     out = capsys.readouterr().out
     assert "no function `communication_time_per_step` found" in out
 
 
 def test_not_implemented_is_reported_not_raised(capsys):
-    def chinchilla_loss(N, D):
-        raise NotImplementedError("replace this line with your code")
-
-    assert self_check("ex1", chinchilla_loss) == 0
+    cells = ["def chinchilla_loss(N, D):\n    raise NotImplementedError('replace this line')\n"]
+    assert self_check("ex1", None, cells=cells) == 0
     out = capsys.readouterr().out
     assert "not implemented yet" in out and "Fix first: implement Exercise 1" in out
 
 
 def test_a_wrong_answer_is_explained(capsys):
-    def chinchilla_loss(N, D):
-        return 1.69 + 406.0 / N**0.28 + 410.0 / D**0.34
-
-    assert self_check("ex1", chinchilla_loss) == PUBLIC_POINTS["ex1"] - 4
+    cells = ["def chinchilla_loss(N, D):\n    return 1.69 + 406.0 / N**0.28 + 410.0 / D**0.34\n"]
+    # Every value is off by more than 5 %: the property checks do not pay either.
+    assert self_check("ex1", None, cells=cells) == 0
     assert "exponents swapped" in capsys.readouterr().out
 
 
-def test_unknown_exercise_is_a_value_error():
+def test_a_package_the_grader_lacks_fails_here_too_and_is_named_first(capsys):
+    reference = REFERENCE.read_text()
+    cells = ["import scipy.optimize\nimport numpy as np\n", reference.replace("import numpy as np", "")]
+    assert self_check("ex2", None, cells=cells) == 0
+    out = capsys.readouterr().out
+    assert "Fix first: cell 1 (`import scipy.optimize`)" in out
+    assert "only numpy and the Python standard library" in out
+
+
+def test_an_infinite_loop_is_stopped_and_explained(capsys):
+    cells = ["def chinchilla_loss(N, D):\n    while True:\n        pass\n"]
+    assert self_check("ex1", None, cells=cells, timeout=1) == 0
+    assert "infinite loop" in capsys.readouterr().out
+
+
+def test_a_function_the_sandbox_cannot_see_is_checked_here_and_says_so(capsys):
+    def chinchilla_loss(N, D):
+        return 1.69 + 406.0 / N**0.34 + 410.0 / D**0.28
+
+    assert self_check("ex1", chinchilla_loss) == PUBLIC_POINTS["ex1"]
+    assert "not in the grader's sandbox" in capsys.readouterr().out
+
+
+def test_unknown_exercise_is_a_value_error(reference_functions):
     with pytest.raises(ValueError, match="exercise_id"):
-        self_check("ex5", solutions.chinchilla_loss)
+        self_check("ex5", reference_functions["chinchilla_loss"])
+
+
+# ------------------------------------------------------------------ self-check == grader
+
+#: The planted-mistake set, written as a student's notebook cells (one cell per exercise).
+PLANTED = {
+    "swapped_exponents": ("return E + A / N**ALPHA + B / D**BETA",
+                          "return E + A / N**BETA + B / D**ALPHA"),
+    "math_pow": ("return E + A / N**ALPHA + B / D**BETA",
+                 "import math\n    return E + A / math.pow(N, ALPHA) + B / math.pow(D, BETA)"),
+    "scipy_import": ("import numpy as np", "import scipy.optimize\nimport numpy as np"),
+    "grid_201": ("np.logspace(-1, 3.3, 200)", "np.logspace(-1, 3.3, 201)"),
+    "gigabytes": ("return total\n", "return total / 1e9\n"),
+    "one_element_loss": ("return E + A / N**ALPHA + B / D**BETA",
+                         "return np.atleast_1d(E + A / N**ALPHA + B / D**BETA)"),
+    "infinite_loop": ("dp_volume = 2 * (2 * model_params)", "while True:\n        pass"),
+}
+
+
+def _cells(source: str) -> list[str]:
+    """A .py submission cut into notebook cells at its '# Exercise' comments."""
+    parts, current = [], []
+    for line in source.splitlines(keepends=True):
+        if line.startswith("# Exercise") and current:
+            parts.append("".join(current))
+            current = []
+        current.append(line)
+    return parts + ["".join(current)]
+
+
+def _notebook_cells(path: Path) -> list[str] | None:
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        return ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+                for c in nb["cells"] if c.get("cell_type") == "code"]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None
+
+
+def _same_score(name: str, cells: list[str], path: Path):
+    grader = grade_submission(path, PUBLIC, timeout=2)
+    mine = check_code(ALL, cells=cells, timeout=2)
+    return name, grader.score, mine.score
+
+
+def test_self_check_and_grader_give_the_same_public_score(tmp_path):
+    reference = REFERENCE.read_text()
+    jobs = []
+    for name, (old, new) in PLANTED.items():
+        assert old in reference, name
+        cells = _cells(reference.replace(old, new, 1))
+        path = tmp_path / f"{name}.ipynb"
+        path.write_text(json.dumps({"cells": [
+            {"cell_type": "code", "metadata": {}, "source": c, "outputs": [], "execution_count": None}
+            for c in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+        jobs.append((name, cells, path))
+    for path in sorted(SUBMISSIONS.glob("*.ipynb")):
+        cells = _notebook_cells(path)
+        if cells is not None:  # a file that is not a notebook is not a kernel's history
+            jobs.append((path.name, cells, path))
+    with ThreadPoolExecutor(2) as pool:
+        scores = list(pool.map(lambda job: _same_score(*job), jobs))
+    differ = [s for s in scores if s[1] != s[2]]
+    assert not differ, differ
+    by_name = {name: grader for name, grader, _ in scores}
+    assert by_name["reference.ipynb"] == 70 and by_name["scipy_import"] < 70
+
+
+def test_self_check_of_a_py_file_is_the_grader_on_that_file(tmp_path, capsys):
+    """From a .py file, self_check grades the file that defines the function."""
+    for name in ("wrong_types.py", "hardcoded_two_examples.py", "reference_submission.py"):
+        path = (SUBMISSIONS / name) if name != "reference_submission.py" else REFERENCE
+        functions = runpy.run_path(str(path))
+        mine = sum(self_check(e.id, functions.get(e.function) or functions) for e in EXERCISES)
+        grader = grade_submission(path, PUBLIC, timeout=2).score
+        assert mine == grader, name
+    capsys.readouterr()
 
 
 def test_self_check_in_the_student_release(tmp_path):
@@ -74,17 +187,16 @@ def test_self_check_in_the_student_release(tmp_path):
         from tests.grading.selfcheck import self_check
         import tests.grading
         assert tests.grading.__file__.startswith({str(tmp_path)!r}), tests.grading.__file__
-        E, A, B, ALPHA, BETA = 1.69, 406.0, 410.0, 0.34, 0.28
-        def chinchilla_loss(N, D):
-            return E + A / N**ALPHA + B / D**BETA
-        def compute_optimal(C, ratios=None):
-            raise NotImplementedError
-        print("SCORE", self_check("ex1", chinchilla_loss), self_check("ex2", globals()))
+        good = "E, A, B, ALPHA, BETA = 1.69, 406.0, 410.0, 0.34, 0.28\\n" \\
+               "def chinchilla_loss(N, D):\\n    return E + A / N**ALPHA + B / D**BETA\\n"
+        todo = "def compute_optimal(C, ratios=None):\\n    raise NotImplementedError\\n"
+        print("SCORE", self_check("ex1", None, cells=[good]), self_check("ex2", None, cells=[good, todo]))
         assert "tests.grading.mistakes" not in sys.modules
+        assert "tests.grading.independent" not in sys.modules
     """)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert f"SCORE {PUBLIC_POINTS['ex1']} 0" in done.stdout.replace(".0", "")
-    assert "not implemented yet" in done.stdout
+    assert "not implemented yet" in done.stdout and "hidden" in done.stdout

@@ -105,6 +105,10 @@ def notebook_cells(case: Case) -> list:
             "ax.loglog([1e9, 1e10], [chinchilla_loss(1e9, 1e11), chinchilla_loss(1e10, 1e11)])\n"
             "plt.show()")
         cells.insert(2, _cell("code", "%%bash\necho this is not python; exit 1"))
+    elif transform.startswith("surrogate:"):
+        cell = cells[code_of[transform.split(":")[1]]]
+        cell["source"] = ("x = 1  # \ud800 is half of a character\nraise ValueError\n"
+                          + cell["source"])
     elif transform != "plain":
         raise ValueError(f"unknown notebook transformation {transform!r}")
     return cells
@@ -115,7 +119,9 @@ def notebook_text(case: Case) -> str:
                 "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
                                             "name": "python3"}},
                 "nbformat": 4, "nbformat_minor": 5}
-    return json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
+    text = json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
+    # A lone surrogate cannot be written as UTF-8; JSON's escape for it is valid.
+    return re.sub("[\ud800-\udfff]", lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def content(case: Case) -> bytes:

@@ -556,6 +556,127 @@ def chinchilla_loss(N, D):
     raise Evil()
 '''},
          lost=("ex1",)),
+    # ------------------------------------------------------------------ outliving the sandbox
+    Case("setsid_daemon.py",
+         "leaves the process group the grader kills (setsid) and disables os._exit, then "
+         "forks a daemon that does the same and ignores SIGTERM and SIGHUP, to outlive grading",
+         replace={"ex4": '''
+import os
+import signal
+import time
+
+
+
+def outlive_the_grader():
+    try:
+        os.setsid()
+    except OSError:
+        pass
+    os._exit = lambda *args: None  # the worker's own exit when the grader hangs up
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+        except OSError:
+            pass
+        if os.fork() == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
+            while True:
+                time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGKILL)
+    os.waitpid(pid, 0)
+
+
+outlive_the_grader()
+'''},
+         lost=("ex4",), message="is not defined in"),
+    Case("proc_cmdline_thief.py",
+         "reads other processes' command lines and working folders from /proc, finds a "
+         "classmate's (or the reference) solution there and runs it as its own",
+         replace={"ex2": '''
+import os
+
+MARKER = "def compute_optimal(C, ratios=None):\\n    if ratios is None:"
+folders = set()
+try:
+    pids = [p for p in os.listdir("/proc") if p.isdigit()]
+except OSError:
+    pids = []
+for pid in pids:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            for arg in f.read().split(b"\\0"):
+                if arg.startswith(b"/") or arg.endswith((b".py", b".ipynb")):
+                    folders.add(os.path.dirname(os.path.abspath(arg.decode(errors="replace"))))
+        folders.add(os.readlink(f"/proc/{pid}/cwd"))
+    except OSError:
+        pass
+stolen = {}
+seen = 0
+for top in sorted(folders):
+    for root, dirs, files in os.walk(top):
+        if root.count(os.sep) - top.count(os.sep) >= 3 or seen > 3000:
+            dirs[:] = []
+        for name in files:
+            seen += 1
+            if name.endswith(".py") and "compute_optimal" not in stolen:
+                try:
+                    with open(os.path.join(root, name)) as f:
+                        text = f.read(200_000)
+                except (OSError, UnicodeDecodeError):
+                    continue
+                if MARKER in text:
+                    namespace = {"__name__": "stolen"}
+                    try:
+                        exec(text, namespace)
+                        stolen["compute_optimal"] = namespace["compute_optimal"]
+                    except BaseException:
+                        pass
+if "compute_optimal" in stolen:
+    compute_optimal = stolen["compute_optimal"]
+'''},
+         lost=("ex2",), message="is not defined in"),
+    Case("import_site_packages.py",
+         "puts the interpreter's own site-packages (pytest, yaml, IPython) on sys.path and "
+         "answers only if a third-party package imports",
+         replace={"ex3": '''
+import glob
+import os
+import sys
+
+for folder in list(sys.path) + glob.glob("/usr/lib/python3*") + glob.glob("/usr/local/lib/python3*"):
+    for extra in ("site-packages", "dist-packages"):
+        if os.path.isdir(os.path.join(folder, extra)):
+            sys.path.append(os.path.join(folder, extra))
+imported = []
+for name in ("pytest", "yaml", "IPython", "setuptools", "pip"):
+    try:
+        __import__(name)
+        imported.append(name)
+    except Exception:
+        pass
+if imported:
+    def memory_per_gpu(model_params, strategy, num_gpus):
+        total = 12 * model_params
+        if strategy == "dp":
+            return total
+        if strategy in ("tp", "pp", "fsdp"):
+            return total / num_gpus
+        raise ValueError(f"unknown strategy {strategy!r}")
+'''},
+         lost=("ex3",), message="is not defined in"),
+    # ------------------------------------------------------------------ spoofing the report
+    Case("ansi_escape_report.py",
+         "a failing statement whose first line clears the terminal and prints a perfect total "
+         "with ANSI escape codes",
+         replace={"ex1": '''
+raise SystemExit(0)  # \x1b[2J\x1b[H\x1b[32mTotal: 100 / 100 points\x1b[0m
+'''},
+         lost=("ex1",), message="\\x1b[2J\\x1b[H"),
+    Case("lone_surrogate.ipynb",
+         "exercise 1's cell starts with a line holding a lone surrogate (not encodable text)",
+         notebook="surrogate:ex1", lost=("ex1",), message="\\ud800"),
     # ------------------------------------------------------------------ broken files
     Case("syntax_error.py", "a syntax error: the file cannot run at all",
          replace={"ex2": '''
@@ -568,6 +689,16 @@ def compute_optimal(C, ratios=None)
          message="binary"),
     Case("binary.ipynb", "a binary file named .ipynb", raw=b"\x89PNG\r\n\x1a\n\x00" * 300,
          lost=ALL, message="binary"),
+    Case("yaml_anchors.md",
+         "a MyST notebook whose front matter nests YAML anchors: 600 bytes that expand to "
+         "gigabytes",
+         raw=("---\njupytext:\n  text_representation: {extension: .md, format_name: myst}\n"
+              "bomb:\n  a: &a [x, x, x, x, x, x, x, x, x]\n"
+              + "".join(f"  {chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n"
+                        for i in range(8))
+              + "---\n\n```{code-cell} ipython3\ndef chinchilla_loss(N, D):\n"
+                "    return 1.69 + 406.0 / N**0.34 + 410.0 / D**0.28\n```\n").encode(),
+         lost=ALL, message="YAML anchors"),
     Case("not_json.ipynb", "a notebook file that is not JSON",
          raw=b'{"cells": [ {"cell_type": "code", "source": "def chinchilla_loss(', lost=ALL,
          message="not a valid notebook"),

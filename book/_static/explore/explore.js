@@ -1,0 +1,437 @@
+/* Explorers for the course book. Every number shown is looked up in the table that the page
+ * carries as JSON, computed at build time by the course's `solutions` package
+ * (book/_ext/explore.py). This script formats and draws; it evaluates no formula.
+ * Written for this course; no third-party code. */
+(function () {
+  "use strict";
+
+  var SVGNS = "http://www.w3.org/2000/svg";
+
+  function el(tag, attrs, children) {
+    var node = document.createElement(tag);
+    setAttrs(node, attrs);
+    append(node, children);
+    return node;
+  }
+  function svg(tag, attrs, children) {
+    var node = document.createElementNS(SVGNS, tag);
+    setAttrs(node, attrs);
+    append(node, children);
+    return node;
+  }
+  function setAttrs(node, attrs) {
+    Object.keys(attrs || {}).forEach(function (k) {
+      if (k === "text") node.textContent = attrs[k];
+      else if (k === "style") node.setAttribute("style", attrs[k]);
+      else node.setAttribute(k, attrs[k]);
+    });
+  }
+  function append(node, children) {
+    (children || []).forEach(function (c) {
+      if (c === null || c === undefined) return;
+      node.appendChild(typeof c === "string" ? document.createTextNode(c) : c);
+    });
+  }
+
+  /* Formatting only: a count with a K/M/B/T suffix and four significant digits. */
+  function fmtCount(x) {
+    var units = [[1e12, " T"], [1e9, " B"], [1e6, " M"], [1e3, " K"]];
+    for (var i = 0; i < units.length; i++) {
+      if (Math.abs(x) >= units[i][0]) return (x / units[i][0]).toPrecision(4) + units[i][1];
+    }
+    return x.toPrecision(4);
+  }
+  /* Gigabytes: four significant digits, whole numbers with thousands separators above 1,000. */
+  function fmtGB(x) {
+    if (Math.abs(x) >= 1000) return Math.round(x).toLocaleString("en-US") + " GB";
+    return x.toPrecision(4) + " GB";
+  }
+  function fmtPct(x) { return (100 * x).toFixed(2) + " %"; }
+
+  /* Call fn now and whenever the element's width changes (charts are drawn at their width). */
+  function onWidthChange(node, fn) {
+    var last = -1;
+    function check() {
+      var w = node.clientWidth;
+      if (w !== last) { last = w; fn(); }
+    }
+    check();
+    window.addEventListener("resize", check);
+  }
+
+  var uid = 0;
+  function control(labelText, input, readout) {
+    var id = "explorer-input-" + (++uid);
+    input.id = id;
+    var head = el("span", {}, [labelText]);
+    if (readout) append(head, [" ", readout]);
+    var label = el("label", { "for": id }, [head, input]);
+    return label;
+  }
+  function select(name, options, value) {
+    var s = el("select", { name: name });
+    options.forEach(function (o) {
+      var opt = el("option", { value: String(o[0]), text: o[1] });
+      if (String(o[0]) === String(value)) opt.selected = true;
+      s.appendChild(opt);
+    });
+    return s;
+  }
+
+  /* ------------------------------------------------------------------ */
+  /* Chinchilla explorer                                                  */
+  /* ------------------------------------------------------------------ */
+  function chinchilla(root, data) {
+    var slider = el("input", { type: "range", name: "budget", min: "0", max: String(data.C.length - 1),
+                               step: "1", value: String(data["default"]),
+                               "aria-label": "compute budget C in FLOPs (log scale)" });
+    var readout = el("span", { "class": "readout", "data-out": "C" });
+    var controls = el("div", { "class": "explorer-controls" }, [
+      (function () { var c = control("Compute budget C =", slider, readout); c.className = "wide"; return c; })(),
+    ]);
+
+    var rows = [["N", "N"], ["D", "D"], ["ratio", "D/N"], ["loss", "loss"]];
+    var head = el("tr", {}, [el("th", { text: "" })].concat(data.sets.map(function (s) {
+      return el("th", { title: s.label }, [el("span", { "class": "swatch", style: "background:" + s.colour }), s["short"]]);
+    })));
+    var body = el("tbody");
+    var cells = {};
+    rows.forEach(function (r) {
+      var tr = el("tr", {}, [el("th", { text: r[1] })]);
+      data.sets.forEach(function (s) {
+        var td = el("td", { "data-set": s.key, "data-out": r[0] });
+        cells[s.key + ":" + r[0]] = td;
+        tr.appendChild(td);
+      });
+      body.appendChild(tr);
+    });
+    var table = el("table", { "class": "explorer-chinchilla" }, [
+      el("caption", { text: "Compute-optimal parameters N, training tokens D, tokens per parameter D/N and loss " +
+                            "L(N, D) = E + A/N^\u03b1 + B/D^\u03b2 at the budget C = 6ND, for each published set of constants." }),
+      el("thead", {}, [head]), body]);
+
+    /* Chart: tokens per parameter against the budget, one line per constant set. Drawn at the
+       width of its box (so the text stays legible on a phone) and redrawn when that changes. */
+    var xs = data.log10C, x0 = xs[0], x1 = xs[xs.length - 1];
+    var ys = [];
+    data.sets.forEach(function (s) { s.ratio.forEach(function (r) { ys.push(Math.log10(r)); }); });
+    var y0 = Math.floor(Math.min.apply(null, ys) * 10) / 10, y1 = Math.ceil(Math.max.apply(null, ys) * 10) / 10;
+    var chartBox = el("div", { "class": "explorer-chart" });
+    var chart, marker, dots, px, py;
+    function draw() {
+      var W = Math.max(300, Math.min(720, chartBox.clientWidth || 640)), H = W < 500 ? 240 : 270;
+      var L = 44, R = 18, T = 12, B = 40;
+      px = function (lx) { return L + (lx - x0) / (x1 - x0) * (W - L - R); };
+      py = function (ly) { return H - B - (ly - y0) / (y1 - y0) * (H - T - B); };
+      chart = svg("svg", { viewBox: "0 0 " + W + " " + H, width: W, height: H, role: "img",
+                           "aria-label": "Tokens per parameter at the compute-optimal allocation against the compute budget" });
+      var step = W < 500 ? 3 : 1;
+      for (var e = Math.ceil(x0); e <= x1; e++) {
+        chart.appendChild(svg("line", { x1: px(e), x2: px(e), y1: T, y2: H - B, "class": "grid" }));
+        if ((e - Math.ceil(x0)) % step === 0) chart.appendChild(svg("text", { x: px(e), y: H - B + 16, "text-anchor": "middle", text: "1e" + e }));
+      }
+      [10, 20, 50, 100, 200, 500, 1000].forEach(function (v) {
+        var ly = Math.log10(v);
+        if (ly < y0 || ly > y1) return;
+        chart.appendChild(svg("line", { x1: L, x2: W - R, y1: py(ly), y2: py(ly), "class": "grid" }));
+        chart.appendChild(svg("text", { x: L - 6, y: py(ly) + 4, "text-anchor": "end", text: String(v) }));
+      });
+      chart.appendChild(svg("text", { x: (L + W - R) / 2, y: H - 6, "text-anchor": "middle", text: "compute budget C (FLOPs)" }));
+      chart.appendChild(svg("text", { x: 12, y: (T + H - B) / 2, "text-anchor": "middle",
+                                      transform: "rotate(-90 12 " + (T + H - B) / 2 + ")", text: "D/N" }));
+      marker = svg("line", { y1: T, y2: H - B, stroke: "currentColor", "stroke-dasharray": "4 3" });
+      chart.appendChild(marker);
+      dots = {};
+      data.sets.forEach(function (s) {
+        var pts = xs.map(function (lx, i) { return px(lx).toFixed(1) + "," + py(Math.log10(s.ratio[i])).toFixed(1); });
+        chart.appendChild(svg("polyline", { points: pts.join(" "), fill: "none", stroke: s.colour, "stroke-width": 2.5 }));
+        dots[s.key] = svg("circle", { r: 5, fill: s.colour });
+        chart.appendChild(dots[s.key]);
+      });
+      chartBox.innerHTML = "";
+      chartBox.appendChild(chart);
+    }
+
+    function update() {
+      var i = Number(slider.value);
+      readout.textContent = data.C[i].toExponential(2).replace("e+", "e") + " FLOPs";
+      data.sets.forEach(function (s) {
+        cells[s.key + ":N"].textContent = fmtCount(s.N[i]);
+        cells[s.key + ":D"].textContent = fmtCount(s.D[i]);
+        cells[s.key + ":ratio"].textContent = s.ratio[i].toPrecision(4);
+        cells[s.key + ":loss"].textContent = s.loss[i].toFixed(3);
+        dots[s.key].setAttribute("cx", px(xs[i]));
+        dots[s.key].setAttribute("cy", py(Math.log10(s.ratio[i])));
+      });
+      marker.setAttribute("x1", px(xs[i]));
+      marker.setAttribute("x2", px(xs[i]));
+    }
+    /* The constants behind each column, and the exponent a of N_opt ~ C^a they imply. */
+    var constRows = [["E", "E"], ["A", "A"], ["B", "B"], ["alpha", "\u03b1"], ["beta", "\u03b2"]];
+    var cbody = el("tbody");
+    constRows.forEach(function (r) {
+      cbody.appendChild(el("tr", {}, [el("th", { text: r[1] })].concat(data.sets.map(function (s) {
+        return el("td", { "data-set": s.key, "data-const": r[0], text: String(s.constants[r[0]]) });
+      }))));
+    });
+    cbody.appendChild(el("tr", {}, [el("th", { text: "exponent a" })].concat(data.sets.map(function (s) {
+      return el("td", { "data-set": s.key, "data-const": "a", text: s.a.toFixed(4) });
+    }))));
+    var constTable = el("table", { "class": "explorer-constants" }, [
+      el("caption", { text: "The constants of each fit, and the allocation exponent a = \u03b2/(\u03b1 + \u03b2) they give." }),
+      el("thead", {}, [head.cloneNode(true)]), cbody]);
+
+    slider.addEventListener("input", update);
+    append(root, [controls, el("div", { "class": "explorer-table-wrap" }, [table]), chartBox,
+                  el("div", { "class": "explorer-table-wrap" }, [constTable])]);
+    onWidthChange(chartBox, function () { draw(); update(); });
+  }
+
+
+  /* ------------------------------------------------------------------ */
+  /* Memory and layout explorer                                           */
+  /* ------------------------------------------------------------------ */
+  function memoryExplorer(root, data) {
+    var d = data.defaults;
+    var model = select("model", data.models.map(function (m, i) { return [i, m.name + " (" + fmtCount(m.params) + ")"]; }),
+                       data.models.findIndex(function (m) { return m.name === d.model; }));
+    var gpus = select("gpus", data.gpus.map(function (g) { return [g, g.toLocaleString("en-US")]; }), d.gpus);
+    var tp = select("tp", data.tp.map(function (t, i) { return [i, String(t)]; }), data.tp.indexOf(d.tp));
+    var pp = select("pp", data.pp.map(function (t, i) { return [i, String(t)]; }), data.pp.indexOf(d.pp));
+    var zero = select("zero", data.zero.map(function (z, i) {
+      return [i, ["0: replicate everything", "1: shard optimizer state", "2: + gradients", "3: + weights (FSDP)"][i]];
+    }), d.zero);
+    var conv = select("convention", data.conventions.map(function (c, i) { return [i, c.name + " (" + c.total + " bytes/param)"]; }),
+                      data.conventions.findIndex(function (c) { return c.name === d.convention; }));
+    var device = select("device", data.devices.map(function (g, i) { return [i, g.name + " (" + g.memory_gb + " GB)"]; }),
+                        data.devices.findIndex(function (g) { return g.name === d.device; }));
+    var rc = select("recompute", data.recompute.map(function (r, i) { return [i, r[1]]; }),
+                    data.recompute.findIndex(function (r) { return r[0] === d.recompute; }));
+    var sp = el("input", { type: "checkbox", name: "sp" });
+    sp.checked = d.sp;
+    var spLabel = el("label", { "class": "checkbox" }, [sp, " sequence parallelism (with TP)"]);
+    spLabel.style.flexDirection = "row";
+    spLabel.style.alignItems = "center";
+    var dpOut = el("span", { "class": "readout", "data-out": "dp" });
+    var convNote = el("p", { "class": "note", "data-out": "convention" });
+    var controls = el("div", { "class": "explorer-controls" }, [
+      control("Model", model), control("GPUs", gpus), control("Tensor parallel TP", tp),
+      control("Pipeline parallel PP", pp),
+      el("div", {}, [el("span", {}, ["Data parallel DP = GPUs / (TP \u00d7 PP) = "]), dpOut]),
+      control("ZeRO stage (over DP)", zero), control("Bytes per parameter", conv), control("GPU", device),
+      control("Activation recomputation", rc), spLabel,
+    ]);
+
+    var message = el("div", { "class": "message", role: "alert", "data-out": "message" });
+    var stack = el("div", { "class": "stack", role: "img" });
+    var capacity = el("div", { "class": "capacity" });
+    var parts = [["weights", "weights", "weights"], ["grads", "gradients", "gradients"],
+                 ["optimizer", "optimizer state", "optimizer"], ["activations", "activations", "activations"]];
+    var segs = {}, vals = {};
+    var tbody = el("tbody");
+    parts.forEach(function (p) {
+      segs[p[0]] = el("span", { style: "background:" + data.colours[p[2]], title: p[1] });
+      stack.appendChild(segs[p[0]]);
+      vals[p[0]] = el("td", { "data-out": p[0] });
+      tbody.appendChild(el("tr", {}, [el("th", {}, [el("span", { "class": "swatch", style: "background:" + data.colours[p[2]] }), p[1]]), vals[p[0]]]));
+    });
+    stack.appendChild(capacity);
+    var total = el("td", { "data-out": "total" });
+    var verdict = el("td", { "data-out": "fits" });
+    tbody.appendChild(el("tr", {}, [el("th", { text: "total per GPU" }), total]));
+    tbody.appendChild(el("tr", {}, [el("th", { text: "fits in the GPU?" }), verdict]));
+    var results = el("div", {}, [
+      el("div", { "class": "legend" }, [el("span", {}, ["Busiest GPU (pipeline stage 0); the dashed line is the GPU's memory."])]),
+      stack,
+      el("div", { "class": "explorer-table-wrap" }, [el("table", {}, [tbody])]),
+      convNote,
+    ]);
+
+    function update() {
+      var m = Number(model.value), g = Number(gpus.value), t = Number(tp.value), p = Number(pp.value);
+      var key = g + "," + data.tp[t] + "," + data.pp[p];
+      var layout = data.layouts[key];
+      var c = data.conventions[Number(conv.value)];
+      convNote.textContent = c.name + ": " + c.description + ".";
+      if (!layout) {
+        dpOut.textContent = "none";
+        message.textContent = "TP \u00d7 PP = " + data.tp[t] + " \u00d7 " + data.pp[p] + " = " + (data.tp[t] * data.pp[p]) +
+          " does not divide " + g.toLocaleString("en-US") + " GPUs: there is no whole data-parallel degree. " +
+          "Choose a GPU count that is a multiple of TP \u00d7 PP.";
+        message.hidden = false;
+        results.hidden = true;
+        return;
+      }
+      message.hidden = true;
+      results.hidden = false;
+      dpOut.textContent = String(layout[1]);
+      var st = data.state[m][Number(conv.value)][Number(zero.value)][layout[0]];
+      var a = data.act[m][t][p][Number(rc.value)][sp.checked ? 1 : 0];
+      var v = { weights: st[0], grads: st[1], optimizer: st[2], activations: a };
+      var sum = v.weights + v.grads + v.optimizer + v.activations;
+      var cap = data.devices[Number(device.value)].memory_gb;
+      var scale = Math.max(sum, cap) * 1.05;
+      parts.forEach(function (q) {
+        segs[q[0]].style.width = (100 * v[q[0]] / scale) + "%";
+        vals[q[0]].textContent = fmtGB(v[q[0]]);
+      });
+      capacity.style.left = (100 * cap / scale) + "%";
+      total.textContent = fmtGB(sum);
+      var fits = sum <= cap;
+      verdict.className = fits ? "verdict-ok" : "verdict-no";
+      verdict.textContent = (fits ? "yes: " : "no: ") + fmtGB(sum) + (fits ? " of " : " > ") + cap + " GB";
+      verdict.setAttribute("data-fits", fits ? "yes" : "no");
+      stack.setAttribute("aria-label", "Memory per GPU: " + parts.map(function (q) { return q[1] + " " + fmtGB(v[q[0]]); }).join(", "));
+    }
+    [model, gpus, tp, pp, zero, conv, device, rc, sp].forEach(function (x) { x.addEventListener("change", update); });
+    append(root, [controls, message, results]);
+    update();
+  }
+
+
+  /* ------------------------------------------------------------------ */
+  /* Pipeline schedule stepper                                            */
+  /* ------------------------------------------------------------------ */
+  function pipelineExplorer(root, data) {
+    var d = data.defaults;
+    var sched = select("schedule", data.schedules.map(function (s) { return [s[0], s[1]]; }), d.schedule);
+    var pSel = select("p", data.p.map(function (x) { return [x, String(x)]; }), d.p);
+    var mSel = select("m", data.m.map(function (x) { return [x, String(x)]; }), d.m);
+    var step = el("input", { type: "range", name: "step", min: "0", max: "0", step: "1", value: "0",
+                             "aria-label": "time step" });
+    var stepOut = el("span", { "class": "readout", "data-out": "time" });
+    var back = el("button", { type: "button", name: "back", text: "\u25c0 step back" });
+    var fwd = el("button", { type: "button", name: "forward", text: "step forward \u25b6" });
+    var end = el("button", { type: "button", name: "end", text: "whole step" });
+    var stepper = control("Time", step, stepOut);
+    stepper.className = "wide";
+    var buttons = el("div", { "class": "buttons wide" }, [back, fwd, end]);
+    var controls = el("div", { "class": "explorer-controls" }, [
+      control("Schedule", sched), control("Pipeline stages p", pSel), control("Micro-batches m", mSel),
+      stepper,
+      buttons,
+    ]);
+    var message = el("div", { "class": "message", role: "alert", "data-out": "message" });
+    var chartBox = el("div", { "class": "explorer-chart" });
+    var outs = {};
+    var rows = [["share", "bubble, share of total time (formula)"],
+                ["relative", "bubble, relative to ideal compute (formula)"],
+                ["idle", "idle share of the simulated timeline"],
+                ["makespan", "time for the whole step (forward pass = 1)"],
+                ["peak0", "micro-batches stage 0 holds at once"],
+                ["done", "passes finished at this time"]];
+    var tbody = el("tbody");
+    rows.forEach(function (r) {
+      outs[r[0]] = el("td", { "data-out": r[0] });
+      tbody.appendChild(el("tr", {}, [el("th", { text: r[1] }), outs[r[0]]]));
+    });
+    var legend = el("div", { "class": "legend" }, [
+      el("span", {}, [el("span", { "class": "swatch", style: "background:" + data.colours.forward }), "forward (1 unit)"]),
+      el("span", {}, [el("span", { "class": "swatch", style: "background:" + data.colours.backward }), "backward (2 units)"]),
+      el("span", {}, [el("span", { "class": "swatch", style: "background:" + data.colours.forward + ";opacity:0.55" }),
+                      "lighter: second chunk (interleaved)"]),
+    ]);
+    var results = el("div", {}, [legend, chartBox, el("div", { "class": "explorer-table-wrap" }, [el("table", {}, [tbody])])]);
+    var run = null, times = [], boxes = [];
+
+    function events(r) {
+      var out = [], f = r.events;
+      for (var i = 0; i < f.length; i += 6) out.push({ stage: f[i], mb: f[i + 1], phase: f[i + 2], chunk: f[i + 3], start: f[i + 4], end: f[i + 5] });
+      return out;
+    }
+    function draw() {
+      chartBox.innerHTML = "";
+      boxes = [];
+      if (!run || run.error) return;
+      var evs = events(run), p = Number(pSel.value);
+      var W = Math.max(300, Math.min(900, chartBox.clientWidth || 640));
+      var L = 58, R = 8, T = 6, rowH = Math.max(16, Math.min(30, 200 / p)), B = 26;
+      var H = T + p * rowH + B;
+      var span = run.makespan;
+      function px(t) { return L + t / span * (W - L - R); }
+      var chart = svg("svg", { viewBox: "0 0 " + W + " " + H, width: W, height: H, role: "img",
+                               "aria-label": "Pipeline timeline: one row per stage, forward and backward passes in time" });
+      for (var s = 0; s < p; s++) {
+        chart.appendChild(svg("rect", { x: L, y: T + s * rowH + 1, width: W - L - R, height: rowH - 2, "class": "idle" }));
+        chart.appendChild(svg("text", { x: L - 6, y: T + s * rowH + rowH / 2 + 4, "text-anchor": "end", text: "stage " + s }));
+      }
+      evs.forEach(function (e) {
+        var x = px(e.start), w = px(e.end) - px(e.start);
+        var g = svg("g", { "class": "pass", "data-stage": e.stage, "data-mb": e.mb, "data-phase": e.phase ? "B" : "F",
+                           "data-start": e.start, "data-end": e.end });
+        g.appendChild(svg("rect", { x: x + 0.5, y: T + e.stage * rowH + 1, width: Math.max(0.5, w - 1), height: rowH - 2,
+                                    fill: e.phase ? data.colours.backward : data.colours.forward,
+                                    opacity: e.chunk ? 0.55 : 1 }));
+        if (w >= 12 && rowH >= 14) g.appendChild(svg("text", { x: x + w / 2, y: T + e.stage * rowH + rowH / 2 + 4,
+                                                             "text-anchor": "middle", "font-size": Math.min(12, w - 2), text: String(e.mb) }));
+        chart.appendChild(g);
+        boxes.push({ node: g, e: e });
+      });
+      var tick = span <= 40 ? 5 : span <= 100 ? 10 : 20;
+      for (var t = 0; t <= span + 1e-9; t += tick) chart.appendChild(svg("text", { x: px(t), y: H - 8, "text-anchor": "middle", text: String(t) }));
+      chartBox.appendChild(chart);
+      showStep();
+    }
+    function showStep() {
+      if (!run || run.error) return;
+      var t = times[Number(step.value)];
+      var done = 0;
+      boxes.forEach(function (b) {
+        var finished = b.e.end <= t;
+        if (finished) done++;
+        b.node.style.opacity = finished ? "1" : "0.12";
+      });
+      stepOut.textContent = "t = " + t + " of " + run.makespan;
+      outs.done.textContent = done + " of " + boxes.length;
+    }
+    function update() {
+      run = data.runs[sched.value + "," + pSel.value + "," + mSel.value];
+      if (run.error) {
+        message.textContent = "Not a valid schedule: " + run.error + ".";
+        message.hidden = false;
+        results.hidden = stepper.hidden = buttons.hidden = true;
+        return;
+      }
+      message.hidden = true;
+      results.hidden = stepper.hidden = buttons.hidden = false;
+      /* The steps are the moments a pass ends (and the start). */
+      var seen = { 0: true };
+      times = [0];
+      for (var i = 5; i < run.events.length; i += 6) {
+        if (!seen[run.events[i]]) { seen[run.events[i]] = true; times.push(run.events[i]); }
+      }
+      times.sort(function (a, b) { return a - b; });
+      step.max = String(times.length - 1);
+      step.value = String(times.length - 1);
+      outs.share.textContent = fmtPct(run.share);
+      outs.relative.textContent = fmtPct(run.relative);
+      outs.idle.textContent = fmtPct(run.idle);
+      outs.makespan.textContent = String(run.makespan);
+      outs.peak0.textContent = String(run.peak0);
+      draw();
+    }
+    [sched, pSel, mSel].forEach(function (x) { x.addEventListener("change", update); });
+    step.addEventListener("input", showStep);
+    back.addEventListener("click", function () { step.value = String(Math.max(0, Number(step.value) - 1)); showStep(); });
+    fwd.addEventListener("click", function () { step.value = String(Math.min(Number(step.max), Number(step.value) + 1)); showStep(); });
+    end.addEventListener("click", function () { step.value = step.max; showStep(); });
+    append(root, [controls, message, results]);
+    update();
+    onWidthChange(chartBox, draw);
+  }
+
+  var EXPLORERS = { chinchilla: chinchilla, memory: memoryExplorer, pipeline: pipelineExplorer };
+
+  function init() {
+    var roots = document.querySelectorAll(".explorer[data-explorer]");
+    Array.prototype.forEach.call(roots, function (root) {
+      var kind = root.getAttribute("data-explorer");
+      var script = root.querySelector("script.explorer-data");
+      if (!EXPLORERS[kind] || !script) return;
+      EXPLORERS[kind](root, JSON.parse(script.textContent));
+      root.setAttribute("data-ready", "true");
+    });
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+  else init();
+})();
