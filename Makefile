@@ -86,6 +86,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_build.py
 	$(PY) benchmarks/bench_compute_optimal.py
 	$(PY) benchmarks/bench_autograde.py
+	$(PY) benchmarks/bench_plan.py
 	@# Mutation score: single-bug versions of solutions/ and labs/ the tests catch (about 10 min).
 	$(PY) tools/mutation.py
 
