@@ -7,17 +7,14 @@ import contextlib
 import csv
 import io
 import os
-import shutil
-from pathlib import Path
 
 import pytest
 
 from autograde.cli import main
+from tools.browser import ROOT, BrowserUnavailable, chromium
 
-ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = (ROOT / "tests" / "redteam" / "reference_submission.py").read_text()
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 
 #: (how many students, the change to the reference). Swapped exponents is the most common.
 MISTAKES = [
@@ -90,26 +87,20 @@ def test_a_roster_names_students_and_lists_the_missing(graded_class, tmp_path):
 
 
 def test_the_class_report_renders_in_chromium_and_names_the_most_common_mistake(graded_class):
-    if not Path(CHROMIUM).exists():
-        _unavailable(f"Chromium not found at {CHROMIUM}: apt-get install chromium (or set CHROMIUM)")
     try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:  # pragma: no cover - playwright is pinned in requirements.txt
-        _unavailable("the playwright package is not installed")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                    args=["--no-sandbox", "--disable-gpu"])
-        page = browser.new_page()
-        errors = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.goto((graded_class / "class.html").as_uri())
-        lead = page.inner_text("#most-common")
-        histograms = page.locator("svg.hist").count()
-        bars = page.evaluate("""() => [...document.querySelectorAll('svg.hist')].map(
-            s => [...s.querySelectorAll('rect')].filter(r => r.getBoundingClientRect().height > 0).length)""")
-        rows = page.locator("#misconceptions tr").all_inner_texts()
-        box = page.locator("svg.hist").first.bounding_box()
-        browser.close()
+        with chromium() as browser:
+            page = browser.new_page()
+            errors = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto((graded_class / "class.html").as_uri())
+            lead = page.inner_text("#most-common")
+            histograms = page.locator("svg.hist").count()
+            bars = page.evaluate("""() => [...document.querySelectorAll('svg.hist')].map(
+                s => [...s.querySelectorAll('rect')].filter(r => r.getBoundingClientRect().height > 0).length)""")
+            rows = page.locator("#misconceptions tr").all_inner_texts()
+            box = page.locator("svg.hist").first.bounding_box()
+    except BrowserUnavailable as exc:
+        _unavailable(str(exc))
     assert not errors
     assert "swapped exponents" in lead and "7 of 25" in lead
     assert histograms == 4 and all(b >= 1 for b in bars) and box["width"] > 100

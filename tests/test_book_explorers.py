@@ -12,26 +12,17 @@ except under CI (CI=true), where that is a failure.
 """
 from __future__ import annotations
 
-import functools
-import http.server
 import math
 import os
 import re
-import shutil
-import threading
-from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
 from solutions import facts, memory, pipeline, scaling
+from tools.browser import ROOT, SITE, BrowserUnavailable, chromium, serve
 
-ROOT = Path(__file__).resolve().parents[1]
-SITE = ROOT / "_build" / "html"
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 WIDTHS = (1280, 390)
 
 # The page shows four significant digits (counts, gigabytes, ratios) or three decimals (losses).
@@ -47,34 +38,21 @@ def _unavailable(reason: str):
     pytest.skip(reason)
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture(scope="module")
 def server():
     if not (SITE / "book" / "explore" / "chinchilla.html").exists():
         _unavailable(f"no built explorers under {SITE.relative_to(ROOT)}: run `make book` first")
-    handler = functools.partial(_QuietHandler, directory=str(SITE))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
-    httpd.shutdown()
+    with serve(SITE) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def browser():
-    if not Path(CHROMIUM).exists():
-        _unavailable(f"Chromium not found at {CHROMIUM}: apt-get install chromium (or set CHROMIUM)")
     try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:  # pragma: no cover - playwright is pinned in requirements.txt
-        _unavailable("the playwright package is not installed")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield browser
-        browser.close()
+        with chromium() as browser:
+            yield browser
+    except BrowserUnavailable as exc:
+        _unavailable(str(exc))
 
 
 class Visit:

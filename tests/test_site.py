@@ -16,26 +16,16 @@ except under CI (CI=true), where a missing browser or site is a failure.
 """
 from __future__ import annotations
 
-import functools
-import http.server
 import os
 import re
-import shutil
-import threading
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlparse
 
 import pytest
-import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-SITE = ROOT / "_build" / "html"
+from tools.browser import ROOT, SITE, BrowserUnavailable, chromium, serve, toc_pages
+
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-]
 
 pytestmark = pytest.mark.site
 
@@ -46,56 +36,26 @@ def _unavailable(reason: str):
     pytest.skip(reason)
 
 
-def toc_pages() -> list[str]:
-    """Every document of the table of contents (parts, chapters and their sections)."""
-    toc = yaml.safe_load((ROOT / "book" / "_toc.yml").read_text())
-    files = [toc["root"]]
-
-    def walk(entries):
-        for entry in entries or []:
-            if "file" in entry:
-                files.append(entry["file"])
-            walk(entry.get("sections"))
-
-    for part in toc.get("parts", [{"chapters": toc.get("chapters")}]):
-        walk(part.get("chapters"))
-    return [f + ".html" for f in files]
-
-
 PAGES = toc_pages()
 WIDTHS = {"desktop": 1280, "phone": 390}
 BIB_KEYS = sorted(set(re.findall(r"^@\w+\{([^,\s]+),", (ROOT / "book" / "references.bib").read_text(), re.M)))
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture(scope="module")
 def server():
     if not (SITE / "index.html").exists():
         _unavailable(f"no built site at {SITE.relative_to(ROOT)}: run `make book` first")
-    handler = functools.partial(_QuietHandler, directory=str(SITE))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
-    httpd.shutdown()
+    with serve(SITE) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def browser():
-    if not Path(CHROMIUM).exists():
-        _unavailable(f"Chromium not found at {CHROMIUM}: apt-get install chromium (or set CHROMIUM)")
     try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:  # pragma: no cover - playwright is pinned in requirements.txt
-        _unavailable("the playwright package is not installed")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield browser
-        browser.close()
+        with chromium() as browser:
+            yield browser
+    except BrowserUnavailable as exc:
+        _unavailable(str(exc))
 
 
 def _load(browser, url, width=1280):
