@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import communication, compute, facts, layout, memory, pipeline, scaling
+from . import after_chinchilla, communication, compute, facts, layout, memory, pipeline, scaling
 from ._validate import one_of, positive, positive_integer
 
 __all__ = [
@@ -253,6 +253,10 @@ class Plan:
     mfu: float
     days: float
     advice: tuple = field(default=())
+    #: with ``inference_tokens``: the model that reaches the same loss with the fewest
+    #: training + inference FLOPs (Sardana et al. 2024), ``{tokens, N, D, lifetime, baseline}``,
+    #: ``baseline`` being the compute-optimal model's lifetime FLOPs for the same inference.
+    overtrained: dict | None = None
 
     @property
     def memory_total(self) -> float:
@@ -261,9 +265,11 @@ class Plan:
 
 def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=0.4, tp=None, pp=None, zero=None,
               convention="zero_16", constants=DEFAULT_CONSTANTS, batch_tokens=DEFAULT_BATCH_TOKENS,
-              arch=None) -> Plan:
+              arch=None, inference_tokens=None) -> Plan:
     """Build a :class:`Plan`. Give ``budget`` (FLOPs; the model is then the
-    compute-optimal one under ``constants``) or both ``model`` and ``tokens``."""
+    compute-optimal one under ``constants``) or both ``model`` and ``tokens``. With
+    ``inference_tokens`` (tokens the model will process once trained), the plan also names the
+    over-trained alternative that reaches the compute-optimal loss at the lowest lifetime cost."""
     if budget is not None and (model is not None or tokens is not None):
         raise ValueError("give either budget, or model and tokens, not both")
     if budget is None and (model is None or tokens is None):
@@ -287,6 +293,13 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     optimal = {name: scaling.compute_optimal_closed_form(C, scaling.CONSTANT_SETS[name]) for name in
                dict.fromkeys((constants, *_PUBLISHED))}
     twenty = scaling.twenty_tokens_allocation(C)
+    overtrained = None
+    if inference_tokens is not None:
+        N_opt, D_opt, _, loss = optimal[constants]
+        N_i, D_i, lifetime = after_chinchilla.inference_aware_optimal(
+            loss, inference_tokens, scaling.CONSTANT_SETS[constants])
+        overtrained = {"tokens": float(inference_tokens), "N": N_i, "D": D_i, "loss": loss, "lifetime": lifetime,
+                       "baseline": float(after_chinchilla.lifetime_flops(N_opt, D_opt, inference_tokens))}
 
     if arch is None:
         shape = nearest_architecture(N)
@@ -336,7 +349,7 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
 
     return Plan(N, D, C, budget is not None, optimal, twenty, g, count, shape, regime(N), t, p, d, z, convention,
                 tuple(reasons), state, mode, act, fits, batch_tokens, seqs, m, bubble, steps, comm, step_seconds,
-                mfu, seconds / 86400, tuple(advice))
+                mfu, seconds / 86400, tuple(advice), overtrained)
 
 
 def _count(x: float) -> str:
@@ -366,6 +379,12 @@ def format_plan(plan: Plan) -> str:
     for name, (N, D, r, L) in plan.optimal.items():
         lines.append(f"     {name:<17} N={_count(N):>7}  D={_count(D):>7}  {r:6.1f} tokens/param  loss {L:.3f}")
     lines.append(f"     {'20 tokens/param':<17} N={_count(plan.twenty[0]):>7}  D={_count(plan.twenty[1]):>7}")
+    if plan.overtrained:
+        o = plan.overtrained
+        lines.append(f"     serving {_count(o['tokens'])} tokens: N={_count(o['N'])}, D={_count(o['D'])} "
+                     f"({o['D'] / o['N']:.0f} tokens/param) reaches the same loss {o['loss']:.3f} for "
+                     f"{o['lifetime']:.3g} FLOPs of training + inference, against {o['baseline']:.3g} "
+                     f"({1 - o['lifetime'] / o['baseline']:.0%} less)")
     a = plan.arch
     lines += ["== layout",
               f"3. shape                    {a.name}'s: {a.layers} layers, d_model {a.d_model:,}, {a.heads} heads, "
@@ -421,6 +440,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--convention", default="zero_16", help=f"bytes per parameter, one of {sorted(memory.BYTE_CONVENTIONS)}")
     p.add_argument("--constants", default=DEFAULT_CONSTANTS, help=f"one of {sorted(scaling.CONSTANT_SETS)}")
     p.add_argument("--batch-tokens", type=int, default=DEFAULT_BATCH_TOKENS, help="tokens per optimizer step")
+    p.add_argument("--inference-tokens", type=float,
+                   help="tokens the trained model will serve: also plan the over-trained model that is cheapest over its lifetime")
     p.add_argument("--arch", help=f"shape to assume, one of {sorted(facts.ARCHITECTURES)} (default: nearest in size)")
     return p
 
@@ -430,7 +451,8 @@ def main(argv=None) -> int:
     try:
         plan = make_plan(budget=args.budget, model=args.model, tokens=args.tokens, gpu=args.gpu, count=args.count,
                          mfu=args.mfu, tp=args.tp, pp=args.pp, zero=args.zero, convention=args.convention,
-                         constants=args.constants, batch_tokens=args.batch_tokens, arch=args.arch)
+                         constants=args.constants, batch_tokens=args.batch_tokens, arch=args.arch,
+                         inference_tokens=args.inference_tokens)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -67,6 +67,30 @@ def test_hand_layout_that_does_not_fit_gets_advice():
     assert p.advice and "DOES NOT FIT" in plan.format_plan(p)
 
 
+def test_no_inference_means_the_compute_optimal_model():
+    C = 6 * 70e9 * 1.4e12
+    p = plan.make_plan(budget=C, count=1024, inference_tokens=0)
+    N_opt, D_opt = p.optimal["hoffmann_rounded"][:2]
+    assert (p.overtrained["N"], p.overtrained["D"]) == pytest.approx((N_opt, D_opt), rel=1e-4)
+    assert plan.make_plan(budget=C, count=1024).overtrained is None
+
+
+def test_serving_10t_tokens_overtrains_chinchilla_s_budget():
+    """The worked example of the section on inference-aware scaling: at Chinchilla's budget
+    (rounded constants), a model that will serve 10T tokens should be ~17.6B parameters trained
+    on ~363 tokens each, and costs 17% less over its lifetime than the compute-optimal one."""
+    T = 1e13
+    p = plan.make_plan(model=70e9, tokens=1.4e12, count=1024, inference_tokens=T)
+    o = p.overtrained
+    assert o["N"] == pytest.approx(17.6e9, rel=0.005)
+    assert o["D"] / o["N"] == pytest.approx(363, rel=0.005)
+    N_opt, D_opt = p.optimal["hoffmann_rounded"][:2]
+    assert o["baseline"] == pytest.approx(6 * N_opt * D_opt + 2 * N_opt * T, rel=1e-12)  # Sardana et al. eq. 3
+    assert o["lifetime"] == pytest.approx(6 * o["N"] * o["D"] + 2 * o["N"] * T, rel=1e-12)
+    assert 1 - o["lifetime"] / o["baseline"] == pytest.approx(0.17, abs=0.005)
+    assert "serving 10T tokens: N=17.6B" in plan.format_plan(p)
+
+
 def test_cli_prints_a_complete_plan():
     out = run_cli("--model", "70e9", "--tokens", "1.4e12", "--gpu", "H100", "--count", "1024", "--mfu", "0.4")
     assert out.returncode == 0, out.stderr
@@ -83,6 +107,7 @@ def test_cli_prints_a_complete_plan():
     (["--model", "7e9", "--tokens", "1e12", "--mfu", "1.5"], "mfu must be in (0, 1]"),
     (["--model", "7e9", "--tokens", "1e12", "--count", "abc"], "invalid int value"),
     (["--model", "7e9", "--tokens", "1e12", "--zero", "4"], "zero must be one of"),
+    (["--model", "7e9", "--tokens", "1e12", "--inference-tokens", "-5"], "inference_tokens must be a non-negative"),
 ])
 def test_cli_bad_input_is_one_line(args, message):
     out = run_cli(*args)
