@@ -87,7 +87,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_compute_optimal.py
 	$(PY) benchmarks/bench_autograde.py
 	$(PY) benchmarks/bench_plan.py
-	@# Mutation score: single-bug versions of solutions/ and labs/ the tests catch (about 10 min).
+	@# Mutation score: single-bug versions of solutions/ and labs/ the tests catch (about 20 min on 2 cores).
 	$(PY) tools/mutation.py
 
 # On a machine with CUDA GPUs: every lab with NCCL at world sizes min(N, 2) and 1, one summary.
