@@ -6,6 +6,7 @@ would leak into the kernels nbval starts, and the notebooks' figures would stop 
 import os
 
 import matplotlib
+import pytest
 
 matplotlib.use("Agg")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -18,3 +19,36 @@ def pytest_addoption(parser):
                     help="grade this submission (.ipynb, .md or .py) instead of solutions/")
     group.addoption("--submission-timeout", action="store", type=float, default=10.0,
                     metavar="SECONDS", help="time limit per call of a submitted function")
+
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def unavailable(reason: str):
+    """A check that cannot run here: a skip with the reason, but a failure under CI."""
+    if IN_CI:
+        pytest.fail(f"{reason} (required under CI)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def server():
+    """The built book (``make book``) on a loopback HTTP server: its base URL."""
+    from tools.browser import ROOT, SITE, serve
+
+    if not (SITE / "index.html").exists():
+        unavailable(f"no built site at {SITE.relative_to(ROOT)}: run `make book` first")
+    with serve(SITE) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium, driven by Playwright."""
+    from tools.browser import BrowserUnavailable, chromium
+
+    try:
+        with chromium() as opened:
+            yield opened
+    except BrowserUnavailable as exc:
+        unavailable(str(exc))

@@ -13,16 +13,13 @@ except under CI (CI=true), where that is a failure.
 from __future__ import annotations
 
 import math
-import os
 import re
 from urllib.parse import urlparse
 
 import pytest
 
 from solutions import facts, memory, pipeline, scaling
-from tools.browser import ROOT, SITE, BrowserUnavailable, chromium, serve
 
-IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 WIDTHS = (1280, 390)
 
 # The page shows four significant digits (counts, gigabytes, ratios) or three decimals (losses).
@@ -30,29 +27,6 @@ REL = 1e-3
 ABS_LOSS = 1e-3
 
 pytestmark = pytest.mark.site
-
-
-def _unavailable(reason: str):
-    if IN_CI:
-        pytest.fail(f"{reason} (required under CI)")
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def server():
-    if not (SITE / "book" / "explore" / "chinchilla.html").exists():
-        _unavailable(f"no built explorers under {SITE.relative_to(ROOT)}: run `make book` first")
-    with serve(SITE) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    try:
-        with chromium() as browser:
-            yield browser
-    except BrowserUnavailable as exc:
-        _unavailable(str(exc))
 
 
 class Visit:

@@ -16,46 +16,21 @@ except under CI (CI=true), where a missing browser or site is a failure.
 """
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlparse
 
 import pytest
 
-from tools.browser import ROOT, SITE, BrowserUnavailable, chromium, serve, toc_pages
+from tools.browser import ROOT, SITE, toc_pages
 
-IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 pytestmark = pytest.mark.site
-
-
-def _unavailable(reason: str):
-    if IN_CI:
-        pytest.fail(f"{reason} (required under CI)")
-    pytest.skip(reason)
 
 
 PAGES = toc_pages()
 WIDTHS = {"desktop": 1280, "phone": 390}
 BIB_KEYS = sorted(set(re.findall(r"^@\w+\{([^,\s]+),", (ROOT / "book" / "references.bib").read_text(), re.M)))
-
-
-@pytest.fixture(scope="module")
-def server():
-    if not (SITE / "index.html").exists():
-        _unavailable(f"no built site at {SITE.relative_to(ROOT)}: run `make book` first")
-    with serve(SITE) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    try:
-        with chromium() as browser:
-            yield browser
-    except BrowserUnavailable as exc:
-        _unavailable(str(exc))
 
 
 def _load(browser, url, width=1280):
