@@ -15,7 +15,7 @@ beyond 3D parallelism and Chinchilla in :mod:`solutions.context`,
 :mod:`solutions.efficiency`, and the cited tables in :mod:`solutions.facts`.
 """
 
-from . import brief, communication, compute, facts, layout, memory, pipeline, scaling
+from . import quoted, communication, compute, facts, layout, memory, pipeline, scaling
 from . import after_chinchilla, context, efficiency, moe
 from .communication import communication_time_per_step
 from .memory import memory_per_gpu
@@ -33,7 +33,7 @@ __all__ = [
     "compute",
     "facts",
     "layout",
-    "brief",
+    "quoted",
     "context",
     "moe",
     "after_chinchilla",

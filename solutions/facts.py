@@ -1,6 +1,6 @@
 """Cited figures the chapter relies on: hardware, models, parallel layouts,
-clusters, utilisation, the scope of the scaling-law studies, and the brief's
-claims that turned out wrong (quoted in full in :mod:`solutions.brief`).
+clusters, utilisation, the scope of the scaling-law studies, and the quoted
+claims that turned out wrong (quoted in full in :mod:`solutions.quoted`).
 
 Every entry carries ``cite``, a bibtex key in ``book/references.bib``. Figures
 are as reported by the sources; derived numbers (training time, ratios,

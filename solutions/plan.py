@@ -106,8 +106,8 @@ def nearest_architecture(params: float) -> facts.Architecture:
 
 def regime(params: float) -> str:
     """``'small'``, ``'medium'``, ``'large'`` or ``'frontier'``: the chapter's size regimes
-    (boundaries :data:`solutions.brief.REGIME_BOUNDS`)."""
-    from .brief import REGIME_BOUNDS
+    (boundaries :data:`solutions.quoted.REGIME_BOUNDS`)."""
+    from .quoted import REGIME_BOUNDS
 
     params = float(positive("model_params", params))
     if params <= REGIME_BOUNDS["small_max"]:

@@ -55,12 +55,12 @@ class Mutation:
 
 
 # Test selections: the files whose job it is to catch a bug in each module.
-SCALING = ("tests/test_solutions_scaling.py", "tests/test_solutions_facts_brief.py", "tests/test_solutions_misc.py",
+SCALING = ("tests/test_solutions_scaling.py", "tests/test_solutions_facts_quoted.py", "tests/test_solutions_misc.py",
            "tests/grading")
-MEMORY = ("tests/test_solutions_memory.py", "tests/test_solutions_facts_brief.py", "tests/grading")
-COMMUNICATION = ("tests/test_solutions_communication.py", "tests/test_solutions_facts_brief.py", "tests/grading")
+MEMORY = ("tests/test_solutions_memory.py", "tests/test_solutions_facts_quoted.py", "tests/grading")
+COMMUNICATION = ("tests/test_solutions_communication.py", "tests/test_solutions_facts_quoted.py", "tests/grading")
 PIPELINE = ("tests/test_solutions_pipeline.py",)
-COMPUTE = ("tests/test_solutions_misc.py", "tests/test_solutions_facts_brief.py")
+COMPUTE = ("tests/test_solutions_misc.py", "tests/test_solutions_facts_quoted.py")
 VALIDATE = ("tests/test_solutions_misc.py", "tests/test_solutions_memory.py", "tests/grading")
 # The labs start real processes (tens of seconds a run): stop at the first failing test (-x),
 # so the table names the first test that caught the mutation, not every one.

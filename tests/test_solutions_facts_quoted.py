@@ -1,4 +1,4 @@
-"""The brief's claims (solutions.brief), the cited facts the chapter corrects them
+"""The quoted claims (solutions.quoted), the cited facts the chapter corrects them
 with (solutions.facts), and the notebooks' use of both.
 
 Expected values here are either paper figures with their citation in a comment,
@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from solutions import brief, communication, compute, facts, memory, scaling
+from solutions import quoted, communication, compute, facts, memory, scaling
 
 ROOT = Path(__file__).resolve().parents[1]
 BIB = ROOT / "book" / "references.bib"
 CHAPTERS = ROOT / "chapters"
-CLAIMS = brief.BRIEF_CLAIMS
+CLAIMS = quoted.QUOTED_CLAIMS
 GB = 1e9
 
 
@@ -45,7 +45,7 @@ def test_every_cite_key_is_in_the_bibliography():
 def test_claim_entry_is_well_formed(key):
     claim = CLAIMS[key]
     assert claim.key == key
-    assert claim.verdict in brief.VERDICTS
+    assert claim.verdict in quoted.VERDICTS
     assert claim.sections, "every claim names the section that corrects it"
     for section in claim.sections:
         assert (CHAPTERS / f"{section}.md").exists(), section
@@ -55,7 +55,7 @@ def test_claim_entry_is_well_formed(key):
 
 
 def _renderings(value):
-    """Ways the brief writes a number: 17,920 / 1000 / 406.0 / 70B / 1.4T / 1e22."""
+    """Ways a quoted figure writes a number: 17,920 / 1000 / 406.0 / 70B / 1.4T / 1e22."""
     out = {str(value), f"{value:g}", f"{value:,.0f}", f"{value:.0e}".replace("e+", "e")}
     for scale, suffix in ((1e12, "T"), (1e9, "B")):
         if value >= scale:
@@ -84,12 +84,12 @@ def test_claims_are_read_only():
     "kwargs, match",
     [({"verdict": "maybe"}, "verdict"), ({"quoted": {}}, "quoted")],
 )
-def test_brief_claim_rejects_bad_entries(kwargs, match):
+def test_quoted_claim_rejects_bad_entries(kwargs, match):
     fields = dict(key="x", quoted={"a": 1}, says="a 1", verdict="wrong", correction="", cite="nccltests",
                   sections=("00-introduction",))
     fields.update(kwargs)
     with pytest.raises(ValueError, match=match):
-        brief.BriefClaim(**fields)
+        quoted.QuotedClaim(**fields)
 
 
 # -- each correction holds ----------------------------------------------------
@@ -132,7 +132,7 @@ def test_state_70b_claim_is_below_every_convention():
     claim = CLAIMS["state_70b"]
     twelve = memory.memory_per_gpu(claim["params"], "dp", 1) / GB
     sixteen = memory.zero_memory_per_gpu(claim["params"], 0, 1, "zero_16") / GB
-    assert twelve == pytest.approx(12 * 70)  # the brief's own 12 bytes per parameter
+    assert twelve == pytest.approx(12 * 70)  # the quoted own 12 bytes per parameter
     assert sixteen == pytest.approx(16 * 70)
     assert claim["state_gb"] < twelve < sixteen
     # 700 GB is what 10 bytes per parameter would give: no convention the chapter uses.
@@ -191,7 +191,7 @@ def test_ratio_drift_claim_holds_only_for_the_rounded_constants():
 def test_exercise_constants_claim():
     claim = CLAIMS["exercise_constants"]
     ex, printed = scaling.EXERCISE, scaling.HOFFMANN_ROUNDED
-    assert (claim["A"], claim["B"]) == (ex.A, ex.B)  # the exercises keep the brief's values
+    assert (claim["A"], claim["B"]) == (ex.A, ex.B)  # the exercises keep the quoted values
     assert (claim["A"], claim["B"]) != (printed.A, printed.B)  # the paper prints 406.4, 410.7
 
     def loss(N, D, A, B):  # eq. 2 of Hoffmann et al., written out independently
@@ -236,7 +236,7 @@ def test_fsdp_claim_is_right_for_its_own_convention_only():
 
 
 def test_regime_bounds_are_ordered():
-    b = brief.REGIME_BOUNDS
+    b = quoted.REGIME_BOUNDS
     assert 0 < b["small_max"] < b["medium_max"] < b["frontier_min"]
 
 
@@ -299,8 +299,8 @@ CODE_CELL = re.compile(r"^```\{code-cell\}.*?^```\s*$", re.S | re.M)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebooks_define_no_brief_figures_locally(path):
+def test_notebooks_define_no_quoted_figures_locally(path):
     code = "\n".join(CODE_CELL.findall(path.read_text(encoding="utf-8")))
-    assert not re.search(r"^\s*BRIEF\w*\s*=", code, re.M), "quote the brief from solutions.brief"
+    assert not re.search(r"^\s*QUOTED\w*\s*=", code, re.M), "quote the often-quoted figures from solutions.quoted"
     assert not re.search(r"^\s*SELENE\w*\s*=\s*\d", code, re.M), "use solutions.facts.SELENE"
     assert "NOT YET IN solutions" not in code

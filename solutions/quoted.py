@@ -1,13 +1,13 @@
-"""The course brief's figures that the chapter corrects or qualifies.
+"""Often-quoted figures that the course corrects or qualifies.
 
-The chapter was written from a brief that repeats several figures found
-across the web. Most are right; the ones below are wrong, rounded, or true
-only under an assumption the brief does not state. Each entry quotes the
-brief's numbers exactly as it states them, so that a notebook can glue the
-quoted figure into its correction, and names where the right figure comes
-from: a table in :mod:`solutions.facts` or a function that computes it.
-Nothing here is a fact about the world; the verified figures live in
-:mod:`solutions.facts` and the tests check every correction against them.
+Several figures repeated across the web about training large models are
+wrong, rounded, or true only under an assumption that goes unstated. Each
+entry quotes the figure exactly as it is usually stated, so that a notebook
+can glue it into an "Often quoted / What the sources say" note, and names
+where the right figure comes from: a table in :mod:`solutions.facts` or a
+function that computes it. Nothing here is a fact about the world; the
+verified figures live in :mod:`solutions.facts` and the tests check every
+correction against them.
 
 Each ``cite`` is the bibtex key (``book/references.bib``) of the source used
 for the correction, and ``sections`` names the chapter notebooks that discuss
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-__all__ = ["BriefClaim", "BRIEF_CLAIMS", "VERDICTS", "REGIME_BOUNDS"]
+__all__ = ["QuotedClaim", "QUOTED_CLAIMS", "VERDICTS", "REGIME_BOUNDS"]
 
 #: How far off a claim is: ``wrong`` (the figure is false), ``imprecise``
 #: (true of something else than what it is said of), ``rounded`` (a rounding
@@ -30,10 +30,10 @@ VERDICTS = ("wrong", "imprecise", "rounded", "conditional", "heuristic")
 
 
 @dataclass(frozen=True)
-class BriefClaim:
-    """One of the brief's claims.
+class QuotedClaim:
+    """One often-quoted claim.
 
-    ``quoted`` maps short names to the brief's numbers as it states them
+    ``quoted`` maps short names to the quoted numbers as it states them
     (read-only); ``says`` is the claim in a few words; ``correction`` gives
     the right figure or where :mod:`solutions` computes it.
     """
@@ -61,7 +61,7 @@ class BriefClaim:
 
 
 _CLAIMS = (
-    BriefClaim(
+    QuotedClaim(
         "mtnlg_layout",
         {"tp": 8, "pp": 35, "dp": 64, "gpus": 17_920},
         "Megatron-Turing NLG 530B was trained with 8-way TP x 35-way PP x 64-way DP across 17,920 GPUs",
@@ -71,7 +71,7 @@ _CLAIMS = (
         "smith2022mtnlg",
         ("00-introduction", "06-model-parallelism", "08-when-to-use-what"),
     ),
-    BriefClaim(
+    QuotedClaim(
         "llama3_cluster",
         {"gpus": 24_000},
         "Llama 3 was trained on a 24,000-GPU H100 cluster",
@@ -81,17 +81,17 @@ _CLAIMS = (
         "dubey2024llama3",
         ("06-model-parallelism", "08-when-to-use-what"),
     ),
-    BriefClaim(
+    QuotedClaim(
         "state_70b",
         {"params": 70e9, "state_gb": 700},
         "a 70B model's training state is closer to 700 GB",
         "wrong",
-        "the brief's own 12 bytes per parameter give memory.memory_per_gpu(70e9, 'dp', 1); "
+        "the quoted own 12 bytes per parameter give memory.memory_per_gpu(70e9, 'dp', 1); "
         "ZeRO's 16-byte count gives more (memory.zero_memory_per_gpu, convention 'zero_16')",
         "rajbhandari2020zero",
         ("01-single-gpu", "04-why-distribute"),
     ),
-    BriefClaim(
+    QuotedClaim(
         "state_7b",
         {"params": 7e9, "state_gb": 100},
         "a 7B model's training state, about 100 GB with activations, fits on no single GPU",
@@ -101,7 +101,7 @@ _CLAIMS = (
         "nvidia2024h200",
         ("01-single-gpu",),
     ),
-    BriefClaim(
+    QuotedClaim(
         "h100_peak",
         {"tflops": 1000},
         "an H100 peaks around 1000 TFLOPS at BF16",
@@ -111,7 +111,7 @@ _CLAIMS = (
         "nvidia2022hopper",
         ("01-single-gpu",),
     ),
-    BriefClaim(
+    QuotedClaim(
         "train_70b_years",
         {"params": 70e9, "tokens": 1.4e12, "years": 20},
         "a 70B model on 1.4T tokens takes closer to 20 years on one H100 at peak",
@@ -121,7 +121,7 @@ _CLAIMS = (
         "nvidia2022hopper",
         ("01-single-gpu",),
     ),
-    BriefClaim(
+    QuotedClaim(
         "optimal_ratio_drift",
         {"ratio_low": 60, "budget_low": 1e22, "ratio_high": 100, "budget_high": 1e25},
         "the fitted equation's optimal D/N drifts from roughly 60 at 1e22 FLOPs to over 100 at 1e25",
@@ -132,17 +132,17 @@ _CLAIMS = (
         "hoffmann2022chinchilla",
         ("03-chinchilla",),
     ),
-    BriefClaim(
+    QuotedClaim(
         "exercise_constants",
         {"A": 406.0, "B": 410.0, "loss_gpt3": 2.002, "loss_chinchilla": 1.936},
         "Chinchilla's fit has A = 406.0 and B = 410.0; GPT-3's loss is 2.002 and Chinchilla's 1.936",
         "rounded",
         "the paper prints A and B to one decimal (scaling.HOFFMANN_ROUNDED); the quoted losses "
-        "hold only for the brief's whole numbers, which the exercises keep (scaling.EXERCISE)",
+        "hold only for the quoted whole numbers, which the exercises keep (scaling.EXERCISE)",
         "hoffmann2022chinchilla",
         ("03-chinchilla", "09-exercises"),
     ),
-    BriefClaim(
+    QuotedClaim(
         "dp_limit",
         {"gpus": 1000},
         "past roughly 1000 GPUs the data-parallel all-reduce starts to dominate compute time",
@@ -153,13 +153,13 @@ _CLAIMS = (
         "nccltests",
         ("05-data-parallelism",),
     ),
-    BriefClaim(
+    QuotedClaim(
         "fsdp_7b",
         {"params": 7e9, "gpus": 8, "before_gb": 84, "after_gb": 11},
         "FSDP on 8 GPUs takes a 7B model's state from about 84 GB to about 11 GB per GPU, "
         "and 84 GB barely fits on an H100",
         "conditional",
-        "right for the brief's 12 bytes per parameter (memory.memory_per_gpu, 'fsdp'), rounded up; "
+        "right for the quoted 12 bytes per parameter (memory.memory_per_gpu, 'fsdp'), rounded up; "
         "ZeRO's 16 bytes give more (memory.zero_memory_per_gpu, 'zero_16'); and the unsharded "
         "state exceeds an H100's facts.GPUS['H100 SXM'].memory_gb",
         "rajbhandari2020zero",
@@ -167,10 +167,10 @@ _CLAIMS = (
     ),
 )
 
-#: The brief's claims, by key.
-BRIEF_CLAIMS = MappingProxyType({claim.key: claim for claim in _CLAIMS})
+#: The quoted claims, by key.
+QUOTED_CLAIMS = MappingProxyType({claim.key: claim for claim in _CLAIMS})
 
-#: The brief's rule of thumb for choosing a strategy by model size (in
+#: The quoted rule of thumb for choosing a strategy by model size (in
 #: parameters): small below ``small_max``, medium up to ``medium_max``, large
 #: above it, frontier above ``frontier_min``. Not a measurement and not
 #: corrected: 08-when-to-use-what uses it as stated and computes the reason
