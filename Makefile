@@ -27,6 +27,7 @@ help:
 	@echo "make gradescope       write the Gradescope autograder zip to _build/gradescope"
 	@echo "make bench            print build, grading and solver timings"
 	@echo "make gpu-check        run every lab on this machine's GPUs (NCCL), write reports/gpu-check/summary.md"
+	@echo "                      (GPU_PYTHON=python3: with the machine's own torch, without building .venv)"
 
 setup: $(STAMP)
 
@@ -91,9 +92,18 @@ bench: $(STAMP)
 	$(PY) tools/mutation.py
 
 # On a machine with CUDA GPUs: every lab with NCCL at world sizes min(N, 2) and 1, one summary.
-# Without a GPU it says "no GPU" and exits 0.
-gpu-check: $(STAMP)
-	$(PY) -m labs.gpu_check --out reports/gpu-check
+# Without a GPU it says "no GPU" and exits 0. The check needs only torch, numpy and scipy:
+#   make gpu-check GPU_PYTHON=python3     the machine's own Python and torch, no .venv built
+#   make gpu-check GPU_CHECK_ARGS="--budget 300 --only ddp fsdp"
+GPU_PYTHON ?=
+GPU_CHECK_ARGS ?=
+gpu-check:
+ifeq ($(GPU_PYTHON),)
+	@$(MAKE) --no-print-directory setup
+	$(PY) -m labs.gpu_check --out reports/gpu-check $(GPU_CHECK_ARGS)
+else
+	PYTHONPATH=$(CURDIR) $(GPU_PYTHON) -m labs.gpu_check --out reports/gpu-check $(GPU_CHECK_ARGS)
+endif
 
 lock: $(STAMP)
 	@echo "Edit requirements.in, then regenerate requirements.txt from a fresh venv with 'pip freeze'."

@@ -266,10 +266,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def worker(ctx, args) -> dict:
-    n = ctx.world_size
+def validate(args, world_size: int) -> None:
+    """Arguments checked before any rank starts."""
     if args.check_elements < 1 or args.ring_elements < 1:
         raise ValueError("--check-elements and --ring-elements must be >= 1")
+    if args.max_bytes is not None and args.max_bytes < 1:
+        raise ValueError(f"--max-bytes must be >= 1, got {args.max_bytes}")
+    if args.iters is not None and args.iters < 1:
+        raise ValueError(f"--iters must be >= 1, got {args.iters}")
+
+
+def worker(ctx, args) -> dict:
+    n = ctx.world_size
+    validate(args, n)
     check_elements = max(n, args.check_elements // n * n)
     on_gpu = ctx.device.type == "cuda"
     max_bytes = args.max_bytes if args.max_bytes is not None else (1 << 28 if on_gpu else 1 << 22)
@@ -290,7 +299,7 @@ def worker(ctx, args) -> dict:
 
 
 def main(argv=None) -> int:
-    return launch.main(LAB, build_parser(), worker, argv)
+    return launch.main(LAB, build_parser(), worker, argv, validate)
 
 
 if __name__ == "__main__":

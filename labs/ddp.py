@@ -49,7 +49,7 @@ from .collectives import RingStats, ring_all_reduce
 from .data import batch_offsets, get_batch, load_corpus, rank_slice
 from .model import GPT, matmul_params, param_count
 from .report import check_at_most, check_exact
-from .training import (add_model_args, configs_from_args, dtype_name, format_mfu, format_rate, forward_backward,
+from .training import (add_model_args, validate_model_args, peak_gib, reset_peak, configs_from_args, dtype_name, format_mfu, format_rate, forward_backward,
                        lr_at, make_optimizer, make_scaler, median, mfu_metrics, optimizer_update, pick_dtype,
                        split_steps, sync, train_step)
 
@@ -171,6 +171,13 @@ def _timed(fn, device) -> float:
     return time.perf_counter() - t0
 
 
+def validate(args, world_size: int) -> None:
+    """Arguments checked before any rank starts (``launch.run``)."""
+    validate_model_args(args, world_size)
+    if not args.bucket_mb > 0:
+        raise ValueError(f"--bucket-mb must be > 0, got {args.bucket_mb}")
+
+
 def worker(ctx, args) -> dict:
     n, dev = ctx.world_size, ctx.device
     corpus = load_corpus()
@@ -196,6 +203,7 @@ def worker(ctx, args) -> dict:
             f"steps 1-{checked} checked, {checked + 1}-{tcfg.steps} timed")
 
     step_times, ref_times, losses = [], [], []
+    baseline = None
     mismatched_steps, worst_grad, worst_param = 0, 0.0, 0.0
     initial = [p.detach().clone() for p in model.parameters()] if reference is not None else None
     for step in range(tcfg.steps):
@@ -242,9 +250,11 @@ def worker(ctx, args) -> dict:
                 moved = l2_distance(ref_params, initial)
                 worst_param = max(worst_param, l2_distance(list(ddp.module.parameters()), ref_params) / moved)
         opt.zero_grad(set_to_none=True)
-        if step == checked - 1 and reference is not None:
-            del reference, ref_opt, ref_scaler, initial  # the timed steps run without it
-            reference = None
+        if step == checked - 1:
+            if reference is not None:
+                del reference, ref_opt, ref_scaler, initial  # the timed steps run without it
+                reference = None
+            baseline = reset_peak(dev)  # the peak of the timed steps is measured from here
 
         mean_loss = loss.float().clone()
         dist.all_reduce(mean_loss)
@@ -269,6 +279,12 @@ def worker(ctx, args) -> dict:
         times = t.tolist()
         step_s = median(times)
         metrics.update(step_seconds=step_s, tokens_per_s=tokens_per_step / step_s)
+        peaks, baselines = [None] * n, [None] * n
+        dist.all_gather_object(peaks, peak_gib(dev))
+        dist.all_gather_object(baselines, baseline)
+        if peaks[0] is not None:  # GPU: the largest over ranks, and how far above the baseline
+            metrics.update(peak_allocated_gib=max(peaks), baseline_allocated_gib=max(baselines),
+                           peak_above_baseline_gib=max(p - b for p, b in zip(peaks, baselines)))
         metrics.update(mfu_metrics(metrics["tokens_per_s"], fpt, n, dev, dtype))
         if ref_times:
             single = tokens_per_step / median(ref_times)
@@ -305,7 +321,7 @@ def worker(ctx, args) -> dict:
 
 
 def main(argv=None) -> int:
-    return launch.main(LAB, build_parser(), worker, argv)
+    return launch.main(LAB, build_parser(), worker, argv, validate)
 
 
 if __name__ == "__main__":

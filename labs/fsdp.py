@@ -54,7 +54,7 @@ from .data import batch_offsets, get_batch, load_corpus, rank_slice
 from .ddp import GRAD_CHECK, PARAM_CHECK, TOLERANCE, l2_distance, relative_l2, wrap_ddp
 from .model import GPT, matmul_params, param_count, param_shapes
 from .report import check_at_most, check_exact, check_within
-from .training import (CollectiveCounter, add_model_args, configs_from_args, dtype_name, format_mfu, format_rate,
+from .training import (CollectiveCounter, add_model_args, validate_model_args, peak_gib, reset_peak, configs_from_args, dtype_name, format_mfu, format_rate,
                        forward_backward, lr_at, make_optimizer, make_scaler, median, mfu_metrics, optimizer_update,
                        pick_dtype, split_steps, state_bytes, sync, train_step)
 
@@ -115,12 +115,6 @@ def _gather_max(value: float, device) -> float:
     return float(t.item())
 
 
-def _peak_gib(device):
-    if device.type != "cuda":
-        return None
-    return torch.cuda.max_memory_allocated(device) / 2**30
-
-
 def _full(tensors) -> list:
     """The full tensors behind (possibly sharded) ``tensors``: an all-gather for DTensors, in
     which every rank takes part."""
@@ -138,7 +132,7 @@ def run_phase(strategy: str, ctx, corpus, mcfg, tcfg, dtype, reference: bool, ch
     is the training step and nothing else. State bytes are measured after the last step."""
     n, dev = ctx.world_size, ctx.device
     if dev.type == "cuda":
-        torch.cuda.empty_cache()
+        torch.cuda.empty_cache()  # the previous phase's blocks: this phase's peak is its own
     torch.manual_seed(tcfg.seed)
     model = GPT(mcfg).to(dev)
     ref = ref_opt = ref_scaler = initial = None
@@ -161,12 +155,12 @@ def run_phase(strategy: str, ctx, corpus, mcfg, tcfg, dtype, reference: bool, ch
         params_of = model
     opt = make_optimizer(params_of, tcfg)
     scaler = make_scaler(dev, dtype)
-    sharded = strategy == "fsdp"
     global_batch = n * tcfg.batch_per_rank
     step_times, losses = [], []
     worst_grad = worst_param = 0.0
     state = None
     bucket_bytes = 0
+    baseline = None
     for step in range(tcfg.steps):
         ctx.maybe_fail(step)
         offsets = batch_offsets(len(corpus.train), mcfg.block_size, global_batch, step, tcfg.seed)
@@ -185,7 +179,7 @@ def run_phase(strategy: str, ctx, corpus, mcfg, tcfg, dtype, reference: bool, ch
                     time.sleep(reference_delay)
                 del grads
             with counter:
-                optimizer_update(params_of, opt, lr, tcfg, scaler, sharded)
+                optimizer_update(params_of, opt, lr, tcfg, scaler)
             if reference:
                 full = _full(params_of.parameters())
                 if ctx.is_main:
@@ -199,15 +193,14 @@ def run_phase(strategy: str, ctx, corpus, mcfg, tcfg, dtype, reference: bool, ch
                 # The timed steps start clean: no reference, nothing gathered for it.
                 ref = ref_opt = ref_scaler = initial = None
                 gc.collect()
-                if dev.type == "cuda":
-                    torch.cuda.synchronize(dev)
-                    torch.cuda.empty_cache()
-                    torch.cuda.reset_peak_memory_stats(dev)
+                # No empty_cache() here: it would hand the allocator's cached blocks back, and the
+                # first timed step would pay for allocating everything again.
+                baseline = reset_peak(dev)
         else:
             dist.barrier()
             sync(dev)
             t0 = time.perf_counter()
-            loss = train_step(model, opt, x, y, lr, tcfg, dev, dtype, scaler, sharded)
+            loss = train_step(model, opt, x, y, lr, tcfg, dev, dtype, scaler)
             sync(dev)
             step_times.append(time.perf_counter() - t0)
         if step == tcfg.steps - 1:
@@ -226,8 +219,9 @@ def run_phase(strategy: str, ctx, corpus, mcfg, tcfg, dtype, reference: bool, ch
         times = t.tolist()
     # Per-rank state: the largest over ranks (uneven shards make the last rank's smaller).
     state_max = {k: int(_gather_max(v, dev)) for k, v in state.items()}
-    peaks = [None] * n
-    dist.all_gather_object(peaks, _peak_gib(dev) if step_times else None)
+    peaks, baselines = [None] * n, [None] * n
+    dist.all_gather_object(peaks, peak_gib(dev) if step_times else None)
+    dist.all_gather_object(baselines, baseline if step_times else None)
     out = {
         "state_bytes": state_max,
         "collective_bytes_per_step": {k: v / checked for k, v in counter.bytes.items()},
@@ -240,6 +234,11 @@ def run_phase(strategy: str, ctx, corpus, mcfg, tcfg, dtype, reference: bool, ch
         "loss": losses,
         "peak_allocated_gib": max(peaks) if peaks[0] is not None else None,
         "peak_allocated_gib_per_rank": peaks,
+        # Allocated when the counter was reset (the model, optimizer state, cuBLAS workspace...),
+        # and how far above it the timed steps went: activations and what FSDP gathers.
+        "baseline_allocated_gib": max(baselines) if baselines[0] is not None else None,
+        "peak_above_baseline_gib": (max(p - b for p, b in zip(peaks, baselines))
+                                    if peaks[0] is not None and baselines[0] is not None else None),
         "peak_includes": PEAK_INCLUDES,
         "worst_grad": worst_grad,
         "worst_param": worst_param,
@@ -323,12 +322,16 @@ def worker(ctx, args) -> dict:
             "predicted": memory_breakdown(P, strategy, n, convention=FP32_ADAMW),
             "bytes_sent_per_rank_per_step": dp_sent if strategy == "dp" else fsdp_sent,
             "peak_allocated_gib": phase["peak_allocated_gib"],
+            "baseline_allocated_gib": phase["baseline_allocated_gib"],
+            "peak_above_baseline_gib": phase["peak_above_baseline_gib"],
         }
         if phase["step_seconds"]:
             row["tokens_per_s"] = tokens_per_step / phase["step_seconds"]
             row.update(mfu_metrics(row["tokens_per_s"], fpt, n, dev, dtype))
             ctx.log(f"timing: {strategy} {format_rate(row['tokens_per_s'])} tokens/s"
-                    + (f", peak allocated {row['peak_allocated_gib']:.3g} GiB" if row["peak_allocated_gib"] else "")
+                    + (f", peak allocated {row['peak_allocated_gib']:.3g} GiB ({row['peak_above_baseline_gib']:.3g} "
+                       f"above the {row['baseline_allocated_gib']:.3g} GiB allocated before the timed steps)"
+                       if row["peak_allocated_gib"] else "")
                     + f", {format_mfu(row)}")
         side_by_side[strategy] = row
     return {
@@ -344,7 +347,7 @@ def worker(ctx, args) -> dict:
 
 
 def main(argv=None) -> int:
-    return launch.main(LAB, build_parser(), worker, argv)
+    return launch.main(LAB, build_parser(), worker, argv, validate_model_args)
 
 
 if __name__ == "__main__":

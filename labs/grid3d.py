@@ -82,13 +82,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def worker(ctx, args) -> dict:
-    world, dev = ctx.world_size, ctx.device
+def validate(args, world_size: int) -> tuple[int, GPTConfig]:
+    """``(tp, model)`` for these arguments, or a one-line ``ValueError`` before any rank
+    starts: the TP degree must divide the world size and the heads."""
+    world = world_size
     tp = args.tp if args.tp is not None else (2 if world % 2 == 0 else 1)
     if tp < 1 or world % tp:
-        raise ValueError(f"--tp must divide the world size {world}, got {tp}")
-    dp = world // tp
+        raise ValueError(f"--tp must divide the world size {world} (--nproc), got {tp}")
     cfg = GPTConfig(block_size=args.block_size, n_layer=args.n_layer, n_head=args.n_head, d_model=args.d_model)
+    if cfg.n_head % tp:
+        raise ValueError(f"--n-head {cfg.n_head} must be divisible by the tensor-parallel degree {tp} (--tp)")
+    if args.batch < 1:
+        raise ValueError(f"--batch must be >= 1, got {args.batch}")
+    return tp, cfg
+
+
+def worker(ctx, args) -> dict:
+    world, dev = ctx.world_size, ctx.device
+    tp, cfg = validate(args, world)
+    dp = world // tp
     b, s, h, L = args.batch, cfg.block_size, cfg.d_model, cfg.n_layer
     grid, mine = build_groups(world, tp)
     tp_group, tp_ranks = mine["tp"]
@@ -162,7 +174,7 @@ def worker(ctx, args) -> dict:
 
 
 def main(argv=None) -> int:
-    return launch.main(LAB, build_parser(), worker, argv)
+    return launch.main(LAB, build_parser(), worker, argv, validate)
 
 
 if __name__ == "__main__":

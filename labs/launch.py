@@ -203,15 +203,22 @@ def _agree_across_nodes(args, rank: int, world: int):
     return store, backend, reason
 
 
-def _run_rank(lab: str, args, worker) -> int:
+def _run_rank(lab: str, args, worker, validate=None) -> int:
     import faulthandler
 
     faulthandler.enable()
     if hasattr(signal, "SIGUSR1"):
         faulthandler.register(signal.SIGUSR1, all_threads=True)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if args.nproc is not None and args.nproc != world:
-        raise ValueError(f"--nproc {args.nproc} disagrees with WORLD_SIZE={world} set by the launcher")
+    try:
+        if args.nproc is not None and args.nproc != world:
+            raise ValueError(f"--nproc {args.nproc} disagrees with WORLD_SIZE={world} set by the launcher")
+        if validate is not None:  # under torchrun nobody validated before the ranks started
+            validate(args, world)
+    except ValueError as exc:
+        if rank == 0:  # one line for the job, not one traceback per rank
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+        exit_now(2)
     backend = os.environ.get("LABS_BACKEND")
     reason = os.environ.get("LABS_BACKEND_REASON", "")
     store = None
@@ -243,6 +250,7 @@ def _run_rank(lab: str, args, worker) -> int:
     dist.init_process_group(**init)
     ctx = RankContext(rank, world, local_rank, backend, reason, device,
                       args.fail_rank, args.fail_at_step, args.fail_mode)
+    status = 0
     try:
         result = worker(ctx, args)
     except BaseException:
@@ -280,10 +288,20 @@ def _run_rank(lab: str, args, worker) -> int:
             if "LABS_LAUNCHER_PID" not in os.environ:  # torchrun: nobody else will print it
                 print(format_checks(report), flush=True)
                 print(f"report: {args.report}", flush=True)
+                status = rank_exit_status(report)
         dist.barrier()
     finally:
         dist.destroy_process_group()
-    exit_now(0)
+    exit_now(status)
+
+
+def rank_exit_status(report: dict) -> int:
+    """Rank 0's exit status under torchrun (no launcher of ours reads the report): 3 when a
+    check failed, so that torchrun, and a Slurm job around it, end as failed rather than
+    COMPLETED; 0 otherwise."""
+    from .report import all_ok
+
+    return 0 if all_ok(report) else 3
 
 
 def exit_now(code: int) -> None:
@@ -503,14 +521,20 @@ def oversubscription_warning(nproc: int, cores: int) -> str | None:
             f"--nproc {cores} or fewer is the most this machine runs at full speed")
 
 
-def run(lab: str, parser: argparse.ArgumentParser, worker, argv: list[str] | None = None) -> dict | None:
+def run(lab: str, parser: argparse.ArgumentParser, worker, argv: list[str] | None = None,
+        validate=None) -> dict | None:
     """Run lab ``lab`` (module ``labs.<lab>``) with ``argv``: as a rank when the environment
     says so, else as the launcher. The launcher returns the report (a dict); raises
-    ``LabFailed`` when a rank fails and ``ValueError`` for impossible arguments."""
+    ``LabFailed`` when a rank fails and ``ValueError`` for impossible arguments.
+
+    ``validate(args, world_size)`` raises ``ValueError`` for arguments the lab cannot run
+    with (a degree that does not divide, ``--steps 0``): the launcher calls it before any rank
+    starts, so a typo costs one line and no process (on GPUs: no CUDA context, no NCCL
+    communicator per rank)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if _in_rank_environment():
-        _run_rank(lab, args, worker)
+        _run_rank(lab, args, worker, validate)
         return None
     if args.nproc is None:
         raise ValueError("--nproc is required (the number of ranks to start)")
@@ -520,6 +544,8 @@ def run(lab: str, parser: argparse.ArgumentParser, worker, argv: list[str] | Non
         raise ValueError(f"--timeout must be > 0 and --grace >= 0, got {args.timeout}, {args.grace}")
     if args.fail_rank is not None and not 0 <= args.fail_rank < args.nproc:
         raise ValueError(f"--fail-rank must be a rank in 0..{args.nproc - 1}, got {args.fail_rank}")
+    if validate is not None:
+        validate(args, args.nproc)
     report_path = check_report_path(args.report)
     import torch
 
@@ -541,11 +567,11 @@ def run(lab: str, parser: argparse.ArgumentParser, worker, argv: list[str] | Non
     return report
 
 
-def main(lab: str, parser: argparse.ArgumentParser, worker, argv: list[str] | None = None) -> int:
+def main(lab: str, parser: argparse.ArgumentParser, worker, argv: list[str] | None = None, validate=None) -> int:
     """Command-line entry: exit status 0 when every check passed, 3 when a check failed,
-    1 when a rank failed or the run timed out, 2 for bad arguments."""
+    1 when a rank failed or the run timed out, 2 for bad arguments (also under torchrun)."""
     try:
-        report = run(lab, parser, worker, argv)
+        report = run(lab, parser, worker, argv, validate)
     except LabFailed as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 1

@@ -165,14 +165,23 @@ def p2p_plan(p: int, m: int, kind: str, stage: int) -> list[tuple[list, tuple | 
 
 
 class _Clock:
-    """When each pass starts and ends. On CPU, ``time.perf_counter``, which on one host is
-    the same clock in every process (``CLOCK_MONOTONIC`` on Linux), so the ranks' times line
-    up without adjusting. On a GPU, CUDA events on the compute stream (no host
-    synchronisation between passes, which would also wait for pending sends), placed on the
-    host clock through the time of a first synchronised event."""
+    """When each pass starts and ends, in seconds since this rank's own start (``start()``,
+    called just after a barrier). No clock is compared across ranks: two hosts' clocks differ
+    by anything from microseconds to days, while the barrier releases every rank within the
+    time of one message, so "seconds since the barrier" lines the ranks' timelines up on one
+    host and across nodes alike. On CPU, ``time.perf_counter``; on a GPU, CUDA events on the
+    compute stream (no host synchronisation between passes, which would also wait for pending
+    sends), measured from a first synchronised event.
 
-    def __init__(self, device):
+    ``skew`` (debug, environment ``LABS_DEBUG_CLOCK_SKEW`` seconds times the rank) offsets this
+    rank's host clock, as another host's clock would be: the timelines must not change."""
+
+    def __init__(self, device, skew: float = 0.0):
         self.cuda = device.type == "cuda"
+        self.skew = skew
+
+    def _host(self) -> float:
+        return time.perf_counter() + self.skew
 
     def start(self):
         if self.cuda:
@@ -180,38 +189,42 @@ class _Clock:
             self.origin = torch.cuda.Event(enable_timing=True)
             self.origin.record()
             self.origin.synchronize()
-        self.host_origin = time.perf_counter()
+        self.host_origin = self._host()
 
     def mark(self):
         if self.cuda:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
             return event
-        return time.perf_counter()
+        return self._host()
 
     def seconds(self, mark) -> float:
-        """Host-clock seconds of ``mark``."""
+        """Seconds from ``start()`` to ``mark``."""
         if self.cuda:
             mark.synchronize()
-            return self.host_origin + self.origin.elapsed_time(mark) / 1e3
-        return mark
+            return self.origin.elapsed_time(mark) / 1e3
+        return mark - self.host_origin
 
     def wait_until(self, begin, seconds: float) -> None:
         """Pad a pass that began at ``begin`` to last ``seconds`` (see ``--pace``)."""
         if seconds <= 0:
             return
-        if self.cuda:
-            begin = self.seconds(begin)
-        left = begin + seconds - time.perf_counter()
+        left = self.seconds(begin) + seconds - (self._host() - self.host_origin)
         if left > 0:
             time.sleep(left)
+
+
+def debug_clock_skew(rank: int) -> float:
+    """Seconds by which rank ``rank``'s clock is offset for a test of cross-host timing
+    (``LABS_DEBUG_CLOCK_SKEW``, default 0)."""
+    return rank * float(os.environ.get("LABS_DEBUG_CLOCK_SKEW", "0") or 0)
 
 
 def run_schedule(stage_mod: Stage, ctx, kind: str, xs, ys, act_shape, params, record_bytes: bool = False,
                  pace: float = 0.0) -> dict:
     """One training step (forward and backward, no optimizer step) of ``len(xs)``
     micro-batches with schedule ``kind``. Gradients accumulate in ``.grad``. Returns the
-    pass times (seconds from the common start), bytes sent, and the stash: the most
+    pass times (seconds from this rank's start after the step's barrier), bytes sent, and the stash: the most
     micro-batches held at once and (``record_bytes``) the most bytes autograd held for them.
     With ``pace > 0`` each forward pass is padded to last ``pace`` seconds and each backward
     pass ``2 pace`` (``--pace``)."""
@@ -220,7 +233,7 @@ def run_schedule(stage_mod: Stage, ctx, kind: str, xs, ys, act_shape, params, re
     inputs, outputs, grads_in = {}, {}, {}
     live, peak_live, live_bytes, peak_bytes, stash_bytes = 0, 0, 0, 0, {}
     marks, sent, pending_sends = [], 0, []
-    clock = _Clock(dev)
+    clock = _Clock(dev, debug_clock_skew(s))
     plan = p2p_plan(p, m, kind, s)
     dist.barrier()
     # gloo: post every receive of the step at once, in the order the plan needs them (each
@@ -317,7 +330,10 @@ def run_schedule(stage_mod: Stage, ctx, kind: str, xs, ys, act_shape, params, re
 def _microbatches(corpus, cfg: GPTConfig, m: int, b: int, step: int, seed: int, dev):
     offsets = batch_offsets(len(corpus.train), cfg.block_size, m * b, step, seed)
     x, y = get_batch(corpus.train, offsets, cfg.block_size)
-    return x.to(dev), y.to(dev), list(x.to(dev).chunk(m)), list(y.to(dev).chunk(m))
+    x, y = x.to(dev), y.to(dev)
+    # Each micro-batch its own storage: a chunk() view keeps the whole step's tensor alive, and
+    # the stash would charge every micro-batch with all of the step's token ids.
+    return x, y, [c.clone() for c in x.chunk(m)], [c.clone() for c in y.chunk(m)]
 
 
 def _max_over_ranks(value: float, device) -> float:
@@ -387,8 +403,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def worker(ctx, args) -> dict:
-    p, s, dev = ctx.world_size, ctx.rank, ctx.device
+def validate(args, world_size: int) -> tuple[list[int], float]:
+    """``(micro-batch counts, pace)`` of these arguments, or a one-line ``ValueError``
+    before any rank starts (the stages must split the blocks evenly)."""
     try:
         ms = sorted({int(v) for v in args.microbatches.split(",")})
     except ValueError:
@@ -401,6 +418,15 @@ def worker(ctx, args) -> dict:
         raise ValueError(f"--pace must be 'auto' or seconds >= 0, got {args.pace!r}") from None
     if not 0 <= pace < float("inf"):
         raise ValueError(f"--pace must be 'auto' or seconds >= 0, got {args.pace!r}")
+    GPTConfig(block_size=args.block_size, n_layer=args.n_layer, n_head=args.n_head, d_model=args.d_model)
+    if args.n_layer % world_size:
+        raise ValueError(f"--n-layer {args.n_layer} must be divisible by the number of stages {world_size} (--nproc)")
+    return ms, pace
+
+
+def worker(ctx, args) -> dict:
+    p, s, dev = ctx.world_size, ctx.rank, ctx.device
+    ms, pace = validate(args, p)
     corpus = load_corpus()
     cfg = GPTConfig(vocab_size=padded_vocab(corpus.vocab_size), block_size=args.block_size, n_layer=args.n_layer,
                     n_head=args.n_head, d_model=args.d_model)
@@ -498,10 +524,9 @@ def worker(ctx, args) -> dict:
                 ctx.maybe_fail(2)
                 _zero_grads(stage_mod)
                 run = run_schedule(stage_mod, ctx, kind, xs_m, ys_m, act_shape, params, pace=pace)
+                # Each rank's times count from its own start after the barrier (never one
+                # host's clock against another's).
                 times = _gather(run["times"], p)
-                origin = min(row[2] for rows in times for row in rows)
-                times = [[(ph, i, t0 - origin, tc - origin, t1 - origin) for ph, i, t0, tc, t1 in rows]
-                         for rows in times]
                 events = [PipelineEvent(k, i, ph, t0, t1) for k, rows in enumerate(times) for ph, i, t0, _, t1 in rows]
                 fractions.append(idle_fraction(events))
                 runs.append(times)
@@ -537,7 +562,7 @@ def worker(ctx, args) -> dict:
 
 
 def main(argv=None) -> int:
-    return launch.main(LAB, build_parser(), worker, argv)
+    return launch.main(LAB, build_parser(), worker, argv, validate)
 
 
 if __name__ == "__main__":

@@ -270,7 +270,7 @@ def worker(ctx, args) -> dict:
                        "runs": len(runs)}, "fits": fits, "checks": checks}
 
 
-def _check_args(args) -> None:
+def _check_args(args, world_size: int | None = None) -> None:
     if args.fit_top_k < 0:
         raise ValueError(f"--fit-top-k must be >= 0, got {args.fit_top_k}")
     if args.bootstrap < 0 or args.bootstrap == 1:
@@ -289,7 +289,7 @@ def main(argv=None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return launch.main(LAB, parser, worker, argv)
+    return launch.main(LAB, parser, worker, argv, _check_args)
 
 
 if __name__ == "__main__":

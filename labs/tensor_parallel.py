@@ -502,16 +502,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def validate(args, world_size: int) -> GPTConfig:
+    """The model of these arguments, or a one-line ``ValueError`` before any rank starts:
+    the degree (``--nproc``) must divide the heads, and the sequence for sequence parallelism."""
+    t = world_size
+    cfg = GPTConfig(block_size=args.block_size, n_layer=args.n_layer, n_head=args.n_head, d_model=args.d_model)
+    if cfg.n_head % t:
+        raise ValueError(f"--n-head {cfg.n_head} must be divisible by the tensor-parallel degree {t} (--nproc)")
+    if not args.no_sequence_parallel and cfg.block_size % t:
+        raise ValueError(f"--block-size {cfg.block_size} must be divisible by {t} (--nproc) for sequence parallelism")
+    if args.batch < 1:
+        raise ValueError(f"--batch must be >= 1, got {args.batch}")
+    return cfg
+
+
 def worker(ctx, args) -> dict:
     t, dev = ctx.world_size, ctx.device
-    cfg = GPTConfig(block_size=args.block_size, n_layer=args.n_layer, n_head=args.n_head, d_model=args.d_model)
+    cfg = validate(args, t)
     b, s, h, L = args.batch, cfg.block_size, cfg.d_model, cfg.n_layer
-    if cfg.n_head % t:
-        raise ValueError(f"--n-head {cfg.n_head} must be divisible by the tensor-parallel degree {t}")
-    if not args.no_sequence_parallel and s % t:
-        raise ValueError(f"--block-size {s} must be divisible by {t} for sequence parallelism")
-    if b < 1:
-        raise ValueError(f"--batch must be >= 1, got {b}")
     ctx.log(f"tensor parallel degree {t}: {L} block(s) of width {h}, {cfg.n_head} heads; "
             f"micro-batch {b} x {s} tokens; collectives: {args.comm}")
 
@@ -598,7 +606,7 @@ def worker(ctx, args) -> dict:
 
 
 def main(argv=None) -> int:
-    return launch.main(LAB, build_parser(), worker, argv)
+    return launch.main(LAB, build_parser(), worker, argv, validate)
 
 
 if __name__ == "__main__":

@@ -137,6 +137,14 @@ def split_steps(steps: int, check_steps: int | None) -> int:
     return check_steps
 
 
+def validate_model_args(args, world_size: int) -> None:
+    """Raise ``ValueError`` (one line) for model and training flags no rank could run with
+    (``--n-head`` not dividing ``--d-model``, ``--steps 0``, ``--check-steps`` out of range).
+    The vocabulary comes from the corpus, which no flag changes, so any size will do here."""
+    _, train = configs_from_args(args, vocab_size=256)
+    split_steps(train.steps, args.check_steps)
+
+
 def configs_from_args(args, vocab_size: int) -> tuple[GPTConfig, TrainConfig]:
     model = GPTConfig(vocab_size=padded_vocab(vocab_size), block_size=args.block_size,
                       n_layer=args.n_layer, n_head=args.n_head, d_model=args.d_model)
@@ -299,39 +307,46 @@ def forward_backward(model, x, y, device, dtype, scaler=None) -> torch.Tensor:
     return loss.detach()
 
 
-def _agree_on_overflow(scaler, optimizer) -> None:
-    """With sharded gradients each rank checks only its shard for inf/NaN: make every rank
-    skip the step if any rank found one (what FSDP1's ``ShardedGradScaler`` does)."""
-    import torch.distributed as dist
-
-    state = getattr(scaler, "_per_optimizer_states", {}).get(id(optimizer), {})
-    for found in state.get("found_inf_per_device", {}).values():
-        dist.all_reduce(found, op=dist.ReduceOp.MAX)
-
-
-def optimizer_update(model, optimizer, lr: float, cfg: TrainConfig, scaler=None, sharded: bool = False) -> None:
+def optimizer_update(model, optimizer, lr: float, cfg: TrainConfig, scaler=None) -> None:
     """Clip the gradient norm, then an AdamW step at learning rate ``lr``. With an fp16
-    ``scaler``: unscale first, and skip the step (lowering the scale) on inf/NaN."""
+    ``scaler``: unscale first, and skip the step (lowering the scale) on inf/NaN. With FSDP2
+    each rank holds only a shard of each gradient, yet every rank skips together: the gradients
+    are DTensors, and ``unscale_``'s inf/NaN check on them already reduces ``found_inf`` over
+    the mesh (tests/test_labs_gpu_path.py checks it), so no all-reduce of our own is needed."""
     set_lr(optimizer, lr)
     if scaler is None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
         return
     scaler.unscale_(optimizer)
-    if sharded:
-        _agree_on_overflow(scaler, optimizer)
     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     scaler.step(optimizer)
     scaler.update()
 
 
-def train_step(model, optimizer, x, y, lr: float, cfg: TrainConfig, device, dtype, scaler=None,
-               sharded: bool = False) -> torch.Tensor:
+def train_step(model, optimizer, x, y, lr: float, cfg: TrainConfig, device, dtype, scaler=None) -> torch.Tensor:
     """One optimizer step: forward, backward, clip, AdamW. Leaves the gradients in place
     (so their memory can be measured); the caller zeroes them."""
     loss = forward_backward(model, x, y, device, dtype, scaler)
-    optimizer_update(model, optimizer, lr, cfg, scaler, sharded)
+    optimizer_update(model, optimizer, lr, cfg, scaler)
     return loss
+
+
+def peak_gib(device) -> float | None:
+    """The GPU's peak allocated memory since the last reset, in GiB; ``None`` on CPU."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.max_memory_allocated(device) / 2**30
+
+
+def reset_peak(device) -> float | None:
+    """Reset the GPU's peak-memory counter and return what is allocated now, in GiB (the
+    baseline the peak is measured from); ``None`` on CPU."""
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    return torch.cuda.memory_allocated(device) / 2**30
 
 
 def sync(device) -> None:
