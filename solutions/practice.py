@@ -23,6 +23,15 @@ NVLINK = facts.INTERCONNECTS["NVLink (H100 SXM)"]
 NIC = facts.INTERCONNECTS["400 Gb/s NIC"]
 
 
+def scientific(x, digits=1):
+    """``4.2e22 -> '4.2×10²²'``, ``1e24 -> '10²⁴'``: plain text that a problem can glue into a
+    sentence."""
+    mantissa, exponent = f"{x:.{digits}e}".split("e")
+    sup = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+    mantissa = "" if mantissa.rstrip("0").rstrip(".") == "1" else f"{mantissa}×"
+    return f"{mantissa}10{str(int(exponent)).translate(sup)}"
+
+
 # --- Section 1: a single GPU is not enough ----------------------------------------------
 
 def s01_state(params=13e9):

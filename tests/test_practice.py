@@ -248,3 +248,9 @@ def test_s08_state_3d():
 def test_s08_tp_allreduces():
     r = practice.s08_tp_allreduces()
     assert r["per_step"] == (2 + 2) * r["layers"] * r["microbatches"]  # Shoeybi et al. 2019, sec. 3
+
+
+def test_scientific_reads_as_a_power_of_ten():
+    assert practice.scientific(1e24) == "10²⁴"
+    assert practice.scientific(1.2e20) == "1.2×10²⁰"
+    assert practice.scientific(3.149e-5, 2) == "3.15×10⁻⁵"
