@@ -338,8 +338,8 @@ def _in_flight(p, m, schedule, v):
 
 
 def activation_bytes(shape: Shape, lay: Layout, m: int) -> float:
-    """Activation bytes on the busiest GPU: ``ceil(L / pp)`` layers times the
-    micro-batches in flight times :func:`solutions.efficiency.activation_bytes_per_layer`
+    """Activation bytes on the busiest GPU: its layers times the
+    micro-batches in flight (:func:`_layer_microbatches`) times :func:`solutions.efficiency.activation_bytes_per_layer`
     (FlashAttention stores no scores; sequence parallelism when ``tp > 1``;
     ``s / cp`` tokens). Selective recomputation drops the stored scores of
     standard attention; full recomputation keeps each layer's input only,
@@ -350,16 +350,28 @@ def activation_bytes(shape: Shape, lay: Layout, m: int) -> float:
             mlp=shape.mlp, attention=attention, kv_heads=shape.kv, dropout=shape.dropout, tp=lay.tp,
             sequence_parallel=lay.tp > 1, cp=lay.cp)
 
-    layers = math.ceil(shape.layers / lay.pp)
     flight = _in_flight(lay.pp, m, lay.schedule, lay.virtual_stages)
+    layer_micro = _layer_microbatches(shape.layers, lay.pp, flight)
     if lay.recompute == "full":
         per_layer = 2.0 * shape.seq_len * lay.micro_batch * shape.hidden / (lay.tp * lay.cp)
-        return float(flight * layers * per_layer + full_layer(lay.attention))
+        return float(layer_micro * per_layer + full_layer(lay.attention))
     attention = "flash" if lay.recompute == "selective" and lay.attention == "standard" else lay.attention
     stored = full_layer(attention)
     if lay.recompute == "selective" and lay.attention == "standard":
         stored -= 4.0 * shape.heads * shape.seq_len * lay.micro_batch / lay.tp / lay.cp  # no LSE either
-    return float(flight * layers * stored)
+    return float(layer_micro * stored)
+
+
+def _layer_microbatches(layers, pp, flight):
+    """Layers x micro-batches stashed on the stage that holds most: the first
+    stage holds ``flight`` micro-batches, the next one fewer. When ``pp`` does
+    not divide the layers, the first stage takes the lighter share,
+    ``floor(L / pp)`` (Llama 3 takes a layer off its first and last stages to
+    balance memory, Dubey et al. 2024 sec. 3.3.2); the others hold ``ceil(L / pp)``."""
+    full = math.ceil(layers / pp)
+    if pp == 1 or layers % pp == 0:
+        return full * flight
+    return max((layers // pp) * flight, full * max(flight - 1, 1))
 
 
 def state_bytes(shape: Shape, lay: Layout, convention="zero_16") -> float:
