@@ -90,6 +90,8 @@ __all__ = [
     "Calibration",
     "CALIBRATION",
     "NETWORK_EFFICIENCY",
+    "SETTING_RUNS",
+    "PUBLISHED_BOUNDS",
     "model_flops_per_token",
     "hardware_flops_per_token",
     "gemm_efficiency",
@@ -251,6 +253,13 @@ CALIBRATION = {
 #: (NCCL rings over many nodes); set by the most communication-bound run of the
 #: table, ZeRO-3 on 1,536 A100s (Narayanan et al. 2021, Table 2).
 NETWORK_EFFICIENCY = 0.63
+
+
+#: The rows of :data:`solutions.facts.PUBLISHED_RUNS` that set a constant; the others are held out.
+SETTING_RUNS = frozenset({*CALIBRATION["A100"].set_by, *CALIBRATION["H100"].set_by, "ZeRO-3 174.6B, 1536 GPUs"})
+#: What the model promises on the held-out rows (relative error of the MFU): the median and the
+#: worst case that ``tests/test_steptime.py`` asserts, and the band the book draws.
+PUBLISHED_BOUNDS = {"median": 0.15, "worst": 0.35, "band": 0.15}
 
 
 def generation(gpu: facts.GPU) -> str:

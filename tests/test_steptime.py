@@ -9,9 +9,9 @@ from solutions import communication, efficiency, facts, steptime as S
 
 RUNS = {r.name: r for r in facts.PUBLISHED_RUNS}
 #: Rows that set a constant (CALIBRATION, NETWORK_EFFICIENCY); every other row is held out.
-SETTERS = {*S.CALIBRATION["A100"].set_by, *S.CALIBRATION["H100"].set_by, "ZeRO-3 174.6B, 1536 GPUs"}
+SETTERS = S.SETTING_RUNS
 #: The bound on the held-out rows: relative error of the predicted MFU.
-MEDIAN_BOUND, WORST_BOUND = 0.15, 0.35
+MEDIAN_BOUND, WORST_BOUND = S.PUBLISHED_BOUNDS["median"], S.PUBLISHED_BOUNDS["worst"]
 
 
 def test_published_runs_predicted_vs_published():
