@@ -15,7 +15,7 @@ hardware from :mod:`solutions.facts`.
 
 **The search.** Every layout the cluster allows is predicted: TP within a server
 (a power of two dividing the heads), CP (only for sequences of 32K tokens or more,
-unless set), PP, DP with ZeRO stage 0-3, the micro-batch (1-8 sequences), the
+unless set), PP (any degree dividing the GPU count, up to the layer count), DP with ZeRO stage 0-3, the micro-batch (1-8 sequences), the
 recomputation (none, selective, full) and, with pipelining, interleaving (``v`` chunks
 per stage). Layouts whose model state and activations do not fit in the GPU's memory
 are dropped; the fastest predicted step wins. Anything given on the command line is
@@ -237,14 +237,6 @@ def cluster_for(gpu: facts.GPU, network_bytes_per_s=None) -> steptime.Cluster:
     return steptime.Cluster(gpu, nvlink, float(positive("network", net)))
 
 
-def _powers_of_two(limit):
-    out, x = [], 1
-    while x <= limit:
-        out.append(x)
-        x *= 2
-    return out
-
-
 def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, global_batch, convention="zero_16",
                    tp=None, cp=None, pp=None, dp=None, zero=None, micro_batch=None, recompute=None,
                    virtual_stages=None, schedule=None, attention="flash"):
@@ -260,7 +252,7 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
         cps = [c for c in CP_CHOICES if shape.seq_len % c == 0]
     else:
         cps = [1]
-    pps = [pp] if pp else [p for p in _powers_of_two(shape.layers) if count % p == 0]
+    pps = [pp] if pp else [p for p in range(1, min(shape.layers, count) + 1) if count % p == 0]
     zeros = [zero] if zero is not None else list(memory.ZERO_STAGES)
     mbs = [micro_batch] if micro_batch else list(MICRO_BATCH_CHOICES)
     recs = [recompute] if recompute else list(steptime.RECOMPUTE)

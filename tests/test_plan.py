@@ -204,3 +204,28 @@ def test_find_gpu_aliases():
     assert plan.find_gpu("a100 40gb").memory_gb == 40
     with pytest.raises(ValueError, match="gpu must be one of"):
         plan.find_gpu("H100 NVL")
+
+
+def _plan_for(run):
+    """The planner on a published run's model, cluster and batch, the layout left to it."""
+    from solutions import steptime
+    shape = steptime.run_shape(run)
+    kw = dict(tokens=1e12, gpu=run.gpu, count=run.num_gpus, seq_len=run.seq_len, global_batch=run.global_batch,
+              network=run.network, attention=run.attention)
+    if run.mlp == "swiglu":
+        return plan.make_plan(model=run.params, arch="Llama 3 405B", **kw)
+    return plan.make_plan(layers=shape.layers, hidden=shape.hidden, heads=shape.heads, vocab=shape.vocab, **kw)
+
+
+@pytest.mark.parametrize("name", ["Megatron 145.6B", "BLOOM 176B", "MT-NLG 530B, 2,240 GPUs", "ZeRO-3 174.6B, 384 GPUs",
+                                  "Llama 3 405B, 16,384 GPUs, 128K context"])
+def test_planner_is_no_slower_than_a_published_layout(name):
+    """For a published run's model and cluster the planner's choice is predicted no slower than
+    the published layout, whenever that layout fits the planner's memory model."""
+    from solutions import steptime
+    run = next(r for r in facts.PUBLISHED_RUNS if r.name == name)
+    p = _plan_for(run)
+    published, _ = steptime.predict_run(run)
+    assert p.fits
+    if published.fits:
+        assert p.step.step_s <= published.step_s * (1 + 1e-9)
