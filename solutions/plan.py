@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from . import after_chinchilla, communication, compute, facts, layout, memory, pipeline, scaling, steptime
+from . import after_chinchilla, facts, memory, scaling, steptime
 from ._validate import one_of, positive, positive_integer
 
 __all__ = [
@@ -467,9 +467,8 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     shape, base, shape_name = _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidden, vocab,
                                      model is not None or budget is not None)
     N = shape.n_params
-    for name, v in (("tp", tp), ("cp", cp)):
-        if v is not None and name == "tp" and shape.heads % v:
-            raise ValueError(f"tp must divide the number of attention heads ({shape.heads}), got tp={v}")
+    if tp is not None and shape.heads % tp:
+        raise ValueError(f"tp must divide the number of attention heads ({shape.heads}), got tp={tp}")
     if cp is not None and shape.seq_len % cp:
         raise ValueError(f"cp must divide seq_len ({shape.seq_len}), got cp={cp}")
     fixed = 1
@@ -478,8 +477,6 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     if count % fixed or (tp and cp and pp and dp and fixed != count):
         raise ValueError(f"tp * cp * pp * dp must divide count (and equal it when all four are given): "
                          f"tp={tp} x cp={cp} x pp={pp} x dp={dp} against count={count}")
-    if tp and pp and not cp and not dp and count % (tp * pp):  # pragma: no cover - caught above
-        raise ValueError(f"tp * pp must divide count: tp={tp} x pp={pp} = {tp * pp} does not divide count={count}")
     gb = global_batch if global_batch is not None else max(1, batch_tokens // shape.seq_len)
     cluster = cluster_for(g, network)
     given = tuple(k for k, v in dict(tp=tp, cp=cp, pp=pp, dp=dp, zero=zero, micro_batch=micro_batch,
