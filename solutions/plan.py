@@ -258,6 +258,7 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
     recs = [recompute] if recompute else list(steptime.RECOMPUTE)
     fitting, others = [], []
     limit = cluster.gpu.memory_gb * 1e9
+    over_min = None
     for t in tps:
         for c in cps:
             for p in pps:
@@ -287,8 +288,10 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
                                 if sch == "interleaved" and m % p:
                                     continue
                                 lay = steptime.Layout(t, c, p, d, z, b, r, sch, v, attention)
-                                if state > limit and others:
-                                    continue  # state alone does not fit: keep one such for the report
+                                if state > limit:  # the state alone does not fit: predict only
+                                    if over_min is not None and state > over_min:  # the least hungry, for the report
+                                        continue
+                                    over_min = state
                                 st = steptime.step_time(shape, lay, cluster, global_batch, convention)
                                 (fitting if st.fits else others).append((st, lay))
     fitting.sort(key=lambda x: x[0].step_s)
