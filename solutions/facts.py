@@ -521,6 +521,21 @@ PUBLISHED_RUNS = (
     PublishedRun("ZeRO-3 174.6B, 1536 GPUs", 174.6e9, 96, 12288, 96, 2048, 51200, "A100 80GB", A100_NVLINK,
                  SELENE_NETWORK, 1, 1, 1536, 1536, 1, "full", "narayanan2021megatron", zero=3, tflops_per_gpu=44,
                  assumed="full recomputation"),
+    # Narayanan et al. 2021, Table 2: the same shapes with tensor and pipeline parallelism
+    # (PTD-P: TP8 x PP12 for 174.6B, TP8 x PP35 for 529.6B), micro-batch 1 ...
+    *(PublishedRun(f"PTD-P {p_b}B, {n:,} GPUs", p_b * 1e9, layers, hidden, heads, 2048, 51200, "A100 80GB",
+                   A100_NVLINK, SELENE_NETWORK, 8, pp, n // (8 * pp), batch, 1, "full", "narayanan2021megatron",
+                   tflops_per_gpu=x, assumed="full recomputation; non-interleaved 1F1B")
+      for p_b, layers, hidden, heads, pp, batch, n, x in (
+          (174.6, 96, 12288, 96, 12, 1536, 384, 153), (174.6, 96, 12288, 96, 12, 1536, 768, 149),
+          (174.6, 96, 12288, 96, 12, 1536, 1536, 141), (529.6, 105, 20480, 128, 35, 2240, 560, 171),
+          (529.6, 105, 20480, 128, 35, 2240, 1120, 167), (529.6, 105, 20480, 128, 35, 2240, 2240, 159))),
+    # ... and 529.6B under ZeRO-3 (on 640 GPUs with a batch of 2,560: 560 could not hold micro-batches of 4).
+    *(PublishedRun(f"ZeRO-3 529.6B, {n:,} GPUs", 529.6e9, 105, 20480, 128, 2048, 51200, "A100 80GB", A100_NVLINK,
+                   SELENE_NETWORK, tp, 1, n // tp, batch, b, "full", "narayanan2021megatron", zero=3,
+                   tflops_per_gpu=x, assumed="full recomputation" + ("; the model-parallel size 2 taken as TP2"
+                                                                      if tp > 1 else ""))
+      for n, tp, batch, b, x in ((640, 1, 2560, 4, 138), (1120, 2, 2240, 2, 98), (2240, 1, 2240, 1, 48))),
     # Smith et al. 2022, sec. 3 and Table 1: MT-NLG 530B, 8-way TP x 35-way PP per replica,
     # batch 1,920 sequences of 2,048 tokens, on 280, 350 and 420 DGX A100 nodes.
     *(PublishedRun(f"MT-NLG 530B, {8 * 35 * d:,} GPUs", 530e9, 105, 20480, 128, 2048, 51200, "A100 80GB",
