@@ -74,7 +74,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from . import communication, context, efficiency, facts, memory
+from . import communication, compute, context, efficiency, facts, memory
 from ._validate import one_of, positive, positive_integer
 
 __all__ = [
@@ -278,8 +278,10 @@ def generation(gpu: facts.GPU) -> str:
 
 
 def model_flops_per_token(shape: Shape) -> float:
-    """(S1): ``6 N + 12 L s a d_head`` (Chowdhery et al. 2022, App. B)."""
-    return 6.0 * shape.n_params + 12.0 * shape.layers * shape.seq_len * shape.attention_width
+    """(S1): ``6 N + 12 L s a d_head`` (Chowdhery et al. 2022, App. B), by
+    :func:`solutions.compute.flops_per_token`."""
+    return float(compute.flops_per_token(shape.n_params, shape.layers, shape.seq_len, shape.hidden,
+                                         attention_width=shape.attention_width))
 
 
 def hardware_flops_per_token(shape: Shape, recompute: str = "none") -> float:

@@ -85,6 +85,9 @@ def test_palm_attention_width_is_heads_times_head_size():
     assert palm.kv_width == 256
     expected = 6 * 540e9 + 12 * 118 * 2048 * 12288
     assert S.model_flops_per_token(palm) == pytest.approx(expected, rel=1e-12)
+    from solutions import compute
+    assert compute.flops_per_token(540e9, 118, 2048, 18432, attention_width=12288) == pytest.approx(expected, rel=1e-12)
+    assert compute.flops_per_token(540e9, 118, 2048, 18432) > expected  # d_model overstates PaLM's attention
 
 
 def test_zb_h2_bubble_depends_on_the_times():
