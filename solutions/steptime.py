@@ -71,6 +71,7 @@ dao2022flashattention, liu2023ring, dubey2024llama3.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
@@ -277,6 +278,7 @@ def generation(gpu: facts.GPU) -> str:
 # --------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=256)
 def model_flops_per_token(shape: Shape) -> float:
     """(S1): ``6 N + 12 L s a d_head`` (Chowdhery et al. 2022, App. B), by
     :func:`solutions.compute.flops_per_token`."""
