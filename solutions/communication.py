@@ -253,7 +253,9 @@ def communication_breakdown(
       ``P / (tp pp)`` elements, ring factor ``2 (d-1)/d``. ZeRO stages 1 and 2
       replace it with reduce-scatter + all-gather of the same volume; ZeRO-3
       adds an all-gather of the weights in the backward pass, ``3 (d-1)/d``,
-      1.5x plain DP (Rajbhandari et al. 2020, sec. 7).
+      1.5x plain DP per forward/backward pass (Rajbhandari et al. 2020, sec. 7).
+      This figure is for one pass: with gradient accumulation FSDP repeats it
+      for every micro-batch, which :func:`solutions.steptime.step_time` counts.
     * ``'tp'``: Megatron's f and g operators: 2 all-reduces in the forward and
       2 in the backward pass per layer and micro-batch, each of ``b s h``
       elements with ring factor ``2 (t-1)/t``, i.e. ``8 b s h (t-1)/t`` per layer

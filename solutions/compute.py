@@ -25,19 +25,24 @@ def _out(x):
     return float(x) if np.ndim(x) == 0 else x
 
 
-def flops_per_token(N, n_layers=None, seq_len=None, d_model=None):
+def flops_per_token(N, n_layers=None, seq_len=None, d_model=None, attention_width=None):
     """Training FLOPs per token: ``6 N`` (Kaplan et al. 2020, sec. 2.1), plus
-    PaLM's attention term ``12 n_layers seq_len d_model`` when all three are
-    given (Chowdhery et al. 2022, App. B)."""
+    PaLM's attention term ``12 n_layers seq_len (heads x head size)`` when
+    ``n_layers``, ``seq_len`` and ``d_model`` are given (Chowdhery et al. 2022,
+    App. B). The attention width ``heads x head size`` is ``d_model`` unless
+    ``attention_width`` says otherwise: PaLM 540B's is 48 x 256 = 12,288 against
+    a ``d_model`` of 18,432 (sec. 2.1)."""
     N = positive("N", N)
     extra = (n_layers, seq_len, d_model)
-    if all(x is None for x in extra):
+    if all(x is None for x in extra) and attention_width is None:
         return _out(6 * np.asarray(N))
     if any(x is None for x in extra):
         raise ValueError("n_layers, seq_len and d_model must be given together (or none of them)")
     L = positive_integer("n_layers", n_layers)
     s = positive_integer("seq_len", seq_len)
     h = positive_integer("d_model", d_model)
+    if attention_width is not None:
+        h = positive_integer("attention_width", attention_width)
     return _out(6 * np.asarray(N) + 12.0 * np.asarray(L) * s * h)
 
 

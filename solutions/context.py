@@ -31,13 +31,19 @@ def _out(x):
     return float(x) if np.ndim(x) == 0 else x
 
 
-def kv_width(hidden, heads, kv_heads=None):
-    """Elements per token of K (or of V): ``hidden * kv_heads / heads``.
+def kv_width(hidden, heads, kv_heads=None, head_dim=None):
+    """Elements per token of K (or of V): ``kv_heads x head size``, the head
+    size being ``hidden / heads`` unless ``head_dim`` is given (PaLM's is 256
+    at every scale, Chowdhery et al. 2022 sec. 2.1, not 18,432 / 48 = 384).
     Grouped-query attention (fewer K/V heads than query heads) shrinks it,
     and with it the traffic of context parallelism."""
     h = positive_integer("hidden", hidden)
     a = positive_integer("heads", heads)
     g = a if kv_heads is None else positive_integer("kv_heads", kv_heads)
+    if head_dim is not None:
+        if a % g:
+            raise ValueError(f"kv_heads must divide heads, got heads={a}, kv_heads={g}")
+        return positive_integer("head_dim", head_dim) * g
     if a % g or h % a:
         raise ValueError(f"heads must divide hidden and kv_heads must divide heads, got "
                          f"hidden={h}, heads={a}, kv_heads={g}")

@@ -188,9 +188,11 @@ def pipeline_bubble(p, m, schedule="1f1b", t_f=1.0, t_b=1.0, t_w=1.0):
     * ``'zb-h1'``: ``W`` passes are deferred into the drain, leaving
       ``(p-1)(t_f + t_b - t_w)``: a third of 1F1B's when the three are equal,
       at the same peak activation memory;
-    * ``'zb-h2'``: extra warm-up forwards fill the rest: no bubble, at up to
-      ``2p - 1`` stashed micro-batches (ignoring the optimizer's global
-      synchronisation, which the paper also removes).
+    * ``'zb-h2'``: extra warm-up forwards fill more of it, leaving
+      ``(p-1)(t_f + t_b - 2 t_w)`` (Qi et al. 2024, Table 2), zero only when
+      ``t_w >= (t_f + t_b) / 2``, at up to ``2p - 1`` stashed micro-batches
+      (ignoring the optimizer's global synchronisation, which the paper also
+      removes).
 
     Requires ``t_w <= t_f + t_b`` for ``'zb-h1'``.
     """
@@ -209,7 +211,7 @@ def pipeline_bubble(p, m, schedule="1f1b", t_f=1.0, t_b=1.0, t_w=1.0):
             raise ValueError("t_w must not exceed t_f + t_b for 'zb-h1'")
         idle = slots * (t_f + t_b - t_w)
     else:
-        idle = slots * 0.0
+        idle = slots * np.maximum(0.0, np.asarray(t_f) + np.asarray(t_b) - 2 * np.asarray(t_w))
     return _out(idle / ideal)
 
 

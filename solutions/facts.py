@@ -41,6 +41,9 @@ __all__ = [
     "LLAMA3_LONG_CONTEXT_TOKENS",
     "NVLINK_DOMAINS",
     "RUN_SIZES_COMPARED",
+    "PublishedRun",
+    "PUBLISHED_RUNS",
+    "MEGATRON_TRAINING_ESTIMATES",
 ]
 
 
@@ -125,7 +128,9 @@ MODELS = {
 class Architecture:
     """Transformer shape as reported: layers, model width, attention heads
     (``kv_heads`` for grouped-query or multi-query attention) and training
-    sequence length; ``ffn_hidden`` is the MLP width where it is used here."""
+    sequence length; ``ffn_hidden`` is the MLP width where it is used here.
+    ``head_dim`` where the head size is not ``d_model / heads`` (PaLM);
+    ``vocab``, ``mlp`` (``'gelu'`` or ``'swiglu'``) and ``dropout`` as trained."""
 
     name: str
     params: float
@@ -136,6 +141,10 @@ class Architecture:
     cite: str
     kv_heads: Optional[int] = None
     ffn_hidden: Optional[int] = None
+    head_dim: Optional[int] = None
+    vocab: Optional[int] = None
+    mlp: str = "gelu"
+    dropout: bool = True
 
 
 ARCHITECTURES = {
@@ -145,14 +154,19 @@ ARCHITECTURES = {
         Architecture("Gopher", 280e9, 80, 16384, 128, 2048, "rae2021gopher"),  # Table 1
         Architecture("MT-NLG", 530e9, 105, 20480, 128, 2048, "smith2022mtnlg"),
         Architecture("Chinchilla", 70e9, 80, 8192, 64, 2048, "hoffmann2022chinchilla"),  # Table 4
-        # Table 1; multi-query attention: one key/value head shared by all 48 (sec. 2).
-        Architecture("PaLM", 540e9, 118, 18432, 48, 2048, "chowdhery2022palm", kv_heads=1),
+        # Table 1; multi-query attention: one key/value head shared by all 48 (sec. 2);
+        # head size 256 at every scale (sec. 2.1), so attention is 48 x 256 = 12,288 wide;
+        # SwiGLU, a 256K-token vocabulary, no dropout in pre-training (sec. 2 and 5).
+        Architecture("PaLM", 540e9, 118, 18432, 48, 2048, "chowdhery2022palm", kv_heads=1, head_dim=256,
+                     ffn_hidden=4 * 18432, vocab=256_000, mlp="swiglu", dropout=False),
         # Dubey et al. 2024, Table 3; 8K-token sequences in standard pre-training.
         # SwiGLU MLPs with the FFN dimensions of Table 3.
-        Architecture("Llama 3 8B", 8e9, 32, 4096, 32, 8192, "dubey2024llama3", kv_heads=8, ffn_hidden=14336),
-        Architecture("Llama 3 70B", 70e9, 80, 8192, 64, 8192, "dubey2024llama3", kv_heads=8, ffn_hidden=28672),
+        Architecture("Llama 3 8B", 8e9, 32, 4096, 32, 8192, "dubey2024llama3", kv_heads=8, ffn_hidden=14336,
+                     vocab=128_000, mlp="swiglu", dropout=False),
+        Architecture("Llama 3 70B", 70e9, 80, 8192, 64, 8192, "dubey2024llama3", kv_heads=8, ffn_hidden=28672,
+                     vocab=128_000, mlp="swiglu", dropout=False),
         Architecture("Llama 3 405B", 405e9, 126, 16384, 128, 8192, "dubey2024llama3", kv_heads=8,
-                     ffn_hidden=53248),
+                     ffn_hidden=53248, vocab=128_000, mlp="swiglu", dropout=False),
     )
 }
 
@@ -404,3 +418,151 @@ RUN_SIZES_COMPARED = {
     "kaplan_many_below": 100e6,
     "cite": "hoffmann2022chinchilla",
 }
+
+
+# --------------------------------------------------------------------------
+# Published training runs, for checking the step-time model
+# (:mod:`solutions.steptime`) against what was measured
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PublishedRun:
+    """A training run as reported: shape, cluster, layout, batch and throughput.
+
+    ``gpu`` names an entry of :data:`GPUS`; ``nvlink`` and ``network`` are bytes/s
+    per GPU and direction inside a server and across servers. ``global_batch`` and
+    ``micro_batch`` in sequences. ``virtual_stages`` is None where the source
+    does not give it (the schedule was interleaved but the chunk count is not
+    published). ``tflops_per_gpu`` as reported, counted as ``flops_counted``
+    says: ``'hardware'`` (Megatron-LM's eq. 3, recomputation included) or
+    ``'model'``; ``mfu`` where the source reports it. ``assumed`` lists the fields
+    the source does not state, with the value used."""
+
+    name: str
+    params: float
+    layers: int
+    hidden: int
+    heads: int
+    seq_len: int
+    vocab: int
+    gpu: str
+    nvlink: float
+    network: float
+    tp: int
+    pp: int
+    dp: int
+    global_batch: int
+    micro_batch: int
+    recompute: str
+    cite: str
+    cp: int = 1
+    zero: int = 0
+    schedule: str = "1f1b"
+    virtual_stages: Optional[int] = 1
+    kv_heads: Optional[int] = None
+    ffn_hidden: Optional[int] = None
+    mlp: str = "gelu"
+    dropout: bool = True
+    attention: str = "standard"
+    tflops_per_gpu: Optional[float] = None
+    flops_counted: str = "hardware"
+    mfu: Optional[float] = None
+    assumed: str = ""
+    note: str = ""
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.cp * self.pp * self.dp
+
+
+#: Selene's links (Narayanan et al. 2021, sec. 5): NVLink 3 inside a DGX A100,
+#: 600 GB/s per GPU both ways (nvidia2020a100), and eight 200 Gb/s HDR
+#: InfiniBand adapters per 8-GPU node: 25 GB/s per GPU.
+A100_NVLINK = 300e9
+SELENE_NETWORK = 25e9
+#: Llama 3's links (Dubey et al. 2024, sec. 3.3.1): NVLink inside an 8-GPU H100
+#: server (450 GB/s each way, nvidia2022h100), one 400 Gb/s RoCE port per GPU.
+H100_NVLINK = 450e9
+LLAMA3_NETWORK = 50e9
+#: Jean Zay (Le Scao et al. 2022, sec. 3.4.1): four 100 Gb/s Omni-Path links
+#: per 8-GPU node: 6.25 GB/s per GPU.
+JEAN_ZAY_NETWORK = 4 * 100e9 / 8 / 8
+
+
+def _megatron(params, heads, hidden, layers, tp, pp, gpus, batch, tflops):
+    """A row of Narayanan et al. 2021, Table 1: GPT shapes, 2,048-token sequences,
+    51,200-token vocabulary, full recomputation, on Selene's A100s."""
+    return PublishedRun(f"Megatron {params:g}B", params * 1e9, layers, hidden, heads, 2048, 51200, "A100 80GB",
+                        A100_NVLINK, SELENE_NETWORK, tp, pp, gpus // (tp * pp), batch, 1, "full",
+                        "narayanan2021megatron", tflops_per_gpu=tflops,
+                        assumed="micro-batch 1; non-interleaved 1F1B; no ZeRO")
+
+
+PUBLISHED_RUNS = (
+    # Narayanan et al. 2021, Table 1 (weak scaling, 1.7B to 1T).
+    _megatron(1.7, 24, 2304, 24, 1, 1, 32, 512, 137),
+    _megatron(3.6, 32, 3072, 30, 2, 1, 64, 512, 138),
+    _megatron(7.5, 32, 4096, 36, 4, 1, 128, 512, 142),
+    _megatron(18.4, 48, 6144, 40, 8, 1, 256, 1024, 135),
+    _megatron(39.1, 64, 8192, 48, 8, 2, 512, 1536, 138),
+    _megatron(76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140),
+    _megatron(145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148),
+    _megatron(310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
+    _megatron(529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163),
+    _megatron(1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163),
+    # Narayanan et al. 2021, Table 2: GPT-3's shape (174.6B) under ZeRO-3 alone.
+    PublishedRun("ZeRO-3 174.6B, 384 GPUs", 174.6e9, 96, 12288, 96, 2048, 51200, "A100 80GB", A100_NVLINK,
+                 SELENE_NETWORK, 1, 1, 384, 1536, 4, "full", "narayanan2021megatron", zero=3, tflops_per_gpu=144,
+                 assumed="full recomputation"),
+    PublishedRun("ZeRO-3 174.6B, 768 GPUs", 174.6e9, 96, 12288, 96, 2048, 51200, "A100 80GB", A100_NVLINK,
+                 SELENE_NETWORK, 2, 1, 384, 1536, 2, "full", "narayanan2021megatron", zero=3, tflops_per_gpu=88,
+                 assumed="full recomputation; the model-parallel size 2 taken as TP2"),
+    PublishedRun("ZeRO-3 174.6B, 1536 GPUs", 174.6e9, 96, 12288, 96, 2048, 51200, "A100 80GB", A100_NVLINK,
+                 SELENE_NETWORK, 1, 1, 1536, 1536, 1, "full", "narayanan2021megatron", zero=3, tflops_per_gpu=44,
+                 assumed="full recomputation"),
+    # Narayanan et al. 2021, Table 2: the same shapes with tensor and pipeline parallelism
+    # (PTD-P: TP8 x PP12 for 174.6B, TP8 x PP35 for 529.6B), micro-batch 1 ...
+    *(PublishedRun(f"PTD-P {p_b}B, {n:,} GPUs", p_b * 1e9, layers, hidden, heads, 2048, 51200, "A100 80GB",
+                   A100_NVLINK, SELENE_NETWORK, 8, pp, n // (8 * pp), batch, 1, "full", "narayanan2021megatron",
+                   tflops_per_gpu=x, assumed="full recomputation; non-interleaved 1F1B")
+      for p_b, layers, hidden, heads, pp, batch, n, x in (
+          (174.6, 96, 12288, 96, 12, 1536, 384, 153), (174.6, 96, 12288, 96, 12, 1536, 768, 149),
+          (174.6, 96, 12288, 96, 12, 1536, 1536, 141), (529.6, 105, 20480, 128, 35, 2240, 560, 171),
+          (529.6, 105, 20480, 128, 35, 2240, 1120, 167), (529.6, 105, 20480, 128, 35, 2240, 2240, 159))),
+    # ... and 529.6B under ZeRO-3 (on 640 GPUs with a batch of 2,560: 560 could not hold micro-batches of 4).
+    *(PublishedRun(f"ZeRO-3 529.6B, {n:,} GPUs", 529.6e9, 105, 20480, 128, 2048, 51200, "A100 80GB", A100_NVLINK,
+                   SELENE_NETWORK, tp, 1, n // tp, batch, b, "full", "narayanan2021megatron", zero=3,
+                   tflops_per_gpu=x, assumed="full recomputation" + ("; the model-parallel size 2 taken as TP2"
+                                                                      if tp > 1 else ""))
+      for n, tp, batch, b, x in ((640, 1, 2560, 4, 138), (1120, 2, 2240, 2, 98), (2240, 1, 2240, 1, 48))),
+    # Smith et al. 2022, sec. 3 and Table 1: MT-NLG 530B, 8-way TP x 35-way PP per replica,
+    # batch 1,920 sequences of 2,048 tokens, on 280, 350 and 420 DGX A100 nodes.
+    *(PublishedRun(f"MT-NLG 530B, {8 * 35 * d:,} GPUs", 530e9, 105, 20480, 128, 2048, 51200, "A100 80GB",
+                   A100_NVLINK, SELENE_NETWORK, 8, 35, d, 1920, 1, "full", "smith2022mtnlg", tflops_per_gpu=x,
+                   assumed="micro-batch 1; vocabulary padded to 51,200 as in Megatron-LM; non-interleaved 1F1B")
+      for d, x in ((8, 126), (10, 121), (12, 113))),
+    # Le Scao et al. 2022 (BLOOM), sec. 3.4: 384 A100 80GB, TP4 x PP12 x DP8, ZeRO-1,
+    # 2,048 sequences of 2,048 tokens; "about 150 TFLOPs" per GPU (BigScience 2022).
+    PublishedRun("BLOOM 176B", 176.2e9, 70, 14336, 112, 2048, 250_880, "A100 80GB", A100_NVLINK,
+                 JEAN_ZAY_NETWORK, 4, 12, 8, 2048, 1, "full", "lescao2022bloom", zero=1, tflops_per_gpu=150,
+                 assumed="micro-batch 1; full recomputation; non-interleaved 1F1B",
+                 note="throughput from bigscience2022bloomtraining"),
+    # Dubey et al. 2024, Table 4: Llama 3 405B on H100s, 16M-token batches,
+    # BF16 MFU; interleaved 1F1B (sec. 3.3.2), no activation checkpointing at 8K.
+    *(PublishedRun(f"Llama 3 405B, {n:,} GPUs{', 128K context' if cp > 1 else ''}", 405e9, 126, 16384, 128, s,
+                   128_000, "H100 SXM", H100_NVLINK, LLAMA3_NETWORK, 8, 16, dp, dp * per_dp, 1, "none",
+                   "dubey2024llama3", cp=cp, zero=1, schedule="interleaved", virtual_stages=None, kv_heads=8,
+                   ffn_hidden=53248, mlp="swiglu", dropout=False, attention="flash", tflops_per_gpu=tf,
+                   flops_counted="model", mfu=mfu,
+                   assumed="micro-batch 1; ZeRO-1 for the sharded optimizer; chunks per stage not published")
+      for n, cp, dp, s, per_dp, tf, mfu in ((8192, 1, 64, 8192, 32, 430, 0.43), (16384, 1, 128, 8192, 16, 400, 0.41),
+                                            (16384, 16, 8, 131_072, 16, 380, 0.38))),
+)
+
+#: Narayanan et al. 2021, sec. 5.1 (eq. 4, ``8 T P / (n X)``): their estimates of
+#: days to train at the throughput they measured.
+MEGATRON_TRAINING_ESTIMATES = (
+    {"params": 175e9, "tokens": 300e9, "gpus": 1024, "tflops_per_gpu": 140, "days": 34, "cite": "narayanan2021megatron"},
+    {"params": 1e12, "tokens": 450e9, "gpus": 3072, "tflops_per_gpu": 163, "days": 84, "cite": "narayanan2021megatron"},
+)

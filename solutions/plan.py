@@ -1,35 +1,30 @@
 """A training planner: from a compute budget, or a model size and token count, and a
-cluster, to a compute-optimal allocation, a parallel layout, memory per GPU,
-communication per step and days to train.
+cluster, to a compute-optimal allocation, the fastest parallel layout that fits, its
+memory per GPU, predicted step time, MFU and days to train.
 
     python -m solutions.plan --budget 5.88e23 --gpu H100 --count 1024
-    python -m solutions.plan --model 70e9 --tokens 1.4e12 --gpu H100 --count 1024 --mfu 0.4
-    python -m solutions.plan --model 405e9 --tokens 15.6e12 --gpu H100 --count 16384 --tp 8 --pp 16
+    python -m solutions.plan --model 70e9 --tokens 1.4e12 --gpu H100 --count 1024
+    python -m solutions.plan --model 405e9 --tokens 15.6e12 --gpu H100 --count 16384 --tp 8 --pp 16 --json
 
 Every figure comes from the rest of :mod:`solutions`: the allocation from
-:mod:`solutions.scaling`, the memory from :mod:`solutions.memory`, the traffic from
-:mod:`solutions.communication`, the time from :mod:`solutions.compute`, the process
-grid from :mod:`solutions.layout`, the bubble from :mod:`solutions.pipeline`, the
-hardware and shapes from :mod:`solutions.facts`.
+:mod:`solutions.scaling`, the step time (compute with recomputation, exposed
+communication per axis, the bubble) from :mod:`solutions.steptime`, which takes
+its bytes from :mod:`solutions.communication` and :mod:`solutions.context`, its
+memory from :mod:`solutions.memory` and :mod:`solutions.efficiency`, and its
+hardware from :mod:`solutions.facts`.
 
-**The layout rule** (the four regimes of the chapter's "When to use what", with degrees):
+**The search.** Every layout the cluster allows is predicted: TP within a server
+(a power of two dividing the heads), CP (only for sequences of 32K tokens or more,
+unless set), PP (any degree dividing the GPU count, up to the layer count), DP with ZeRO stage 0-3, the micro-batch (1-8 sequences), the
+recomputation (none, selective, full) and, with pipelining, interleaving (``v`` chunks
+per stage). Layouts whose model state and activations do not fit in the GPU's memory
+are dropped; the fastest predicted step wins. Anything given on the command line is
+kept, and the plan says what was chosen and what was given. ``--mfu`` overrides the
+predicted MFU in the time to train (the layout is still the fastest predicted).
 
-* up to 1B parameters: data parallelism, the full state on every GPU;
-* up to 30B: FSDP (ZeRO-3) over all GPUs;
-* up to 100B: tensor parallelism across the GPUs of one server, FSDP over the servers;
-* beyond: tensor parallelism in the server, pipeline parallelism across servers, and
-  data parallelism with ZeRO-1 over the rest. The pipeline degree is the smallest power
-  of two that brings the model state per GPU under :data:`STATE_SHARE` of the GPU's
-  memory, leaving the rest for activations, communication buffers and fragmentation.
-
-The rule is the chapter's rule of thumb, not an optimiser: a real run also tunes the
-micro-batch, the recomputation and the interconnect. Any degree can be set by hand
-(``--tp``, ``--pp``, ``--zero``); the plan then says whether that layout fits.
-
-Activations are estimated per GPU for one sequence per micro-batch with Korthikanti et
-al.'s per-layer formulas (sequence parallelism whenever ``tp > 1``), for the busiest
-pipeline stage under 1F1B (it holds ``min(p, m)`` micro-batches of ``ceil(L/p)``
-layers); the planner takes the lightest recomputation (none, selective, full) that fits.
+:func:`choose_layout` keeps the rule of thumb of the chapter's first edition
+(DP, then FSDP, then TP + FSDP, then TP + PP + ZeRO-1); the plan predicts it too and
+says how it compares.
 
 References: hoffmann2022chinchilla, rajbhandari2020zero, korthikanti2022reducing,
 narayanan2021megatron, dubey2024llama3.
@@ -37,13 +32,14 @@ narayanan2021megatron, dubey2024llama3.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from . import after_chinchilla, communication, compute, facts, layout, memory, pipeline, scaling
+from . import after_chinchilla, facts, memory, scaling, steptime
 from ._validate import one_of, positive, positive_integer
 
 __all__ = [
@@ -60,8 +56,10 @@ __all__ = [
     "choose_layout",
     "activation_bytes_per_gpu",
     "state_breakdown_3d",
+    "search_layouts",
     "make_plan",
     "format_plan",
+    "plan_json",
     "main",
 ]
 
@@ -219,6 +217,104 @@ def state_breakdown_3d(model_params, tp, pp, dp, zero_stage=0, convention="zero_
     return out
 
 
+#: Sequences of at least this many tokens make the search try context parallelism.
+CP_FROM_SEQ_LEN = 32_768
+#: What the search tries when a degree is not given.
+TP_CHOICES = (1, 2, 4, 8)
+CP_CHOICES = (1, 2, 4, 8, 16, 32)
+MICRO_BATCH_CHOICES = (1, 2, 4, 8)
+VIRTUAL_STAGE_CHOICES = (1, 2, 4, 8)
+#: How many of the fastest layouts the plan prints.
+TOP = 5
+
+
+def cluster_for(gpu: facts.GPU, network_bytes_per_s=None) -> steptime.Cluster:
+    """NVLink of the GPU's generation (A100 300 GB/s, H100/H200 450 GB/s each way) and,
+    across servers, one 400 Gb/s port per GPU (:data:`solutions.facts.INTERCONNECTS`)
+    unless ``network_bytes_per_s`` is given."""
+    nvlink = facts.A100_NVLINK if steptime.generation(gpu) == "A100" else facts.H100_NVLINK
+    net = facts.INTERCONNECTS["400 Gb/s NIC"].bytes_per_s if network_bytes_per_s is None else network_bytes_per_s
+    return steptime.Cluster(gpu, nvlink, float(positive("network", net)))
+
+
+def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, global_batch, convention="zero_16",
+                   tp=None, cp=None, pp=None, dp=None, zero=None, micro_batch=None, recompute=None,
+                   virtual_stages=None, schedule=None, attention="flash"):
+    """Every layout of ``count`` GPUs with the given degrees kept, predicted by
+    :func:`solutions.steptime.step_time`: ``(fitting, others)``, each a list of
+    ``(StepTime, Layout)`` sorted by predicted step time (``others`` do not fit)."""
+    count = positive_integer("count", count)
+    tps = [tp] if tp else [t for t in TP_CHOICES if t <= cluster.gpus_per_server and shape.heads % t == 0
+                           and shape.kv % t == 0 and count % t == 0]
+    if cp:
+        cps = [cp]
+    elif shape.seq_len >= CP_FROM_SEQ_LEN:
+        cps = [c for c in CP_CHOICES if shape.seq_len % c == 0]
+    else:
+        cps = [1]
+    pps = [pp] if pp else [p for p in range(1, min(shape.layers, count) + 1) if count % p == 0]
+    zeros = [zero] if zero is not None else list(memory.ZERO_STAGES)
+    mbs = [micro_batch] if micro_batch else list(MICRO_BATCH_CHOICES)
+    recs = [recompute] if recompute else list(steptime.RECOMPUTE)
+    fitting, others = [], []
+    limit = cluster.gpu.memory_gb * 1e9
+    over_min = None
+    for t in tps:
+        for c in cps:
+            for p in pps:
+                if count % (t * c * p):
+                    continue
+                d = count // (t * c * p)
+                if dp and d != dp:
+                    continue
+                per_stage = math.ceil(shape.layers / p)
+                if p == 1:
+                    scheds = [(schedule or "1f1b", 1)]
+                elif schedule and schedule != "interleaved":
+                    scheds = [(schedule, 1)]
+                else:
+                    vs = [virtual_stages] if virtual_stages else [v for v in VIRTUAL_STAGE_CHOICES if per_stage % v == 0]
+                    scheds = [("interleaved" if v > 1 else (schedule or "1f1b"), v) for v in vs]
+                    if schedule == "interleaved":
+                        scheds = [x for x in scheds if x[0] == "interleaved"] or scheds
+                for z in zeros:
+                    state = memory.memory_per_gpu_3d(shape.n_params, t, p, d * c, z, convention)
+                    for b in mbs:
+                        if global_batch % (d * b):
+                            continue
+                        m = global_batch // (d * b)
+                        for r in recs:
+                            for sch, v in scheds:
+                                if sch == "interleaved" and m % p:
+                                    continue
+                                lay = steptime.Layout(t, c, p, d, z, b, r, sch, v, attention)
+                                if state > limit:  # the state alone does not fit: predict only
+                                    if over_min is not None and state > over_min:  # the least hungry, for the report
+                                        continue
+                                    over_min = state
+                                st = steptime.step_time(shape, lay, cluster, global_batch, convention)
+                                (fitting if st.fits else others).append((st, lay))
+    fitting.sort(key=lambda x: x[0].step_s)
+    others.sort(key=lambda x: x[0].memory_bytes)
+    return fitting, others
+
+
+def _describe(lay: steptime.Layout) -> str:
+    sched = f", {lay.schedule}" + (f" v={lay.virtual_stages}" if lay.virtual_stages > 1 else "") if lay.pp > 1 else ""
+    return (f"TP{lay.tp} x CP{lay.cp} x PP{lay.pp} x DP{lay.dp}, ZeRO-{lay.zero}, micro-batch {lay.micro_batch}, "
+            f"{'no' if lay.recompute == 'none' else lay.recompute} recomputation{sched}")
+
+
+def _why_slower(st: steptime.StepTime, best: steptime.StepTime) -> str:
+    """The breakdown entry that grew most against the winner."""
+    diff = {k: st.breakdown_s[k] - best.breakdown_s[k] for k in st.breakdown_s}
+    key = max(diff, key=diff.get)
+    names = {"compute": "compute (recomputation, or more layers and the output layer on the busiest stage)", "tp": "exposed TP traffic",
+             "cp": "exposed CP traffic", "pp": "pipeline sends", "dp": "exposed DP/ZeRO traffic",
+             "bubble": "pipeline bubble"}
+    return f"{names[key]} +{diff[key]:.2f} s"
+
+
 @dataclass(frozen=True)
 class Plan:
     """Everything the planner decided and computed (bytes, seconds, FLOPs)."""
@@ -231,64 +327,134 @@ class Plan:
     twenty: tuple  # (N, D) at 20 tokens per parameter
     gpu: facts.GPU
     count: int
-    arch: facts.Architecture
+    arch: facts.Architecture | None  # the published shape borrowed, if any
+    shape: steptime.Shape
+    shape_name: str
     regime: str
-    tp: int
-    pp: int
-    dp: int
-    zero: int
+    layout: steptime.Layout
     convention: str
     reasons: tuple
     state: dict  # weights, grads, optimizer bytes per GPU
-    recompute: str
-    activations: float
-    fits: bool
-    batch_tokens: int
-    sequences_per_step: int
-    microbatches: int
-    bubble: float
+    step: steptime.StepTime
+    global_batch: int
     steps: int
-    comm: dict  # communication_breakdown output (bytes, seconds) per step
-    step_seconds: float  # compute time per step at the stated MFU
-    mfu: float
+    mfu: float  # the MFU used for the time to train: predicted, or --mfu
+    mfu_given: bool
     days: float
+    given: tuple  # names of the layout fields set by the caller
+    alternatives: tuple  # (StepTime, Layout) of the next fastest layouts
+    losers: tuple  # sentences: why other families of layouts lose
+    rule: tuple | None  # (StepTime, Layout) of choose_layout's rule, if it is a valid layout
+    cluster: steptime.Cluster
     advice: tuple = field(default=())
-    #: with ``inference_tokens``: the model that reaches the same loss with the fewest
-    #: training + inference FLOPs (Sardana et al. 2024), ``{tokens, N, D, lifetime, baseline}``,
-    #: ``baseline`` being the compute-optimal model's lifetime FLOPs for the same inference.
     overtrained: dict | None = None
+
+    # the names of the first edition, kept for callers
+    tp = property(lambda self: self.layout.tp)
+    cp = property(lambda self: self.layout.cp)
+    pp = property(lambda self: self.layout.pp)
+    dp = property(lambda self: self.layout.dp)
+    zero = property(lambda self: self.layout.zero)
+    recompute = property(lambda self: self.layout.recompute)
+    micro_batch = property(lambda self: self.layout.micro_batch)
+    microbatches = property(lambda self: self.step.microbatches)
+    activations = property(lambda self: self.step.activation_bytes)
+    fits = property(lambda self: self.step.fits)
+    predicted_mfu = property(lambda self: self.step.mfu)
+    step_seconds = property(lambda self: self.step.step_s if not self.mfu_given else
+                            self.global_batch * self.shape.seq_len * steptime.model_flops_per_token(self.shape)
+                            / (self.count * self.gpu.peak_flops_per_s * self.mfu))
+
+    @property
+    def sequences_per_step(self) -> int:
+        return self.global_batch
+
+    @property
+    def bubble(self) -> float:
+        """The bubble's share of the step."""
+        return self.step.breakdown_s["bubble"] / self.step.step_s
 
     @property
     def memory_total(self) -> float:
-        return sum(self.state.values()) + self.activations
+        return self.step.memory_bytes
 
 
-def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=0.4, tp=None, pp=None, zero=None,
+def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidden, vocab, model_given):
+    """The shape: the named or nearest published one, with any field replaced."""
+    custom = {k: v for k, v in dict(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                                    ffn_hidden=ffn_hidden, vocab=vocab, seq_len=seq_len).items() if v is not None}
+    if arch is not None:
+        one_of("arch", arch, facts.ARCHITECTURES)
+        base = facts.ARCHITECTURES[arch]
+    else:
+        base = nearest_architecture(N)
+    if {"layers", "hidden", "heads"} <= set(custom):
+        # a shape of the caller's own: GPT-style unless told otherwise; N from the shape if no model given
+        shape = steptime.Shape(custom.pop("layers"), custom.pop("hidden"), custom.pop("heads"),
+                               custom.pop("seq_len", base.seq_len), **custom)
+        if model_given:
+            shape = replace(shape, params=N)
+        return shape, None, "given"
+    if "heads" in custom and "head_dim" not in custom and base.head_dim is not None:
+        custom["head_dim"] = None
+    shape = steptime.shape_of(base, params=N, **custom)
+    return shape, base, base.name + ("'s, with " + ", ".join(sorted(custom)) + " given" if custom else "'s")
+
+
+def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=None, tp=None, pp=None, zero=None,
               convention="zero_16", constants=DEFAULT_CONSTANTS, batch_tokens=DEFAULT_BATCH_TOKENS,
-              arch=None, inference_tokens=None) -> Plan:
+              arch=None, inference_tokens=None, cp=None, dp=None, seq_len=None, global_batch=None,
+              micro_batch=None, layers=None, hidden=None, heads=None, kv_heads=None, head_dim=None,
+              ffn_hidden=None, vocab=None, recompute=None, attention="flash", virtual_stages=None,
+              schedule=None, network=None) -> Plan:
     """Build a :class:`Plan`. Give ``budget`` (FLOPs; the model is then the
-    compute-optimal one under ``constants``) or both ``model`` and ``tokens``. With
-    ``inference_tokens`` (tokens the model will process once trained), the plan also names the
-    over-trained alternative that reaches the compute-optimal loss at the lowest lifetime cost."""
+    compute-optimal one under ``constants``) or both ``model`` and ``tokens``
+    (``model`` may be left out when ``layers``, ``hidden`` and ``heads`` give the
+    shape). Degrees, micro-batch (sequences), recomputation, schedule and shape
+    fields that are given are kept; the rest are searched (:func:`search_layouts`).
+    ``global_batch`` is in sequences (default ``batch_tokens / seq_len``). ``mfu``
+    overrides the predicted MFU in the time to train. With ``inference_tokens``,
+    the plan also names the over-trained alternative that reaches the
+    compute-optimal loss at the lowest lifetime cost (Sardana et al. 2024)."""
+    shape_given = layers is not None and hidden is not None and heads is not None
     if budget is not None and (model is not None or tokens is not None):
         raise ValueError("give either budget, or model and tokens, not both")
-    if budget is None and (model is None or tokens is None):
+    if budget is None and (tokens is None or (model is None and not shape_given)):
         raise ValueError("give a budget, or both model and tokens")
     one_of("constants", constants, scaling.CONSTANT_SETS)
     g = find_gpu(gpu)
     count = int(positive_integer("count", count))
-    mfu = float(positive("mfu", mfu))
-    if mfu > 1:
-        raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
+    if mfu is not None:
+        mfu = float(positive("mfu", mfu))
+        if mfu > 1:
+            raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
     memory.get_convention(convention)
     batch_tokens = int(positive_integer("batch_tokens", batch_tokens))
+    for name, v in dict(tp=tp, pp=pp, cp=cp, dp=dp, seq_len=seq_len, global_batch=global_batch,
+                        micro_batch=micro_batch, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
+                        head_dim=head_dim, ffn_hidden=ffn_hidden, vocab=vocab, virtual_stages=virtual_stages).items():
+        if v is not None:
+            positive_integer(name, v)
+    if zero is not None:
+        one_of("zero", zero, memory.ZERO_STAGES)
+    if recompute is not None:
+        one_of("recompute", recompute, steptime.RECOMPUTE)
+    one_of("attention", attention, steptime.ATTENTION)
+    if schedule is not None:
+        one_of("schedule", schedule, steptime.SCHEDULES)
+    if tp is not None and tp > GPUS_PER_SERVER:
+        raise ValueError(f"tp must be at most the {GPUS_PER_SERVER} GPUs of a server (NVLink), got tp={tp}")
 
     if budget is not None:
         C = float(positive("budget", budget))
         N, D = scaling.compute_optimal_closed_form(C, scaling.CONSTANT_SETS[constants])[:2]
     else:
-        N = float(positive("model", model))
         D = float(positive("tokens", tokens))
+        if model is not None:
+            N = float(positive("model", model))
+        else:
+            N = steptime.Shape(layers, hidden, heads, seq_len or 2048, vocab or 51200, kv_heads, head_dim,
+                               ffn_hidden).n_params
         C = float(scaling.training_flops(N, D))
     optimal = {name: scaling.compute_optimal_closed_form(C, scaling.CONSTANT_SETS[name]) for name in
                dict.fromkeys((constants, *_PUBLISHED))}
@@ -301,55 +467,98 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
         overtrained = {"tokens": float(inference_tokens), "N": N_i, "D": D_i, "loss": loss, "lifetime": lifetime,
                        "baseline": float(after_chinchilla.lifetime_flops(N_opt, D_opt, inference_tokens))}
 
-    if arch is None:
-        shape = nearest_architecture(N)
+    shape, base, shape_name = _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidden, vocab,
+                                     model is not None or budget is not None)
+    N = shape.n_params
+    if tp is not None and shape.heads % tp:
+        raise ValueError(f"tp must divide the number of attention heads ({shape.heads}), got tp={tp}")
+    if cp is not None and shape.seq_len % cp:
+        raise ValueError(f"cp must divide seq_len ({shape.seq_len}), got cp={cp}")
+    fixed = 1
+    for v in (tp, cp, pp, dp):
+        fixed *= v or 1
+    if count % fixed or (tp and cp and pp and dp and fixed != count):
+        raise ValueError(f"tp * cp * pp * dp must divide count (and equal it when all four are given): "
+                         f"tp={tp} x cp={cp} x pp={pp} x dp={dp} against count={count}")
+    gb = global_batch if global_batch is not None else max(1, batch_tokens // shape.seq_len)
+    cluster = cluster_for(g, network)
+    given = tuple(k for k, v in dict(tp=tp, cp=cp, pp=pp, dp=dp, zero=zero, micro_batch=micro_batch,
+                                     recompute=recompute, virtual_stages=virtual_stages,
+                                     schedule=schedule).items() if v is not None)
+    reasons = []
+    if global_batch is None:
+        # round the batch to a whole number of sequences per replica for the finest DP the cluster allows
+        gb = count * math.ceil(gb / count) if gb >= count else gb
+        reasons.append(f"global batch {gb:,} sequences of {shape.seq_len:,} tokens (about {batch_tokens / 2**20:.0f}M "
+                       "tokens, Llama 3's batch; --global-batch sets it)")
+    fitting, others = search_layouts(shape, cluster, count, gb, convention, tp, cp, pp, dp, zero, micro_batch,
+                                     recompute, virtual_stages, schedule, attention)
+    if not fitting and not others:
+        raise ValueError(f"no layout of {count} GPUs divides the global batch of {gb} sequences with the given "
+                         f"degrees (tp={tp}, cp={cp}, pp={pp}, dp={dp}, micro_batch={micro_batch}); "
+                         "change --global-batch or --micro-batch")
+    st, lay = fitting[0] if fitting else others[0]
+    if fitting:
+        reasons.append(f"the fastest of {len(fitting):,} layouts that fit ({len(others):,} others do not)")
     else:
-        one_of("arch", arch, facts.ARCHITECTURES)
-        shape = facts.ARCHITECTURES[arch]
-    t, p, d, z, reasons = choose_layout(N, count, g.memory_gb * 1e9, convention, tp, pp, zero)
-    layout.process_grid(count, t, p, d)  # the ranks exist: tp * pp * dp == count
-    if t > shape.heads:
-        raise ValueError(f"tp must be at most the number of attention heads ({shape.heads}), got tp={t}")
+        reasons.append("no layout fits in memory: this is the one that needs the least")
+    reasons += [f"{k}={getattr(lay, k)} set by hand" for k in given if k != "schedule"]
 
-    state = state_breakdown_3d(N, t, p, d, z, convention)
-
-    seqs = max(1, batch_tokens // shape.seq_len)
-    if seqs % d:
-        seqs = d * math.ceil(seqs / d)  # round the batch up to a whole sequence per replica
-    m = seqs // d  # one sequence per micro-batch
-    mem_bytes = g.memory_gb * 1e9
-    for mode in RECOMPUTE_MODES:
-        act = activation_bytes_per_gpu(shape, t, p, m, mode)
-        if sum(state.values()) + act <= mem_bytes:
+    # why the other families of layouts lose: the best of each (tp, cp, pp, zero) after the winner's
+    losers, seen = [], {(lay.tp, lay.cp, lay.pp, lay.zero)}
+    for s2, l2 in fitting[1:]:
+        key = (l2.tp, l2.cp, l2.pp, l2.zero)
+        if key in seen:
+            continue
+        seen.add(key)
+        losers.append(f"{_describe(l2)}: {s2.step_s:.2f} s (+{s2.step_s / st.step_s - 1:.0%}), {_why_slower(s2, st)}")
+        if len(losers) >= TOP:
             break
-    fits = sum(state.values()) + act <= mem_bytes
-    bubble = pipeline.bubble_fraction(p, m) if p > 1 else 0.0
-    tokens_per_step = seqs * shape.seq_len
-    steps = max(1, math.ceil(D / tokens_per_step))
-    layers_padded = p * math.ceil(shape.layers / p)  # the busiest stage holds ceil(L/p) layers
-    comm = communication.communication_breakdown(
-        N, d, t, p, layers_padded, shape.seq_len, 1, m, shape.d_model,
-        gpus_per_node=GPUS_PER_SERVER, zero_stage=z)
-    seconds = compute.training_time_seconds(C, g.peak_flops_per_s, mfu, count)
-    step_seconds = seconds / steps
+    if others:
+        o = others[0]
+        losers.append(f"{len(others):,} layouts do not fit in {g.memory_gb:g} GB; the least hungry, "
+                      f"{_describe(o[1])}, needs {o[0].memory_bytes / 1e9:,.0f} GB")
+    rule = None
+    try:
+        t_r, p_r, d_r, z_r, _ = choose_layout(N, count, g.memory_gb * 1e9, convention)
+        if gb % d_r == 0 and shape.heads % t_r == 0:
+            lay_r = steptime.Layout(t_r, 1, p_r, d_r, z_r, 1, "full" if p_r > 1 or z_r else "selective")
+            for r in steptime.RECOMPUTE:  # the lightest recomputation that fits, as the rule's planner did
+                lay_r = replace(lay_r, recompute=r)
+                st_r = steptime.step_time(shape, lay_r, cluster, gb, convention)
+                if st_r.fits:
+                    break
+            rule = (st_r, lay_r)
+    except ValueError:
+        rule = None
+
+    steps = max(1, math.ceil(D / (gb * shape.seq_len)))
+    used_mfu = st.mfu if mfu is None else mfu
+    days = (C / (count * g.peak_flops_per_s * used_mfu) / 86400 if mfu is not None
+            else steptime.days_to_train(D, st.tokens_per_s))
+    state = state_breakdown_3d(N, lay.tp, lay.pp, lay.dp * lay.cp, lay.zero, convention)
 
     advice = []
-    if not fits:
-        if p == 1 and regime(N) in ("large", "frontier"):
+    if not st.fits:
+        if lay.pp == 1:
             advice.append("add pipeline stages (--pp) to cut the state and activations per GPU")
-        if z < 3 and p == 1:
-            advice.append(f"raise the ZeRO stage (now {z}) to shard more of the state over DP={d}")
+        if lay.zero < 3:
+            advice.append(f"raise the ZeRO stage (now {lay.zero}) to shard more of the state over DP={lay.dp}")
+        if lay.recompute != "full":
+            advice.append("recompute activations (--recompute full)")
         advice.append(f"use GPUs with more memory (H200: {facts.GPUS['H200'].memory_gb:g} GB) or more GPUs")
-        advice.append("shorten the sequence or shard it (context parallelism)")
-    if comm["total"]["seconds"] > step_seconds:
-        advice.append("communication per step exceeds compute per step: grow the batch, keep TP inside a server, "
-                      "or use fewer, larger replicas")
-    if p > 1 and bubble > 0.1:
-        advice.append(f"the pipeline bubble is {bubble:.0%}: more micro-batches per step, or interleaved stages")
+        advice.append("shorten the sequence or shard it (context parallelism, --cp)")
+    exposed = sum(v for k, v in st.breakdown_s.items() if k not in ("compute", "bubble"))
+    if exposed > 0.25 * st.breakdown_s["compute"]:
+        advice.append("exposed communication is over a quarter of compute: grow the micro-batch or the batch, "
+                      "keep TP inside a server, or use ZeRO-1 instead of ZeRO-3")
+    if lay.pp > 1 and st.breakdown_s["bubble"] > 0.1 * st.step_s:
+        advice.append(f"the pipeline bubble is {st.breakdown_s['bubble'] / st.step_s:.0%} of the step: more "
+                      "micro-batches per step, or interleaved stages (--virtual-stages)")
 
-    return Plan(N, D, C, budget is not None, optimal, twenty, g, count, shape, regime(N), t, p, d, z, convention,
-                tuple(reasons), state, mode, act, fits, batch_tokens, seqs, m, bubble, steps, comm, step_seconds,
-                mfu, seconds / 86400, tuple(advice), overtrained)
+    return Plan(N, D, C, budget is not None, optimal, twenty, g, count, base, shape, shape_name, regime(N), lay,
+                convention, tuple(reasons), state, st, gb, steps, used_mfu, mfu is not None, days, given,
+                tuple(fitting[1:TOP]), tuple(losers), rule, cluster, tuple(advice), overtrained)
 
 
 def _count(x: float) -> str:
@@ -369,6 +578,9 @@ def _time(s: float) -> str:
     return f"{s * 1e3:,.1f} ms"
 
 
+_AXES = ("tp", "cp", "pp", "dp")
+
+
 def format_plan(plan: Plan) -> str:
     """The plan as the numbered lines ``python -m solutions.plan`` prints."""
     lines = ["== compute"]
@@ -385,39 +597,98 @@ def format_plan(plan: Plan) -> str:
                      f"({o['D'] / o['N']:.0f} tokens/param) reaches the same loss {o['loss']:.3f} for "
                      f"{o['lifetime']:.3g} FLOPs of training + inference, against {o['baseline']:.3g} "
                      f"({1 - o['lifetime'] / o['baseline']:.0%} less)")
-    a = plan.arch
+    sh, lay, st = plan.shape, plan.layout, plan.step
+    attn = f"{sh.heads} heads x {sh.head_size}" + (f", {sh.kv} K/V heads" if sh.kv != sh.heads else "")
     lines += ["== layout",
-              f"3. shape                    {a.name}'s: {a.layers} layers, d_model {a.d_model:,}, {a.heads} heads, "
-              f"sequences of {a.seq_len:,} (nearest published shape)",
-              f"4. layout ({plan.regime})       TP{plan.tp} x PP{plan.pp} x DP{plan.dp} = {plan.count:,} "
-              f"{plan.gpu.name}, ZeRO stage {plan.zero}"]
+              f"3. shape                    {plan.shape_name}: {sh.layers} layers, d_model {sh.hidden:,}, {attn}, "
+              f"{sh.mlp} MLP, sequences of {sh.seq_len:,}",
+              f"4. layout                   TP{lay.tp} x CP{lay.cp} x PP{lay.pp} x DP{lay.dp} = {plan.count:,} "
+              f"{plan.gpu.name}, ZeRO stage {lay.zero}, micro-batch {lay.micro_batch}, "
+              f"{'no' if lay.recompute == 'none' else lay.recompute} recomputation, "
+              f"{lay.schedule}" + (f" (v={lay.virtual_stages})" if lay.virtual_stages > 1 else "")
+              + f", {lay.attention} attention"]
     lines += [f"     why: {r}" for r in plan.reasons]
     conv = memory.get_convention(plan.convention)
     lines += ["== memory per GPU",
               f"5. model state ({conv.total:g} B/param, {plan.convention})  weights {_gb(plan.state['weights'])}, "
               f"gradients {_gb(plan.state['grads'])}, optimizer {_gb(plan.state['optimizer'])}",
-              f"6. activations              {_gb(plan.activations)} ({'no' if plan.recompute == 'none' else plan.recompute} recomputation; "
-              f"{min(plan.pp, plan.microbatches)} micro-batch(es) of 1 sequence in flight)",
-              f"7. total                    {_gb(plan.memory_total)} of {plan.gpu.memory_gb:g} GB: "
-              + ("fits" if plan.fits else "DOES NOT FIT")]
-    comm = plan.comm
-    lines += ["== step",
-              f"8. batch                    {plan.sequences_per_step:,} sequences = "
-              f"{plan.sequences_per_step * a.seq_len / 1e6:.1f}M tokens per step; {plan.microbatches} micro-batch(es) "
+              f"6. activations              {_gb(st.activation_bytes)} ({'no' if lay.recompute == 'none' else lay.recompute} recomputation, "
+              f"{lay.attention} attention, busiest pipeline stage)",
+              f"7. total                    {_gb(st.memory_bytes)} of {plan.gpu.memory_gb:g} GB: "
+              + ("fits" if st.fits else "DOES NOT FIT")]
+    b = st.breakdown_s
+    comm = ", ".join(f"{a.upper()} {_time(b[a])} ({st.bytes[a] / 1e9:,.2f} GB on {st.links[a]})"
+                     for a in _AXES if st.bytes[a] > 0) or "none"
+    lines += ["== step (predicted)",
+              f"8. batch                    {plan.global_batch:,} sequences = "
+              f"{plan.global_batch * sh.seq_len / 1e6:.1f}M tokens per step; {st.microbatches} micro-batch(es) "
               f"per replica; {plan.steps:,} steps",
-              f"9. pipeline bubble          {plan.bubble:.1%} of the step (1F1B, share of total time)",
-              f"10. communication per step  DP {_time(comm['dp']['seconds'])}, TP {_time(comm['tp']['seconds'])}, "
-              f"PP {_time(comm['pp']['seconds'])}; total {_time(comm['total']['seconds'])} "
-              f"({comm['total']['bytes'] / 1e9:,.2f} GB sent per GPU)",
-              f"11. compute per step        {_time(plan.step_seconds)} at {plan.mfu:.0%} MFU "
-              f"({plan.gpu.peak_flops_per_s / 1e12:g} TFLOP/s peak)",
+              f"9. compute                  {_time(b['compute'])}: {steptime.hardware_flops_per_token(sh, lay.recompute):.3g} "
+              f"hardware FLOPs/token against {steptime.model_flops_per_token(sh):.3g} model, at {st.efficiency:.0%} "
+              f"of the {plan.gpu.peak_flops_per_s / 1e12:g} TFLOP/s peak",
+              f"10. exposed communication {comm}",
+              f"11. pipeline bubble         {_time(b['bubble'])} ({plan.bubble:.1%} of the step)",
+              f"12. step                    {_time(st.step_s)}: {st.tokens_per_s:,.0f} tokens/s, MFU {st.mfu:.1%}, "
+              f"hardware FLOPs utilisation {st.hfu:.1%}",
               "== time",
-              f"12. days to train           {plan.days:,.1f} days on {plan.count:,} GPUs at {plan.mfu:.0%} MFU "
-              f"({plan.days * plan.count / 365.25:,.1f} GPU-years)"]
+              f"13. days to train           {plan.days:,.1f} days on {plan.count:,} GPUs at {plan.mfu:.1%} MFU "
+              + ("(given with --mfu) " if plan.mfu_given else "(predicted) ")
+              + f"({plan.days * plan.count / 365.25:,.1f} GPU-years)"]
+    if plan.alternatives or plan.losers or plan.rule:
+        lines.append("== other layouts")
+        for s2, l2 in plan.alternatives:
+            lines.append(f"   {s2.step_s:8.2f} s  MFU {s2.mfu:5.1%}  {_describe(l2)}")
+        lines += [f"   - {x}" for x in plan.losers]
+        if plan.rule:
+            s_r, l_r = plan.rule
+            verdict = ("fits" if s_r.fits else "does not fit")
+            lines.append(f"   - the rule of thumb ({regime(plan.params)}: {_describe(l_r)}) {verdict}: "
+                         f"{s_r.step_s:.2f} s (+{s_r.step_s / st.step_s - 1:.0%}), {_why_slower(s_r, st)}")
     if plan.advice:
         lines.append("== what to change")
         lines += [f"   - {x}" for x in plan.advice]
     return "\n".join(lines)
+
+
+def _layout_json(lay: steptime.Layout) -> dict:
+    return {k: getattr(lay, k) for k in ("tp", "cp", "pp", "dp", "zero", "virtual_stages", "micro_batch",
+                                         "recompute", "schedule", "attention")}
+
+
+def plan_json(plan: Plan) -> dict:
+    """The plan as one JSON-ready dict (the keys of the planner's contract, and more)."""
+    st = plan.step
+    return {
+        "predicted_mfu": st.mfu,
+        "hardware_flops_utilization": st.hfu,
+        "step_time_s": st.step_s,
+        "tokens_per_s": st.tokens_per_s,
+        "days": plan.days,
+        "mfu_used": plan.mfu,
+        "mfu_given": plan.mfu_given,
+        "memory_per_gpu_bytes": st.memory_bytes,
+        "memory": {"state_bytes": st.state_bytes, "activation_bytes": st.activation_bytes,
+                   "gpu_bytes": plan.gpu.memory_gb * 1e9, "fits": st.fits, **{f"{k}_bytes": v for k, v in plan.state.items()}},
+        "layout": _layout_json(plan.layout),
+        "given": list(plan.given),
+        "breakdown_s": dict(st.breakdown_s),
+        "bytes_per_step": dict(st.bytes),
+        "links": dict(st.links),
+        "params": plan.params,
+        "tokens": plan.tokens,
+        "flops": plan.flops,
+        "gpu": plan.gpu.name,
+        "count": plan.count,
+        "global_batch": plan.global_batch,
+        "microbatches": st.microbatches,
+        "steps": plan.steps,
+        "shape": {"name": plan.shape_name, **{k: v for k, v in asdict(plan.shape).items()},
+                  "head_size": plan.shape.head_size, "attention_width": plan.shape.attention_width},
+        "alternatives": [{"step_time_s": s.step_s, "predicted_mfu": s.mfu, "layout": _layout_json(l)}
+                         for s, l in plan.alternatives],
+        "why_others_lose": list(plan.losers),
+        "advice": list(plan.advice),
+    }
 
 
 class _Parser(argparse.ArgumentParser):
@@ -427,36 +698,62 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m solutions.plan", description="Plan a training run: allocation, layout, memory, "
-                "communication and time, from solutions/.")
+                "predicted step time, MFU and days, from solutions/.")
     p.add_argument("--budget", type=float, help="compute budget in FLOPs (then the model is compute-optimal)")
     p.add_argument("--model", type=float, help="parameters, e.g. 70e9")
     p.add_argument("--tokens", type=float, help="training tokens, e.g. 1.4e12")
     p.add_argument("--gpu", default="H100", help=f"one of {sorted(facts.GPUS)} or {sorted(GPU_ALIASES)}")
     p.add_argument("--count", type=int, default=8, help="number of GPUs")
-    p.add_argument("--mfu", type=float, default=0.4, help="model FLOPs utilisation, in (0, 1]")
-    p.add_argument("--tp", type=int, help="tensor-parallel degree (default: the layout rule's)")
-    p.add_argument("--pp", type=int, help="pipeline-parallel degree (default: the layout rule's)")
-    p.add_argument("--zero", type=int, help="ZeRO stage 0-3 (default: the layout rule's)")
+    p.add_argument("--mfu", type=float, help="override the predicted MFU in the time to train, in (0, 1]")
+    for name, what in (("tp", "tensor-parallel"), ("cp", "context-parallel"), ("pp", "pipeline-parallel"),
+                       ("dp", "data-parallel")):
+        p.add_argument(f"--{name}", type=int, help=f"{what} degree (default: searched)")
+    p.add_argument("--zero", type=int, help="ZeRO stage 0-3 (default: searched)")
+    p.add_argument("--virtual-stages", type=int, help="model chunks per pipeline stage (interleaved 1F1B)")
+    p.add_argument("--schedule", help=f"pipeline schedule, one of {list(steptime.SCHEDULES)}")
+    p.add_argument("--seq-len", type=int, help="tokens per sequence (default: the shape's)")
+    p.add_argument("--global-batch", type=int, help="sequences per optimizer step")
+    p.add_argument("--micro-batch", type=int, help="sequences per micro-batch")
+    p.add_argument("--layers", type=int)
+    p.add_argument("--hidden", type=int, help="d_model")
+    p.add_argument("--heads", type=int)
+    p.add_argument("--kv-heads", type=int, help="key/value heads (grouped-query attention)")
+    p.add_argument("--head-dim", type=int, help="head size (default hidden / heads)")
+    p.add_argument("--ffn-hidden", type=int)
+    p.add_argument("--vocab", type=int)
+    p.add_argument("--recompute", help=f"one of {list(steptime.RECOMPUTE)} (default: searched)")
+    p.add_argument("--attention", default="flash", help=f"one of {list(steptime.ATTENTION)}")
+    p.add_argument("--network-gbps", type=float, help="network bandwidth per GPU across servers, Gb/s (default 400)")
     p.add_argument("--convention", default="zero_16", help=f"bytes per parameter, one of {sorted(memory.BYTE_CONVENTIONS)}")
     p.add_argument("--constants", default=DEFAULT_CONSTANTS, help=f"one of {sorted(scaling.CONSTANT_SETS)}")
-    p.add_argument("--batch-tokens", type=int, default=DEFAULT_BATCH_TOKENS, help="tokens per optimizer step")
+    p.add_argument("--batch-tokens", type=int, default=DEFAULT_BATCH_TOKENS,
+                   help="tokens per optimizer step when --global-batch is not given")
     p.add_argument("--inference-tokens", type=float,
                    help="tokens the trained model will serve: also plan the over-trained model that is cheapest over its lifetime")
     p.add_argument("--arch", help=f"shape to assume, one of {sorted(facts.ARCHITECTURES)} (default: nearest in size)")
+    p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     return p
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        net = None
+        if args.network_gbps is not None:
+            net = float(positive("network_gbps", args.network_gbps)) * 1e9 / 8
         plan = make_plan(budget=args.budget, model=args.model, tokens=args.tokens, gpu=args.gpu, count=args.count,
                          mfu=args.mfu, tp=args.tp, pp=args.pp, zero=args.zero, convention=args.convention,
                          constants=args.constants, batch_tokens=args.batch_tokens, arch=args.arch,
-                         inference_tokens=args.inference_tokens)
+                         inference_tokens=args.inference_tokens, cp=args.cp, dp=args.dp, seq_len=args.seq_len,
+                         global_batch=args.global_batch, micro_batch=args.micro_batch, layers=args.layers,
+                         hidden=args.hidden, heads=args.heads, kv_heads=args.kv_heads, head_dim=args.head_dim,
+                         ffn_hidden=args.ffn_hidden, vocab=args.vocab, recompute=args.recompute,
+                         attention=args.attention, virtual_stages=args.virtual_stages, schedule=args.schedule,
+                         network=net)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
-    print(format_plan(plan))
+    print(json.dumps(plan_json(plan)) if args.json else format_plan(plan))
     return 0
 
 

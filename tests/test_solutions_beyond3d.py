@@ -29,7 +29,7 @@ def test_kv_width_follows_grouped_query_attention():
     llama = facts.ARCHITECTURES["Llama 3 405B"]
     assert context.kv_width(llama.d_model, llama.heads, llama.kv_heads) == 1024
     palm = facts.ARCHITECTURES["PaLM"]
-    assert context.kv_width(palm.d_model, palm.heads, palm.kv_heads) == 18432 // 48  # one K/V head
+    assert context.kv_width(palm.d_model, palm.heads, palm.kv_heads, palm.head_dim) == 256  # one K/V head of 256
 
 
 @given(st.integers(1, 4), st.sampled_from([2, 4, 8, 16]), st.integers(1, 6))
