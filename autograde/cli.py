@@ -76,7 +76,7 @@ def parse_args(argv):
 def expand(parser, items) -> tuple[list, list, list]:
     """(paths, labels, student ids): files as given; a folder's files labelled relative to
     the folder, each student identified by their sub-folder (or file name)."""
-    from .grade import find_submissions, student_id_for
+    from .classrun import find_submissions, student_id_for
 
     paths, labels, ids = [], [], {}
     for item in items:
@@ -108,7 +108,7 @@ def expand(parser, items) -> tuple[list, list, list]:
 def from_roster(parser, roster) -> tuple[list, list, list, list, list]:
     """(paths, labels, ids, names, missing) for the roster's students; ``missing`` holds
     (id, name, why) of those without a submission."""
-    from .grade import pick_from_folder, read_roster
+    from .classrun import pick_from_folder, read_roster
 
     try:
         rows = read_roster(roster)
@@ -148,7 +148,7 @@ def main(argv=None) -> int:
     from tests.grading import load_checks
 
     from . import reports, textsafe
-    from .grade import grade_many
+    from .classrun import grade_many
 
     protect_grader_memory()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)

@@ -15,7 +15,8 @@ import random
 import sys
 from pathlib import Path
 
-from .grade import NOT_SUBMISSIONS, grade_submission, is_notebook_markdown
+from .classrun import NOT_SUBMISSIONS, is_notebook_markdown
+from .grade import grade_submission
 from .reports import VISIBILITIES, write_atomically, write_gradescope
 
 PREFERENCE = (".ipynb", ".py", ".md")

@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autograde import protocol, worker
-from autograde.grade import find_submissions, grade_submission
+from autograde.classrun import find_submissions
+from autograde.grade import grade_submission
 from autograde.sandbox import COURSE_ROOT, Sandbox, readable_by_others
 from autograde.submission import clean_cell, read_submission, units_from_python
 from tests.grading import EXERCISES, SubmissionError, load_checks
