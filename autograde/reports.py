@@ -13,16 +13,17 @@ The grades CSV (``--csv``) has one row per student, in this column order:
 ``ex1`` ... ``ex4``
     points per exercise;
 ``status``
-    ``graded``, ``not run`` (nothing in the file could run), ``missing`` (on the roster,
-    no submission) or ``grader error``;
+    what happened (:func:`autograde.classrun.status`): ``graded``, ``missing`` (nothing
+    submitted), ``unreadable: submitted a .pdf (...)``, ``several files: graded final.ipynb
+    (the newest notebook); also sent scratch.py``, ``too large``, ``timed out``, ``not run``
+    (nothing in the file could run) or ``grader error``;
 ``submission``
-    the graded file.
+    the graded file, as the student named it (relative to the class folder, never an
+    absolute path).
 
-It is UTF-8 with a header row and a dot as decimal mark. To import it: in Canvas, Grades >
-Import, matching ``student_id`` to "SIS User ID" (or name the roster's ids after Canvas's)
-and choosing ``score`` as the assignment's column; in Moodle, Grades > Import > CSV file,
-mapping ``student_id`` to "ID number" (or username/email, whichever the roster holds) and
-``score`` to the grade item.
+It is UTF-8 with a header row and a dot as decimal mark. It is for the instructor; the files
+that Canvas and Moodle import as they are come from ``--canvas-csv`` and ``--moodle-csv``
+(:mod:`autograde.lms`).
 
 Gradescope's format (https://gradescope-autograders.readthedocs.io, "Specifications"):
 top-level ``score``, ``execution_time``, ``output``, and ``tests``, each with ``name``,
@@ -31,6 +32,7 @@ top-level ``score``, ``execution_time``, ``output``, and ``tests``, each with ``
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -47,14 +49,34 @@ def fmt_points(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:.1f}"
 
 
+#: Absolute folders of the grading machine (the class folder, the working directory, the
+#: temporary folder) that no written report may show: :func:`scrub` removes them.
+PRIVATE_ROOTS: list = []
+
+
+def scrub(text: str) -> str:
+    """``text`` without the grading machine's absolute folders (:data:`PRIVATE_ROOTS`)."""
+    for root in sorted({str(r).rstrip("/") for r in PRIVATE_ROOTS if str(r) not in ("", "/")},
+                       key=len, reverse=True):
+        text = text.replace(root + "/", "").replace(root, ".")
+    return text
+
+
 def write_atomically(path, text: str) -> None:
-    """Write a report in one step: a reader never sees half of it."""
+    """Write a report in one step: a reader never sees half of it, and nothing is left
+    behind if writing fails. Text that is not valid UTF-8 (a lone surrogate from a file
+    name) is written escaped."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
-    with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace", newline="") as f:
+            f.write(scrub(text))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 # ----------------------------------------------------------------------------- console
@@ -99,10 +121,10 @@ def table(reports) -> str:
         return "No submissions found."
     exercises = [(e["id"], e["max_score"]) for e in reports[0].exercises()]
     def label(r):
-        return r.submission or f"{r.student_id} (no submission)"
+        return r.student_id or r.submission
 
     width = max(10, min(48, max(len(label(r)) for r in reports)))
-    head = f"{'submission':<{width}}  {'score':>9}  " + "  ".join(f"{i:>7}" for i, _ in exercises)
+    head = f"{'student':<{width}}  {'score':>9}  " + "  ".join(f"{i:>7}" for i, _ in exercises)
     lines = [head + "  seconds", "-" * (len(head) + 9)]
     for r in reports:
         by_id = {e["id"]: e for e in r.exercises()}
@@ -126,18 +148,29 @@ def table(reports) -> str:
 
 # ----------------------------------------------------------------------------- files
 
-def json_report(reports, seed: int | None) -> dict:
-    """One submission: its report object. Several: ``{"seed", "submissions": {path: report}}``."""
-    if len(reports) == 1:
-        return {**reports[0].to_json(), "seed": seed}
-    return {"seed": seed, "submissions": {r.submission: r.to_json() for r in reports}}
+def _row_json(report) -> dict:
+    return {**report.to_json(), "status": status(report)}
 
 
-def write_json(path, reports, seed: int | None) -> None:
-    write_atomically(path, json.dumps(json_report(reports, seed), indent=2, allow_nan=False) + "\n")
+def json_report(reports, seed: int | None, single: bool | None = None) -> dict:
+    """One submission: its report object. A class: ``{"seed", "students": {student id:
+    report}}``, every student once, keyed by id (never by path)."""
+    if single if single is not None else len(reports) == 1:
+        return {**_row_json(reports[0]), "seed": seed}
+    return {"seed": seed, "students": {r.student_id: _row_json(r)
+                                       for r in sorted(reports, key=lambda r: r.student_id)}}
+
+
+def write_json(path, reports, seed: int | None, single: bool | None = None) -> None:
+    write_atomically(path, json.dumps(json_report(reports, seed, single), indent=2,
+                                      allow_nan=False) + "\n")
 
 
 def status(report: SubmissionReport) -> str:
+    """The row's status: what the class run set (:func:`autograde.classrun.status`), else
+    from the report alone."""
+    if getattr(report, "status_text", ""):
+        return report.status_text
     if report.missing:
         return "missing"
     if report.grader_errors:
@@ -305,6 +338,34 @@ def class_report_html(reports, seed: int | None = None) -> str:
                    + f"<td>{status(r)}</td></tr>")
     out.append("</table></body></html>\n")
     return "\n".join(out)
+
+
+def feedback_file_name(student_id: str) -> str:
+    """``<student id>.md``, with anything but letters, digits, ``.``, ``-``, ``_`` and ``@``
+    replaced, so that no id can name a path outside the folder."""
+    safe = "".join(c if c.isalnum() or c in ".-_@" else "_" for c in student_id).lstrip(".")
+    return (safe or "student") + ".md"
+
+
+def feedback_markdown(report: SubmissionReport) -> str:
+    """One student's feedback: who, which file was graded (and which not), the score, and the
+    per-test report (hidden tests included: it goes back once grades are published)."""
+    fence = "~~~~"
+    lines = [f"# Feedback: {report.name or report.student_id}", "",
+             f"- Student: {report.student_id}",
+             f"- File graded: {report.submission or '(none)'}",
+             f"- Status: {status(report)}",
+             f"- Score: {fmt_points(report.score)} / {fmt_points(report.max_score)}", "",
+             fence + "text", student_text(report).replace(fence, "~~~"), fence, ""]
+    return "\n".join(lines)
+
+
+def write_feedback(folder, reports) -> None:
+    """``folder/<student id>.md`` for every student (:func:`feedback_markdown`)."""
+    folder = Path(folder)
+    for report in reports:
+        write_atomically(folder / feedback_file_name(report.student_id or report.submission),
+                         feedback_markdown(report))
 
 
 def write_class_report(path, reports, seed: int | None = None) -> None:
