@@ -30,6 +30,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import textsafe
 from .grade import grade_submission
 from .submission import SUFFIXES, read_submission
 
@@ -50,14 +51,10 @@ RESUBMISSION = re.compile(r"^(?P<stem>.*?)-(?P<n>\d{1,3})$")
 
 
 def display(name: str) -> str:
-    """A file or folder name as text: UTF-8 where it is, else Latin-1 (what a zip made on an
-    older Windows holds), never a lone surrogate that cannot be written to a UTF-8 file."""
-    raw = os.fsencode(name)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        text = raw.decode("latin-1")
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+    """A file or folder name as text that can be written anywhere: bytes that are not UTF-8
+    (a Latin-1 name from an old zip) shown as ``\\xe9``, control characters escaped
+    (:func:`autograde.textsafe.file_name`), never a lone surrogate that a UTF-8 file refuses."""
+    return textsafe.file_name(name)
 
 
 # ----------------------------------------------------------------------------- finding files
@@ -289,7 +286,7 @@ def pick(student: Student) -> Student:
     looked = newest_first[:MAX_CANDIDATES]
     if len(looked) == 1:
         student.chosen, student.shown = looked[0]
-        student.others = [s for _, s in student.files if s != student.shown]
+        student.others = _others(student)
         return student
 
     def key(c):
@@ -310,8 +307,14 @@ def pick(student: Student) -> Student:
     else:
         reason = f"the newest {kind}"
     student.chosen, student.shown, student.reason = path, shown, reason
-    student.others = [s for _, s in student.files if s != shown]
+    student.others = _others(student)
     return student
+
+
+def _others(student: Student) -> list:
+    """The files sent besides the one graded (Python's configuration files aside: they are
+    never graded nor run)."""
+    return [s for p, s in student.files if s != student.shown and p.name not in NOT_SUBMISSIONS]
 
 
 def several_files(student: Student, limit: int = 5) -> str:

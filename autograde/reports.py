@@ -120,8 +120,10 @@ def table(reports) -> str:
     if not reports:
         return "No submissions found."
     exercises = [(e["id"], e["max_score"]) for e in reports[0].exercises()]
-    def label(r):
-        return r.student_id or r.submission
+    def label(r):  # the file graded, with the student's id where the file does not name it
+        if not r.submission:
+            return f"{r.student_id} (no submission)"
+        return r.submission if r.student_id in r.submission else f"{r.student_id}: {r.submission}"
 
     width = max(10, min(48, max(len(label(r)) for r in reports)))
     head = f"{'student':<{width}}  {'score':>9}  " + "  ".join(f"{i:>7}" for i, _ in exercises)
@@ -153,11 +155,12 @@ def _row_json(report) -> dict:
 
 
 def json_report(reports, seed: int | None, single: bool | None = None) -> dict:
-    """One submission: its report object. A class: ``{"seed", "students": {student id:
-    report}}``, every student once, keyed by id (never by path)."""
+    """One submission: its report object. A class: ``{"seed", "submissions": {student id:
+    report}}``, every student once, keyed by id (never by path; the report's
+    ``submission`` names the file graded, relative to the class folder)."""
     if single if single is not None else len(reports) == 1:
         return {**_row_json(reports[0]), "seed": seed}
-    return {"seed": seed, "students": {r.student_id: _row_json(r)
+    return {"seed": seed, "submissions": {r.student_id: _row_json(r)
                                        for r in sorted(reports, key=lambda r: r.student_id)}}
 
 
