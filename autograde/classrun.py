@@ -576,7 +576,10 @@ class Journal:
         self.lock = threading.Lock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fresh = keep is None or not self.path.exists()
+        torn = not fresh and not self.path.read_bytes().endswith(b"\n")  # killed mid-line
         self.file = open(self.path, "w" if fresh else "a", encoding="utf-8")
+        if torn:
+            self._write("")
         if fresh:
             self._write(json.dumps({"journal": JOURNAL_VERSION, **header}))
 

@@ -11,6 +11,7 @@ grader itself failed (a check crashed, or a sandbox could not be started).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import re
@@ -184,12 +185,13 @@ class Run:
                 report = None
                 if old and old[0] == digest and not old[1].get("grader_errors"):
                     report = classrun.report_from_record(old[1], self.checks)
-                if report is None:
+                reused = report is not None
+                if not reused:
                     report = classrun.grade_student(student.chosen, self.checks,
                                                     student.student_id, label=student.shown,
                                                     **self.options())
                 report.submission = student.shown
-                if self.journal is not None and not self.stop.is_set():
+                if self.journal is not None and not self.stop.is_set() and not reused:
                     self.journal.add(student.student_id, digest, report)
         except Exception as exc:
             from tests.grading import Result
@@ -291,6 +293,9 @@ def run_folder() -> Path:
 
 
 def main(argv=None) -> int:
+    with contextlib.suppress(ValueError):  # honour Ctrl-C even if started with it ignored
+        if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
     parser, args = parse_args(sys.argv[1:] if argv is None else argv)
     students = collect(parser, args)
     if args.gradescope and len(students) != 1:

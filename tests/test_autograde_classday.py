@@ -307,3 +307,109 @@ def test_a_roster_of_the_courses_own_form_keys_missing_students_apart(tmp_path):
     data = json.loads((tmp_path / "r.json").read_text())["submissions"]
     assert sorted(data) == ["1", "2", "3"]  # each missing student under their own id
     assert data["1"]["score"] == 100 and data["2"]["status"] == data["3"]["status"] == "missing"
+
+
+# ----------------------------------------------------------------------------- interruptions
+
+SLOW = "import time\ntime.sleep(0.4)\n"  # each student's file takes a moment: time to interrupt
+
+
+def descendants(pid: int) -> set:
+    """Process ids below ``pid`` (from /proc), living ones only."""
+    children: dict = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def slow_class(tmp_path_factory):
+    """Twelve students, and the CSV of one uninterrupted run."""
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("interrupt")
+    klass = out / "class"
+    for k in range(12):
+        (klass / f"s{k:02d}").mkdir(parents=True)
+        source = SWAPPED if k % 3 == 0 else STUB if k % 5 == 0 else REFERENCE
+        (klass / f"s{k:02d}" / "09-exercises.py").write_text(SLOW + source)
+    (out / "tmp").mkdir()
+
+    def grader(*args, ignore_sigint=False):
+        import signal
+
+        return subprocess.Popen(
+            [sys.executable, "-m", "autograde", str(klass), "--seed", SEED, "--jobs", "2",
+             "--timeout", "5", "--quiet", *map(str, args)],
+            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(out / "tmp")},
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignore_sigint else None)
+
+    done = grader("--csv", out / "reference.csv")
+    assert done.wait(timeout=300) == 0, done.stderr.read()
+    return out, grader
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM", "SIGKILL"])
+def test_an_interrupted_run_keeps_what_is_done_and_resumes_to_the_same_grades(slow_class, signame):
+    import signal
+
+    out, grader = slow_class
+    csv_path = out / f"{signame}.csv"
+    journal = Path(str(csv_path) + ".journal")
+    process = grader("--csv", csv_path, ignore_sigint=signame == "SIGINT")
+    until = time.monotonic() + 120
+    while time.monotonic() < until and process.poll() is None:
+        if journal.exists() and len(journal.read_text().splitlines()) >= 4:  # header + 3 students
+            break
+        time.sleep(0.05)
+    assert process.poll() is None, "the run ended before it could be interrupted"
+    below = descendants(process.pid)
+    assert below, "no sandbox process was found"
+    sent = time.monotonic()
+    process.send_signal(getattr(signal, signame))
+    code = process.wait(timeout=30)
+    took = time.monotonic() - sent
+    if signame == "SIGKILL":
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline and any(alive(p) for p in below):
+            time.sleep(0.02)
+        assert not [p for p in below if alive(p)], "a sandbox outlived the grader by over 1 s"
+        assert not csv_path.exists()
+    else:
+        assert took < 2.0, f"{signame} took {took:.1f} s to stop the run"
+        assert code == 128 + getattr(signal, signame)
+        assert b"--resume" in process.stderr.read()
+        partial = rows_of(csv_path)
+        assert 3 <= len(partial) < 12
+        assert not [p for p in below if alive(p)]
+        assert not list((out / "tmp").iterdir()), "temporary folders were left behind"
+    kept = len(journal.read_text().splitlines()) - 1
+    assert kept >= 3
+    resumed = grader("--csv", csv_path, "--resume")
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+    assert csv_path.read_text() == (out / "reference.csv").read_text()
+    graded = [json.loads(line)["student_id"] for line in journal.read_text().splitlines()[1:]]
+    assert sorted(graded) == [f"s{k:02d}" for k in range(12)]  # each graded once, in all
+    assert not list((out / "tmp").iterdir()), "temporary folders were left behind"
