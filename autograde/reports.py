@@ -280,6 +280,9 @@ def class_report_html(reports, seed: int | None = None) -> str:
 
     graded = [r for r in reports if not r.missing]
     n = len(reports)
+    absent = [r for r in reports if status(r).startswith(("missing", "unreadable"))]
+    stubs = [r for r in reports if r not in absent and is_stub(r)]
+    worked = [r for r in reports if r not in absent and r not in stubs]
     counts: dict = {}
     who: dict = {}
     for r in reports:
@@ -288,19 +291,24 @@ def class_report_html(reports, seed: int | None = None) -> str:
             who.setdefault(m, []).append(r.student_id or r.submission)
     known = sorted((m for m in counts if not m.startswith("other:")), key=lambda m: (-counts[m], m))
     others = sorted((m for m in counts if m.startswith("other:")), key=lambda m: (-counts[m], m))
-    scores = sorted(r.score for r in reports)
-    mean = sum(scores) / n if n else 0.0
+    scores = sorted(r.score for r in worked)
+    mean = sum(scores) / len(scores) if scores else 0.0
     out = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
+           '<meta name="viewport" content="width=device-width, initial-scale=1">',
            "<title>Class report</title><style>",
            "body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}",
            "table{border-collapse:collapse;margin:1rem 0}td,th{border-bottom:1px solid #ddd;padding:.3rem .6rem;text-align:left;vertical-align:top}",
            ".exercises{display:flex;flex-wrap:wrap;gap:1.5rem}.exercise{flex:1 1 20rem}",
            ".lead{font-size:1.15rem;background:#fff4d6;padding:.7rem 1rem;border-left:4px solid #E69F00}",
+           ".wide{overflow-x:auto;max-width:100%}svg.hist{max-width:100%;height:auto}",
+           "@media (max-width:30rem){body{margin:1rem auto;padding:0 .5rem}.exercise{flex-basis:100%}td,th{padding:.25rem .3rem}}",
            "</style></head><body>",
-           f"<h1>Class report</h1><p>{n} students; {len(graded)} submissions graded"
-           + (f" (hidden-test seed {seed})" if seed is not None else "")
-           + f"; mean {mean:.1f} of {fmt_points(reports[0].max_score) if reports else 0} points; "
-           f"full marks: {sum(r.score == r.max_score for r in reports)}.</p>"]
+           f"<h1>Class report</h1><p id=\"summary\">{n} students; {len(worked)} submitted work "
+           f"(mean {mean:.1f} of {fmt_points(reports[0].max_score) if reports else 0} points over "
+           f"them); {len(absent)} sent nothing gradable (missing or unreadable) and {len(stubs)} "
+           f"only the untouched template, counted apart"
+           + (f"; hidden-test seed {seed}" if seed is not None else "")
+           + f"; full marks: {sum(r.score == r.max_score for r in reports)}.</p>"]
     if known:
         top = known[0]
         out.append(f'<p class="lead" id="most-common">Most common misconception: '
@@ -319,7 +327,9 @@ def class_report_html(reports, seed: int | None = None) -> str:
                    + _histogram_svg(got, exercise.max_points)
                    + f"<p>mean {sum(got) / len(got):.1f} / {fmt_points(exercise.max_points)}; "
                      f"full marks: {full} of {len(got)}</p></div>")
-    out.append("</div><h2>Known mistakes: how many students made each</h2>")
+    out.append("</div>")
+    out += failure_rates_html(worked)
+    out.append("<h2>Known mistakes: how many students made each</h2>")
     out.append("<table id=\"misconceptions\"><tr><th>mistake</th><th>students</th><th>what the "
                "feedback told them</th></tr>")
     for m in known:
@@ -331,15 +341,16 @@ def class_report_html(reports, seed: int | None = None) -> str:
         names = ", ".join(escape(x) for x in sorted(who[m]))
         out.append(f"<tr><td>{escape(m[6:])}<details><summary>who</summary>{names}</details></td>"
                    f"<td>{counts[m]}</td></tr>")
-    out.append("</table><h2>Students</h2><table><tr><th>student</th><th>score</th>"
+    out.append("</table><h2>Students</h2><div class=\"wide\"><table><tr><th>student</th><th>score</th>"
                + "".join(f"<th>{e.id}</th>" for e in EXERCISES) + "<th>status</th></tr>")
     for r in sorted(reports, key=lambda r: r.student_id or r.submission):
         by_id = {e["id"]: e["score"] for e in r.exercises()}
-        out.append(f"<tr><td>{escape(r.student_id or r.submission)}</td>"
+        who_name = f"{r.name} ({r.student_id})" if r.name else (r.student_id or r.submission)
+        out.append(f"<tr><td>{escape(who_name)}</td>"
                    f"<td>{fmt_points(r.score)}/{fmt_points(r.max_score)}</td>"
                    + "".join(f"<td>{fmt_points(by_id.get(e.id, 0.0))}</td>" for e in EXERCISES)
                    + f"<td>{status(r)}</td></tr>")
-    out.append("</table></body></html>\n")
+    out.append("</table></div></body></html>\n")
     return "\n".join(out)
 
 
@@ -369,6 +380,45 @@ def write_feedback(folder, reports) -> None:
     for report in reports:
         write_atomically(folder / feedback_file_name(report.student_id or report.submission),
                          feedback_markdown(report))
+
+
+def is_stub(report: SubmissionReport) -> bool:
+    """The untouched template: every failed test says the function is not implemented, and
+    nothing passed."""
+    return bool(report.results) and report.score == 0 and all(
+        r.not_implemented for _, r in report.results)
+
+
+def failure_rates_html(reports) -> list:
+    """Per exercise and per test, the share of students (of those who submitted work) who
+    failed it, worst first: where the class is stuck."""
+    from html import escape
+
+    if not reports:
+        return []
+    failed: dict = {}
+    order: list = []
+    for r in reports:
+        for c, result in r.results:
+            if c.name not in failed:
+                failed[c.name] = [c, 0]
+                order.append(c.name)
+            failed[c.name][1] += 0 if result.passed else 1
+    n = len(reports)
+    out = ['<h2>Failure rates</h2><p>Of the students who submitted work.</p>',
+           '<div class="wide"><table id="failure-rates"><tr><th>exercise</th><th>failed '
+           '(all tests passed: no)</th></tr>']
+    for exercise in sorted({failed[k][0].exercise for k in order}):
+        bad = sum(any(not res.passed for c, res in r.results if c.exercise == exercise)
+                  for r in reports)
+        out.append(f"<tr><td>{escape(exercise)}</td><td>{bad} of {n} ({100 * bad / n:.0f}%)</td></tr>")
+    out.append('</table><table id="test-failure-rates"><tr><th>test</th><th>failed</th></tr>')
+    for name in sorted(order, key=lambda k: (-failed[k][1], order.index(k))):
+        check, count = failed[name]
+        out.append(f"<tr><td>{escape(name)}{' (hidden)' if check.hidden else ''}</td>"
+                   f"<td>{count} of {n} ({100 * count / n:.0f}%)</td></tr>")
+    out.append("</table></div>")
+    return out
 
 
 def write_class_report(path, reports, seed: int | None = None) -> None:

@@ -413,3 +413,26 @@ def test_an_interrupted_run_keeps_what_is_done_and_resumes_to_the_same_grades(sl
     graded = [json.loads(line)["student_id"] for line in journal.read_text().splitlines()[1:]]
     assert sorted(graded) == [f"s{k:02d}" for k in range(12)]  # each graded once, in all
     assert not list((out / "tmp").iterdir()), "temporary folders were left behind"
+
+
+def test_the_class_report_counts_absent_work_apart_and_fits_a_phone(folders):
+    from tools.browser import BrowserUnavailable, chromium
+
+    out, _ = folders
+    try:
+        with chromium() as browser:
+            page = browser.new_page(viewport={"width": 390, "height": 844})
+            page.goto((out / "class.html").as_uri())
+            summary = page.inner_text("#summary")
+            rates = page.locator("#test-failure-rates tr").all_inner_texts()
+            width = page.evaluate("() => document.documentElement.scrollWidth")
+    except BrowserUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    # 11 students: nobody, pdf and txt sent nothing gradable; stub sent the template
+    assert "7 submitted work" in summary and "3 sent nothing gradable" in summary
+    assert "1 only the untouched template" in summary
+    assert "mean 100.0 of 100" in summary  # the 7 who worked all earned full marks
+    assert len(rates) > 10 and all(" of 7 (0%)" in r for r in rates[1:])
+    assert width <= 390, f"the report is {width} px wide on a 390 px phone"
