@@ -436,3 +436,32 @@ def test_the_class_report_counts_absent_work_apart_and_fits_a_phone(folders):
     assert "mean 100.0 of 100" in summary  # the 7 who worked all earned full marks
     assert len(rates) > 10 and all(" of 7 (0%)" in r for r in rates[1:])
     assert width <= 390, f"the report is {width} px wide on a 390 px phone"
+
+
+# ----------------------------------------------------------------------------- a generated class
+
+@pytest.fixture(scope="module")
+def variant_scores():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("class_day", ROOT / "benchmarks" / "class_day.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module, module.variant_scores(int(SEED))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["canvas", "moodle", "folders"])
+def test_a_generated_class_gets_one_right_row_per_student(variant_scores, layout, tmp_path):
+    generator, scores = variant_scores
+    expected = generator.make_class(tmp_path, 48, layout, seed=1)
+    seconds, code = generator.grade_class(tmp_path, layout, 2, int(SEED))
+    assert code == 0
+    rows = rows_of(tmp_path / "grades.csv")
+    assert sorted(r["student_id"] for r in rows) == sorted(expected)  # each exactly once
+    for row in rows:
+        variant, status = expected[row["student_id"]]
+        want = scores[variant] if variant else 0.0
+        assert float(row["score"]) == pytest.approx(want, abs=1e-9), row
+        assert row["status"].startswith(status), row
+    assert {v for v, _ in expected.values()} >= set(generator.VARIANTS) | {None}
