@@ -69,6 +69,10 @@ def parse_args(argv):
     parser.add_argument("--resume", action="store_true",
                         help="reuse the journal of an interrupted run: grade only students "
                              "whose file is new or changed (same seed as that run)")
+    parser.add_argument("--similarity", action="store_true",
+                        help="with --class-report: list the pairs of students whose code is "
+                             "likely copied (identifiers ignored, the template left out), the "
+                             "evidence side by side")
     parser.add_argument("--gradescope", metavar="PATH",
                         help="write Gradescope's results.json (one submission only)")
     parser.add_argument("--hidden-visibility", default="after_published",
@@ -378,7 +382,18 @@ def finish(args, results, run, seed, started, single, journal_path) -> int:
     if args.csv:
         reports.write_csv(args.csv, results)
     if args.class_report:
-        reports.write_class_report(args.class_report, results, seed)
+        pairs = None
+        if args.similarity:
+            from . import similarity
+
+            began = time.monotonic()
+            pairs = similarity.similar_pairs({
+                r.student_id: similarity.student_code(r.student.chosen) for r in results
+                if getattr(r, "student", None) is not None and r.student.chosen is not None})
+            if not args.quiet:
+                print(f"Similarity: {len(pairs)} pairs flagged in "
+                      f"{time.monotonic() - began:.1f} s.", file=sys.stderr)
+        reports.write_class_report(args.class_report, results, seed, pairs)
     if args.canvas_csv:
         reports.write_atomically(args.canvas_csv, lms.canvas_csv(
             rows, args.canvas_assignment, args.canvas_per_exercise))

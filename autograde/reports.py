@@ -270,7 +270,7 @@ def _histogram_svg(scores, maximum: float, width: int = 360, height: int = 120) 
     return "".join(parts)
 
 
-def class_report_html(reports, seed: int | None = None) -> str:
+def class_report_html(reports, seed: int | None = None, pairs=None) -> str:
     """A self-contained HTML page: scores per exercise as histograms, and how many students
     made each known mistake, most common first (what to re-teach)."""
     from html import escape
@@ -300,6 +300,7 @@ def class_report_html(reports, seed: int | None = None) -> str:
            "table{border-collapse:collapse;margin:1rem 0}td,th{border-bottom:1px solid #ddd;padding:.3rem .6rem;text-align:left;vertical-align:top}",
            ".exercises{display:flex;flex-wrap:wrap;gap:1.5rem}.exercise{flex:1 1 20rem}",
            ".lead{font-size:1.15rem;background:#fff4d6;padding:.7rem 1rem;border-left:4px solid #E69F00}",
+           ".side{display:flex;flex-wrap:wrap;gap:.5rem}.side pre{flex:1 1 18rem;overflow-x:auto;font-size:.8rem;background:#f6f6f6;padding:.4rem;margin:0}",
            ".wide{overflow-x:auto;max-width:100%}svg.hist{max-width:100%;height:auto}",
            "@media (max-width:30rem){body{margin:1rem auto;padding:0 .5rem}.exercise{flex-basis:100%}td,th{padding:.25rem .3rem}}",
            "</style></head><body>",
@@ -350,7 +351,12 @@ def class_report_html(reports, seed: int | None = None) -> str:
                    f"<td>{fmt_points(r.score)}/{fmt_points(r.max_score)}</td>"
                    + "".join(f"<td>{fmt_points(by_id.get(e.id, 0.0))}</td>" for e in EXERCISES)
                    + f"<td>{status(r)}</td></tr>")
-    out.append("</table></div></body></html>\n")
+    out.append("</table></div>")
+    if pairs is not None:
+        from .similarity import pairs_html
+
+        out += pairs_html(pairs)
+    out.append("</body></html>\n")
     return "\n".join(out)
 
 
@@ -421,8 +427,8 @@ def failure_rates_html(reports) -> list:
     return out
 
 
-def write_class_report(path, reports, seed: int | None = None) -> None:
-    write_atomically(path, class_report_html(reports, seed))
+def write_class_report(path, reports, seed: int | None = None, pairs=None) -> None:
+    write_atomically(path, class_report_html(reports, seed, pairs))
 
 
 def gradescope_results(report: SubmissionReport, hidden_visibility: str = "after_published",

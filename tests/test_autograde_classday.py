@@ -465,3 +465,41 @@ def test_a_generated_class_gets_one_right_row_per_student(variant_scores, layout
         assert float(row["score"]) == pytest.approx(want, abs=1e-9), row
         assert row["status"].startswith(status), row
     assert {v for v, _ in expected.values()} >= set(generator.VARIANTS) | {None}
+
+
+# ----------------------------------------------------------------------------- similarity
+
+def rename(source: str, names) -> str:
+    for old, new in names:
+        source = re.sub(rf"\b{old}\b", new, source)
+    return source
+
+
+def test_renamed_copies_rank_above_every_honest_pair(tmp_path):
+    from autograde import similarity
+
+    independent = (ROOT / "tests" / "grading" / "independent.py").read_text()
+    codes = {"original": REFERENCE,
+             "copier": rename(REFERENCE, [("model_params", "P"), ("num_gpus", "g"),
+                                          ("ratios", "grid"), ("loss", "value"), ("best", "k")]),
+             "honest": independent, "template": STUB}
+    pairs = similarity.similar_pairs(codes, threshold=0.0)
+    ranked = [(p.a, p.b) for p in pairs]
+    assert ranked[0] == ("copier", "original") and pairs[0].similarity > 0.9
+    honest = [p.similarity for p in pairs if {p.a, p.b} != {"copier", "original"}]
+    assert all(s < 0.5 < pairs[0].similarity for s in honest)
+    assert not [p for p in pairs if "template" in (p.a, p.b)]  # the template is not evidence
+    assert "<mark>" in pairs[0].evidence[0] and "<mark>" in pairs[0].evidence[1]
+
+
+def test_the_class_report_shows_copies_side_by_side(tmp_path):
+    for sid, source in [("ann", REFERENCE), ("bob", rename(REFERENCE, [("ratios", "grid")])),
+                        ("cy", STUB)]:
+        (tmp_path / "class" / sid).mkdir(parents=True)
+        (tmp_path / "class" / sid / "09-exercises.py").write_text(source)
+    assert run(tmp_path / "class", "--seed", SEED, "--class-report", tmp_path / "r.html",
+               "--similarity") == 0
+    html = (tmp_path / "r.html").read_text()
+    section = html[html.index('id="similarity"'):]
+    assert "ann and bob" in section and section.count('class="pair"') == 1
+    assert section.count("<pre>") == 2 and "<mark>" in section
