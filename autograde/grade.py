@@ -16,7 +16,6 @@ from pathlib import Path
 
 from . import textsafe
 from .sandbox import Sandbox
-from .submission import SUFFIXES
 
 
 @dataclass
