@@ -1,10 +1,13 @@
 """Command line: ``python -m autograde SUBMISSION... [options]``.
 
 Each SUBMISSION is a notebook (``.ipynb``), a Jupytext-paired MyST ``.md``, a ``.py`` file,
-or a folder (a class: every submission inside it, recursively; with one sub-folder per
-student, the sub-folder's name is the student id). ``--roster CSV`` names the students
-instead. Prints the report for one submission, or a table for several; ``--json``,
-``--csv`` (grades for an LMS), ``--class-report`` (HTML) and ``--gradescope`` write files.
+or a folder (a class, in any layout :mod:`autograde.classrun` recognises: Canvas's flat
+download, Moodle's folders, one folder per student). ``--roster CSV`` names the students
+(the course's own roster, or the LMS's export beside its download). Prints the report for
+one submission, or a table for several; ``--json``, ``--csv``, ``--canvas-csv``,
+``--moodle-csv``, ``--feedback``, ``--class-report`` (HTML) and ``--gradescope`` write files.
+A class run appends each finished student to a journal; SIGINT or SIGTERM stops it and
+writes what is done, and ``--resume`` grades the rest.
 Exits 0 whenever grading finished, whatever the scores; 2 for bad arguments; 3 when the
 grader itself failed (a check crashed, or a sandbox could not be started).
 """
