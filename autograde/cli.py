@@ -1,23 +1,33 @@
 """Command line: ``python -m autograde SUBMISSION... [options]``.
 
 Each SUBMISSION is a notebook (``.ipynb``), a Jupytext-paired MyST ``.md``, a ``.py`` file,
-or a folder (a class: every submission inside it, recursively; with one sub-folder per
-student, the sub-folder's name is the student id). ``--roster CSV`` names the students
-instead. Prints the report for one submission, or a table for several; ``--json``,
-``--csv`` (grades for an LMS), ``--class-report`` (HTML) and ``--gradescope`` write files.
+or a folder (a class, in any layout :mod:`autograde.classrun` recognises: Canvas's flat
+download, Moodle's folders, one folder per student). ``--roster CSV`` names the students
+(the course's own roster, or the LMS's export beside its download). Prints the report for
+one submission, or a table for several; ``--json``, ``--csv``, ``--canvas-csv``,
+``--moodle-csv``, ``--feedback``, ``--class-report`` (HTML) and ``--gradescope`` write files.
+A class run appends each finished student to a journal; SIGINT or SIGTERM stops it and
+writes what is done, and ``--resume`` grades the rest.
 Exits 0 whenever grading finished, whatever the scores; 2 for bad arguments; 3 when the
 grader itself failed (a check crashed, or a sandbox could not be started).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
+import re
+import shutil
+import signal
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
+from . import classrun
+from .classrun import Student
 from .sandbox import ISOLATION_MODES
 from .submission import SUFFIXES
 
@@ -31,9 +41,11 @@ def parse_args(argv):
                         help="a file or a folder of files (a class; with one sub-folder per "
                              "student, the sub-folder's name is the student id)")
     parser.add_argument("--roster", metavar="CSV",
-                        help="the class list: columns student_id, name, file (a submission "
-                             "or a student's folder, relative to the roster); students "
-                             "without a submission are listed as missing")
+                        help="the class list: Canvas's gradebook export, Moodle's grading "
+                             "worksheet or participants export (with the submissions folder "
+                             "as SUBMISSION), or a CSV with the columns student_id, name, file "
+                             "(a submission or a student's folder, relative to the roster); "
+                             "students without a submission are listed as missing")
     parser.add_argument("--json", metavar="PATH", help="write the full report as JSON")
     parser.add_argument("--csv", metavar="PATH",
                         help="write the grades, one row per student, for an LMS: student_id, "
@@ -42,6 +54,28 @@ def parse_args(argv):
     parser.add_argument("--class-report", metavar="HTML",
                         help="write a class report: score distributions per exercise and how "
                              "many students made each known mistake")
+    parser.add_argument("--canvas-csv", metavar="PATH",
+                        help="write the grades as Canvas's gradebook import file")
+    parser.add_argument("--canvas-assignment", default="Exercises", metavar="NAME",
+                        help="the Canvas column: the assignment's name, or 'Name (12345)' "
+                             "with its id from the gradebook export (default: Exercises)")
+    parser.add_argument("--canvas-per-exercise", action="store_true",
+                        help="also one Canvas column (a new assignment) per exercise")
+    parser.add_argument("--moodle-csv", metavar="PATH",
+                        help="write the grades as Moodle's grading worksheet (upload it, or "
+                             "import it in the gradebook by email address)")
+    parser.add_argument("--feedback", metavar="FOLDER",
+                        help="write each student's feedback as FOLDER/<student id>.md")
+    parser.add_argument("--journal", metavar="PATH",
+                        help="where each finished student's result is appended at once "
+                             "(default: beside the first output file, with .journal added)")
+    parser.add_argument("--resume", action="store_true",
+                        help="reuse the journal of an interrupted run: grade only students "
+                             "whose file is new or changed (same seed as that run)")
+    parser.add_argument("--similarity", action="store_true",
+                        help="with --class-report: list the pairs of students whose code is "
+                             "likely copied (identifiers ignored, the template left out), the "
+                             "evidence side by side")
     parser.add_argument("--gradescope", metavar="PATH",
                         help="write Gradescope's results.json (one submission only)")
     parser.add_argument("--hidden-visibility", default="after_published",
@@ -73,119 +107,316 @@ def parse_args(argv):
     return parser, args
 
 
-def expand(parser, items) -> tuple[list, list, list]:
-    """(paths, labels, student ids): files as given; a folder's files labelled relative to
-    the folder, each student identified by their sub-folder (or file name)."""
-    from .grade import find_submissions, student_id_for
-
-    paths, labels, ids = [], [], {}
-    for item in items:
+def collect(parser, args) -> list:
+    """Every student of the run, each once (a :class:`~autograde.classrun.Student` with all
+    the files they sent): from the SUBMISSION files and folders, the roster, or both."""
+    found: dict = {}
+    for item in args.submissions:
         path = Path(item)
         if path.is_dir():
-            for found in find_submissions(path):
-                paths.append(found)
-                labels.append(str(path / found.relative_to(path)))
-                ids[found.resolve()] = student_id_for(found, path)
+            for sid, student in classrun.students_in(path).items():
+                if sid in found:
+                    found[sid].files += student.files
+                else:
+                    found[sid] = student
         elif path.is_file():
             if path.suffix.lower() not in SUFFIXES:
                 parser.error(f"{item}: unsupported file type {path.suffix or '(none)'!r}; "
                              f"expected one of {', '.join(SUFFIXES)} or a folder")
-            paths.append(path)
-            labels.append(str(path))
-            ids[path.resolve()] = student_id_for(path, None)
+            sid = classrun.student_id_for(path, None)
+            student = found.setdefault(sid, Student(sid))
+            if all(p.resolve() != path.resolve() for p, _ in student.files):
+                student.files.append((path, classrun.display(path.name)))
         else:
             parser.error(f"{item}: no such file or folder")
-    seen, unique = set(), []
-    for p, label in zip(paths, labels):
-        key = p.resolve()
-        if key not in seen:
-            seen.add(key)
-            unique.append((p, label))
-    return ([p for p, _ in unique], [label for _, label in unique],
-            [ids[p.resolve()] for p, _ in unique])
-
-
-def from_roster(parser, roster) -> tuple[list, list, list, list, list]:
-    """(paths, labels, ids, names, missing) for the roster's students; ``missing`` holds
-    (id, name, why) of those without a submission."""
-    from .grade import pick_from_folder, read_roster
-
+    if not args.roster:
+        return [found[sid] for sid in sorted(found)]
     try:
-        rows = read_roster(roster)
+        roster = classrun.read_roster(args.roster)
+        own = classrun.roster_has_files(args.roster)
     except ValueError as exc:
         parser.error(str(exc))
-    paths, labels, ids, names, missing = [], [], [], [], []
-    for sid, name, target in rows:
-        path = pick_from_folder(target) if target is not None and target.is_dir() else target
-        if path is None or not path.is_file() or path.suffix.lower() not in SUFFIXES:
-            where = target if target is not None else "(no file given)"
-            missing.append((sid, name, f"no submission at {where}"))
-            continue
-        paths.append(path)
-        labels.append(str(path))
-        ids.append(sid)
-        names.append(name)
-    return paths, labels, ids, names, missing
-
-
-def main(argv=None) -> int:
-    parser, args = parse_args(sys.argv[1:] if argv is None else argv)
-    missing = []
-    if args.roster:
+    if own:
         if args.submissions:
             parser.error("give either --roster or SUBMISSION paths, not both (the roster "
                          "names each student's file or folder)")
-        paths, labels, ids, names, missing = from_roster(parser, args.roster)
-    else:
-        paths, labels, ids = expand(parser, args.submissions)
-        names = [""] * len(paths)
-    if args.gradescope and len(paths) != 1:
-        parser.error(f"--gradescope grades exactly one submission, got {len(paths)}")
+        return roster
+    if not args.submissions:
+        parser.error(f"{args.roster} is an LMS roster: give the submissions folder too")
+    students, strangers = classrun.match_roster(roster, found)
+    return students + strangers
 
-    from .sandbox import prestart, protect_grader_memory
 
-    prestart(args.isolation)  # the sandbox's template process starts while we import
-    from tests.grading import load_checks
+def missing_report(student: Student, checks):
+    """The report of a student with nothing gradable: zero, and why."""
+    from . import reports
 
-    from . import reports, textsafe
-    from .grade import grade_many
+    why = ("nothing was submitted" if not student.sent_anything else
+           classrun.status(reports.SubmissionReport(""), student))
+    report = reports.missing_report(student.student_id, student.name, why, checks)
+    report.missing = not student.sent_anything
+    return report
 
-    protect_grader_memory()
-    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-    checks = load_checks(include_hidden=not args.public_only, seed=seed)
-    lock, done = threading.Lock(), [0]
-    started = time.monotonic()
 
-    def progress(report):
-        if len(paths) > 1 and not args.quiet and sys.stderr.isatty():
-            with lock:
-                done[0] += 1
-                print(f"[{done[0]}/{len(paths)}] {report.submission}: "
-                      f"{reports.fmt_points(report.score)}/{reports.fmt_points(report.max_score)}",
-                      file=sys.stderr)
+class Run:
+    """One grading run over a class: worker threads, the journal, and a stop on SIGINT or
+    SIGTERM that keeps what is done."""
 
-    results = grade_many(paths, checks, jobs=args.jobs, progress=progress, labels=labels,
-                         timeout=args.timeout, isolation=args.isolation, memory_mb=args.memory)
-    for report, sid, name in zip(results, ids, names):
-        report.student_id, report.name = sid, name
-    results += [reports.missing_report(sid, name, why, checks) for sid, name, why in missing]
+    def __init__(self, students, checks, args, seed, journal=None, done=None):
+        self.students, self.checks, self.args, self.seed = students, checks, args, seed
+        self.journal, self.done = journal, done or {}
+        self.reports: dict = {}  # index -> report, only of students finished before a stop
+        self.stop = threading.Event()
+        self.signal: int | None = None
+        self.lock = threading.Lock()
+        self.queue = list(range(len(students)))[::-1]
+        self.finished = 0
+
+    def options(self) -> dict:
+        a = self.args
+        return {"timeout": a.timeout, "isolation": a.isolation, "memory_mb": a.memory}
+
+    def grade(self, student: Student):
+        """One student's report; never raises (a failure of the grader is that row's)."""
+        from . import reports
+
+        try:
+            classrun.pick(student)
+            if student.chosen is None:
+                report = missing_report(student, self.checks)
+            else:
+                digest = classrun.content_hash(
+                    student.chosen, self.seed, self.args.public_only, self.args.timeout,
+                    self.args.memory, student.shown)
+                old = self.done.get(student.student_id)
+                report = None
+                if old and old[0] == digest and not old[1].get("grader_errors"):
+                    report = classrun.report_from_record(old[1], self.checks)
+                reused = report is not None
+                if not reused:
+                    report = classrun.grade_student(student.chosen, self.checks,
+                                                    student.student_id, label=student.shown,
+                                                    **self.options())
+                report.submission = student.shown
+                if self.journal is not None and not self.stop.is_set() and not reused:
+                    self.journal.add(student.student_id, digest, report)
+        except Exception as exc:
+            from tests.grading import Result
+
+            report = reports.SubmissionReport(submission=student.shown)
+            report.grader_errors = [f"{type(exc).__name__} while reading this student's files"]
+            report.results = [(c, Result(False, "Not graded: the grader failed on this file. "
+                                                "Please tell your instructor.")) for c in self.checks]
+        report.student_id, report.name = student.student_id, student.name
+        report.student = student
+        try:
+            report.status_text = classrun.status(report, student)
+        except Exception:
+            report.status_text = "grader error"
+        return report
+
+    def work(self) -> None:
+        while not self.stop.is_set():
+            with self.lock:
+                if not self.queue:
+                    return
+                i = self.queue.pop()
+            report = self.grade(self.students[i])
+            if self.stop.is_set():
+                return  # interrupted meanwhile: its sandbox was stopped, the result is not kept
+            with self.lock:
+                self.reports[i] = report
+                self.finished += 1
+            self.progress(report)
+
+    def progress(self, report) -> None:
+        from . import reports, textsafe
+
+        if len(self.students) > 1 and not self.args.quiet and sys.stderr.isatty():
+            print(textsafe.console(
+                f"[{self.finished}/{len(self.students)}] {report.student_id}: "
+                f"{reports.fmt_points(report.score)}/{reports.fmt_points(report.max_score)}"),
+                file=sys.stderr)
+
+    def on_signal(self, signum, frame) -> None:
+        self.signal = signum
+        self.stop.set()
+
+    def run(self) -> list:
+        threads = [threading.Thread(target=self.work, daemon=True, name=f"autograde-{k}")
+                   for k in range(min(self.args.jobs, max(1, len(self.students))))]
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads) and not self.stop.is_set():
+            for t in threads:
+                t.join(timeout=0.05)
+        if self.stop.is_set():
+            from .sandbox import stop_all
+
+            stop_all()  # every worker dies with its zygote; grading threads return soon
+            until = time.monotonic() + 1.0
+            for t in threads:
+                t.join(timeout=max(0.0, until - time.monotonic()))
+        return [self.reports[i] for i in sorted(self.reports)]
+
+
+def default_journal(args) -> Path | None:
+    if args.journal:
+        return Path(args.journal)
+    for out in (args.csv, args.json, args.canvas_csv, args.moodle_csv, args.class_report):
+        if out:
+            return Path(out).with_name(Path(out).name + ".journal")
+    return None
+
+
+RUN_FOLDER = re.compile(r"^autograde-run-(\d+)-")
+
+
+def run_folder() -> Path:
+    """A private temporary folder for everything this run creates (sandboxes, zygotes),
+    removed when it ends, even by SIGINT or SIGTERM; one left by a SIGKILLed run is removed
+    by the next run (its process id is in the name)."""
+    base = Path(tempfile.gettempdir())
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        entries = []
+    for entry in entries:
+        match = RUN_FOLDER.match(entry.name)
+        if not match or int(match.group(1)) == os.getpid():
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_uid != os.geteuid() or not entry.is_dir(
+                    follow_symlinks=False):
+                continue
+            os.kill(int(match.group(1)), 0)
+        except ProcessLookupError:
+            shutil.rmtree(entry.path, ignore_errors=True)
+        except OSError:
+            pass
+    folder = Path(tempfile.mkdtemp(prefix=f"autograde-run-{os.getpid()}-", dir=base))
+    os.chmod(folder, 0o711)
+    return folder
+
+
+def main(argv=None) -> int:
+    with contextlib.suppress(ValueError):  # honour Ctrl-C even if started with it ignored
+        if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    parser, args = parse_args(sys.argv[1:] if argv is None else argv)
+    students = collect(parser, args)
+    if args.gradescope and len(students) != 1:
+        parser.error(f"--gradescope grades exactly one submission, got {len(students)}")
+    single = (len(students) == 1 and not args.roster and len(args.submissions) == 1
+              and Path(args.submissions[0]).is_file())
+    journal_path = None if single else default_journal(args)
+    header_seed, done = None, {}
+    if args.resume:
+        if journal_path is None or not journal_path.exists():
+            parser.error("--resume needs the journal of an earlier run "
+                         f"({journal_path or 'give --journal or an output file'}: not found)")
+        try:
+            header, done = classrun.read_journal(journal_path)
+        except ValueError as exc:
+            parser.error(str(exc))
+        header_seed = header.get("seed")
+        if args.seed is not None and args.seed != header_seed:
+            parser.error(f"--resume: the journal was graded with --seed {header_seed}, "
+                         f"not {args.seed}")
+    seed = (args.seed if args.seed is not None else header_seed if header_seed is not None
+            else random.SystemRandom().randrange(2**31))
+
+    from . import reports
+
+    previous_tmp = tempfile.tempdir
+    folder = run_folder()
+    tempfile.tempdir = str(folder)
+    reports.PRIVATE_ROOTS[:] = [folder, Path.cwd().resolve(), Path(previous_tmp or
+                                tempfile.gettempprefix()).resolve(), Path.home()] + [
+        Path(p).resolve() for p in args.submissions] + (
+        [Path(args.roster).resolve().parent] if args.roster else [])
+    handlers = {}
+    run = None
+    try:
+        from .sandbox import prestart, protect_grader_memory, stop_all
+
+        stop_all(False)
+        prestart(args.isolation)  # the sandbox's template process starts while we import
+        from tests.grading import load_checks
+
+        protect_grader_memory()
+        checks = load_checks(include_hidden=not args.public_only, seed=seed)
+        journal = None
+        if journal_path is not None:
+            journal = classrun.Journal(journal_path, {"seed": seed}, keep=done if args.resume else None)
+        run = Run(students, checks, args, seed, journal, done)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            try:  # SIGINT too when inherited as ignored (a script started us with `&`)
+                handlers[signum] = signal.signal(signum, run.on_signal)
+            except (ValueError, OSError):  # not the main thread
+                pass
+        started = time.monotonic()
+        results = run.run()
+        if journal is not None:
+            journal.close()
+        return finish(args, results, run, seed, started, single, journal_path)
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        from .sandbox import stop_all
+
+        stop_all(False)
+        tempfile.tempdir = previous_tmp
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def finish(args, results, run, seed, started, single, journal_path) -> int:
+    """Print and write what was graded (all of it, or what was done before a stop)."""
+    from . import lms, reports, textsafe
+
     try:
         if not args.quiet:
             print_results(args, results, seed, started)
     except BrokenPipeError:  # e.g. piped into `head`: the reports below still get written
         sys.stdout = open(os.devnull, "w")
+    rows = [(r, getattr(r, "student", None)) for r in sorted(results, key=lambda r: r.student_id)]
     if args.json:
-        reports.write_json(args.json, results, seed)
+        reports.write_json(args.json, results, seed, single=single)
     if args.csv:
         reports.write_csv(args.csv, results)
     if args.class_report:
-        reports.write_class_report(args.class_report, results, seed)
-    if args.gradescope:
+        pairs = None
+        if args.similarity:
+            from . import similarity
+
+            began = time.monotonic()
+            pairs = similarity.similar_pairs({
+                r.student_id: similarity.student_code(r.student.chosen) for r in results
+                if getattr(r, "student", None) is not None and r.student.chosen is not None})
+            if not args.quiet:
+                print(f"Similarity: {len(pairs)} pairs flagged in "
+                      f"{time.monotonic() - began:.1f} s.", file=sys.stderr)
+        reports.write_class_report(args.class_report, results, seed, pairs)
+    if args.canvas_csv:
+        reports.write_atomically(args.canvas_csv, lms.canvas_csv(
+            rows, args.canvas_assignment, args.canvas_per_exercise))
+    if args.moodle_csv:
+        reports.write_atomically(args.moodle_csv, lms.moodle_csv(rows))
+    if args.feedback:
+        reports.write_feedback(args.feedback, results)
+    if args.gradescope and results:
         reports.write_gradescope(args.gradescope, results[0], args.hidden_visibility)
-    errors = [(r.submission, e) for r in results for e in r.grader_errors]
-    for submission, error in errors:
-        print(f"autograde: grader error on {submission}: {textsafe.printable(error)}",
-              file=sys.stderr)
+    if run.signal is not None:
+        name = signal.Signals(run.signal).name
+        again = (" Run the same command with --resume to grade the rest." if journal_path
+                 else "")
+        print(f"autograde: interrupted ({name}): {len(results)} of {len(run.students)} "
+              f"students graded, and written.{again}", file=sys.stderr)
+        return 128 + run.signal
+    errors = [(r.student_id or r.submission, e) for r in results for e in r.grader_errors]
+    for who, error in errors:
+        print(f"autograde: grader error on {textsafe.printable(who)}: "
+              f"{textsafe.printable(reports.scrub(error))}", file=sys.stderr)
     return 3 if errors else 0
 
 

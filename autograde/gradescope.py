@@ -3,43 +3,37 @@
     python -m autograde.gradescope /autograder/submission /autograder/results/results.json
 
 ``run_autograder`` (see ``autograde/bundle/``) calls this on Gradescope's machines, with the
-hidden tests. A student may upload several files: the exercises notebook is preferred, then
-any notebook, then a ``.py`` file, then a paired MyST ``.md``. Always writes results.json;
+hidden tests. A student may upload several files: the one graded is chosen by the rule a
+class run uses (:func:`autograde.classrun.pick`: the file that defines the most of the four
+functions, then the exercises notebook by name, then the newest), and the feedback names it
+and the others. Always writes results.json;
 exits 0 whatever the score, 3 if the grader itself failed (results.json then says so), so
 that Gradescope reports an autograder failure instead of a silent zero.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 from pathlib import Path
 
-from .grade import NOT_SUBMISSIONS, grade_submission, is_notebook_markdown
+from . import classrun, textsafe
 from .reports import VISIBILITIES, write_atomically, write_gradescope
 
-PREFERENCE = (".ipynb", ".py", ".md")
-
-
 def pick_submission(folder: Path):
-    """(path or None, a note for the student about what was chosen)."""
-    candidates = [p for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()
-                  and p.suffix.lower() in PREFERENCE and p.name not in NOT_SUBMISSIONS
-                  and not any(part.startswith(".") for part in p.relative_to(folder).parts)
-                  and (p.suffix.lower() != ".md" or is_notebook_markdown(p))]
-    if not candidates:
+    """(path or None, a note for the student about what was chosen): the class run's own
+    rule (:func:`autograde.classrun.pick`), so Gradescope grades what a local run grades."""
+    student = classrun.Student("", files=[
+        (p, "/".join(classrun.display(x) for x in p.relative_to(folder).parts))
+        for p in classrun.walk(folder)])
+    classrun.pick(student)
+    if student.chosen is None:
         return None, ""
-
-    def rank(p: Path):
-        return (PREFERENCE.index(p.suffix.lower()), "exercise" not in p.name.lower(),
-                -p.stat().st_size, str(p))
-
-    chosen = min(candidates, key=rank)
     note = ""
-    if len(candidates) > 1:
-        note = (f"Graded {chosen.relative_to(folder)}; also uploaded: "
-                + ", ".join(str(p.relative_to(folder)) for p in candidates if p != chosen) + ".")
-    return chosen, note
+    if student.others:
+        note = textsafe.printable(classrun.several_files(student)).capitalize() + "."
+    return student.chosen, note
 
 
 def main(argv=None) -> int:
@@ -83,8 +77,9 @@ def grade(args) -> int:
         return 0
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     checks = load_checks(include_hidden=True, seed=seed)
-    report = grade_submission(path, checks, timeout=args.timeout,
-                              label=str(path.relative_to(args.submission_dir)))
+    report = classrun.grade_student(path, checks, os.environ.get("GRADESCOPE_STUDENT", ""),
+                                    timeout=args.timeout,
+                                    label=textsafe.file_name(path.relative_to(args.submission_dir)))
     if note:
         report.notes.insert(0, note.rstrip("."))
     write_gradescope(args.results, report, args.hidden_visibility, extra={"seed": seed})

@@ -13,16 +13,17 @@ The grades CSV (``--csv``) has one row per student, in this column order:
 ``ex1`` ... ``ex4``
     points per exercise;
 ``status``
-    ``graded``, ``not run`` (nothing in the file could run), ``missing`` (on the roster,
-    no submission) or ``grader error``;
+    what happened (:func:`autograde.classrun.status`): ``graded``, ``missing`` (nothing
+    submitted), ``unreadable: submitted a .pdf (...)``, ``several files: graded final.ipynb
+    (the newest notebook); also sent scratch.py``, ``too large``, ``timed out``, ``not run``
+    (nothing in the file could run) or ``grader error``;
 ``submission``
-    the graded file.
+    the graded file, as the student named it (relative to the class folder, never an
+    absolute path).
 
-It is UTF-8 with a header row and a dot as decimal mark. To import it: in Canvas, Grades >
-Import, matching ``student_id`` to "SIS User ID" (or name the roster's ids after Canvas's)
-and choosing ``score`` as the assignment's column; in Moodle, Grades > Import > CSV file,
-mapping ``student_id`` to "ID number" (or username/email, whichever the roster holds) and
-``score`` to the grade item.
+It is UTF-8 with a header row and a dot as decimal mark. It is for the instructor; the files
+that Canvas and Moodle import as they are come from ``--canvas-csv`` and ``--moodle-csv``
+(:mod:`autograde.lms`).
 
 Gradescope's format (https://gradescope-autograders.readthedocs.io, "Specifications"):
 top-level ``score``, ``execution_time``, ``output``, and ``tests``, each with ``name``,
@@ -31,6 +32,7 @@ top-level ``score``, ``execution_time``, ``output``, and ``tests``, each with ``
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -47,14 +49,34 @@ def fmt_points(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:.1f}"
 
 
+#: Absolute folders of the grading machine (the class folder, the working directory, the
+#: temporary folder) that no written report may show: :func:`scrub` removes them.
+PRIVATE_ROOTS: list = []
+
+
+def scrub(text: str) -> str:
+    """``text`` without the grading machine's absolute folders (:data:`PRIVATE_ROOTS`)."""
+    for root in sorted({str(r).rstrip("/") for r in PRIVATE_ROOTS if str(r) not in ("", "/")},
+                       key=len, reverse=True):
+        text = text.replace(root + "/", "").replace(root, ".")
+    return text
+
+
 def write_atomically(path, text: str) -> None:
-    """Write a report in one step: a reader never sees half of it."""
+    """Write a report in one step: a reader never sees half of it, and nothing is left
+    behind if writing fails. Text that is not valid UTF-8 (a lone surrogate from a file
+    name) is written escaped."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
-    with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace", newline="") as f:
+            f.write(scrub(text))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 # ----------------------------------------------------------------------------- console
@@ -98,11 +120,13 @@ def table(reports) -> str:
     if not reports:
         return "No submissions found."
     exercises = [(e["id"], e["max_score"]) for e in reports[0].exercises()]
-    def label(r):
-        return r.submission or f"{r.student_id} (no submission)"
+    def label(r):  # the file graded, with the student's id where the file does not name it
+        if not r.submission:
+            return f"{r.student_id} (no submission)"
+        return r.submission if r.student_id in r.submission else f"{r.student_id}: {r.submission}"
 
     width = max(10, min(48, max(len(label(r)) for r in reports)))
-    head = f"{'submission':<{width}}  {'score':>9}  " + "  ".join(f"{i:>7}" for i, _ in exercises)
+    head = f"{'student':<{width}}  {'score':>9}  " + "  ".join(f"{i:>7}" for i, _ in exercises)
     lines = [head + "  seconds", "-" * (len(head) + 9)]
     for r in reports:
         by_id = {e["id"]: e for e in r.exercises()}
@@ -126,18 +150,30 @@ def table(reports) -> str:
 
 # ----------------------------------------------------------------------------- files
 
-def json_report(reports, seed: int | None) -> dict:
-    """One submission: its report object. Several: ``{"seed", "submissions": {path: report}}``."""
-    if len(reports) == 1:
-        return {**reports[0].to_json(), "seed": seed}
-    return {"seed": seed, "submissions": {r.submission: r.to_json() for r in reports}}
+def _row_json(report) -> dict:
+    return {**report.to_json(), "status": status(report)}
 
 
-def write_json(path, reports, seed: int | None) -> None:
-    write_atomically(path, json.dumps(json_report(reports, seed), indent=2, allow_nan=False) + "\n")
+def json_report(reports, seed: int | None, single: bool | None = None) -> dict:
+    """One submission: its report object. A class: ``{"seed", "submissions": {student id:
+    report}}``, every student once, keyed by id (never by path; the report's
+    ``submission`` names the file graded, relative to the class folder)."""
+    if single if single is not None else len(reports) == 1:
+        return {**_row_json(reports[0]), "seed": seed}
+    return {"seed": seed, "submissions": {r.student_id: _row_json(r)
+                                       for r in sorted(reports, key=lambda r: r.student_id)}}
+
+
+def write_json(path, reports, seed: int | None, single: bool | None = None) -> None:
+    write_atomically(path, json.dumps(json_report(reports, seed, single), indent=2,
+                                      allow_nan=False) + "\n")
 
 
 def status(report: SubmissionReport) -> str:
+    """The row's status: what the class run set (:func:`autograde.classrun.status`), else
+    from the report alone."""
+    if getattr(report, "status_text", ""):
+        return report.status_text
     if report.missing:
         return "missing"
     if report.grader_errors:
@@ -234,7 +270,7 @@ def _histogram_svg(scores, maximum: float, width: int = 360, height: int = 120) 
     return "".join(parts)
 
 
-def class_report_html(reports, seed: int | None = None) -> str:
+def class_report_html(reports, seed: int | None = None, pairs=None) -> str:
     """A self-contained HTML page: scores per exercise as histograms, and how many students
     made each known mistake, most common first (what to re-teach)."""
     from html import escape
@@ -244,6 +280,9 @@ def class_report_html(reports, seed: int | None = None) -> str:
 
     graded = [r for r in reports if not r.missing]
     n = len(reports)
+    absent = [r for r in reports if status(r).startswith(("missing", "unreadable"))]
+    stubs = [r for r in reports if r not in absent and is_stub(r)]
+    worked = [r for r in reports if r not in absent and r not in stubs]
     counts: dict = {}
     who: dict = {}
     for r in reports:
@@ -252,19 +291,25 @@ def class_report_html(reports, seed: int | None = None) -> str:
             who.setdefault(m, []).append(r.student_id or r.submission)
     known = sorted((m for m in counts if not m.startswith("other:")), key=lambda m: (-counts[m], m))
     others = sorted((m for m in counts if m.startswith("other:")), key=lambda m: (-counts[m], m))
-    scores = sorted(r.score for r in reports)
-    mean = sum(scores) / n if n else 0.0
+    scores = sorted(r.score for r in worked)
+    mean = sum(scores) / len(scores) if scores else 0.0
     out = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
+           '<meta name="viewport" content="width=device-width, initial-scale=1">',
            "<title>Class report</title><style>",
            "body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}",
            "table{border-collapse:collapse;margin:1rem 0}td,th{border-bottom:1px solid #ddd;padding:.3rem .6rem;text-align:left;vertical-align:top}",
            ".exercises{display:flex;flex-wrap:wrap;gap:1.5rem}.exercise{flex:1 1 20rem}",
            ".lead{font-size:1.15rem;background:#fff4d6;padding:.7rem 1rem;border-left:4px solid #E69F00}",
+           ".side{display:flex;flex-wrap:wrap;gap:.5rem}.side pre{flex:1 1 18rem;overflow-x:auto;font-size:.8rem;background:#f6f6f6;padding:.4rem;margin:0}",
+           ".wide{overflow-x:auto;max-width:100%}svg.hist{max-width:100%;height:auto}",
+           "@media (max-width:30rem){body{margin:1rem auto;padding:0 .5rem}.exercise{flex-basis:100%}td,th{padding:.25rem .3rem}}",
            "</style></head><body>",
-           f"<h1>Class report</h1><p>{n} students; {len(graded)} submissions graded"
-           + (f" (hidden-test seed {seed})" if seed is not None else "")
-           + f"; mean {mean:.1f} of {fmt_points(reports[0].max_score) if reports else 0} points; "
-           f"full marks: {sum(r.score == r.max_score for r in reports)}.</p>"]
+           f"<h1>Class report</h1><p id=\"summary\">{n} students; {len(worked)} submitted work "
+           f"(mean {mean:.1f} of {fmt_points(reports[0].max_score) if reports else 0} points over "
+           f"them); {len(absent)} sent nothing gradable (missing or unreadable) and {len(stubs)} "
+           f"only the untouched template, counted apart"
+           + (f"; hidden-test seed {seed}" if seed is not None else "")
+           + f"; full marks: {sum(r.score == r.max_score for r in reports)}.</p>"]
     if known:
         top = known[0]
         out.append(f'<p class="lead" id="most-common">Most common misconception: '
@@ -283,7 +328,9 @@ def class_report_html(reports, seed: int | None = None) -> str:
                    + _histogram_svg(got, exercise.max_points)
                    + f"<p>mean {sum(got) / len(got):.1f} / {fmt_points(exercise.max_points)}; "
                      f"full marks: {full} of {len(got)}</p></div>")
-    out.append("</div><h2>Known mistakes: how many students made each</h2>")
+    out.append("</div>")
+    out += failure_rates_html(worked)
+    out.append("<h2>Known mistakes: how many students made each</h2>")
     out.append("<table id=\"misconceptions\"><tr><th>mistake</th><th>students</th><th>what the "
                "feedback told them</th></tr>")
     for m in known:
@@ -295,20 +342,93 @@ def class_report_html(reports, seed: int | None = None) -> str:
         names = ", ".join(escape(x) for x in sorted(who[m]))
         out.append(f"<tr><td>{escape(m[6:])}<details><summary>who</summary>{names}</details></td>"
                    f"<td>{counts[m]}</td></tr>")
-    out.append("</table><h2>Students</h2><table><tr><th>student</th><th>score</th>"
+    out.append("</table><h2>Students</h2><div class=\"wide\"><table><tr><th>student</th><th>score</th>"
                + "".join(f"<th>{e.id}</th>" for e in EXERCISES) + "<th>status</th></tr>")
     for r in sorted(reports, key=lambda r: r.student_id or r.submission):
         by_id = {e["id"]: e["score"] for e in r.exercises()}
-        out.append(f"<tr><td>{escape(r.student_id or r.submission)}</td>"
+        who_name = f"{r.name} ({r.student_id})" if r.name else (r.student_id or r.submission)
+        out.append(f"<tr><td>{escape(who_name)}</td>"
                    f"<td>{fmt_points(r.score)}/{fmt_points(r.max_score)}</td>"
                    + "".join(f"<td>{fmt_points(by_id.get(e.id, 0.0))}</td>" for e in EXERCISES)
                    + f"<td>{status(r)}</td></tr>")
-    out.append("</table></body></html>\n")
+    out.append("</table></div>")
+    if pairs is not None:
+        from .similarity import pairs_html
+
+        out += pairs_html(pairs)
+    out.append("</body></html>\n")
     return "\n".join(out)
 
 
-def write_class_report(path, reports, seed: int | None = None) -> None:
-    write_atomically(path, class_report_html(reports, seed))
+def feedback_file_name(student_id: str) -> str:
+    """``<student id>.md``, with anything but letters, digits, ``.``, ``-``, ``_`` and ``@``
+    replaced, so that no id can name a path outside the folder."""
+    safe = "".join(c if c.isalnum() or c in ".-_@" else "_" for c in student_id).lstrip(".")
+    return (safe or "student") + ".md"
+
+
+def feedback_markdown(report: SubmissionReport) -> str:
+    """One student's feedback: who, which file was graded (and which not), the score, and the
+    per-test report (hidden tests included: it goes back once grades are published)."""
+    fence = "~~~~"
+    lines = [f"# Feedback: {report.name or report.student_id}", "",
+             f"- Student: {report.student_id}",
+             f"- File graded: {report.submission or '(none)'}",
+             f"- Status: {status(report)}",
+             f"- Score: {fmt_points(report.score)} / {fmt_points(report.max_score)}", "",
+             fence + "text", student_text(report).replace(fence, "~~~"), fence, ""]
+    return "\n".join(lines)
+
+
+def write_feedback(folder, reports) -> None:
+    """``folder/<student id>.md`` for every student (:func:`feedback_markdown`)."""
+    folder = Path(folder)
+    for report in reports:
+        write_atomically(folder / feedback_file_name(report.student_id or report.submission),
+                         feedback_markdown(report))
+
+
+def is_stub(report: SubmissionReport) -> bool:
+    """The untouched template: every failed test says the function is not implemented, and
+    nothing passed."""
+    return bool(report.results) and report.score == 0 and all(
+        r.not_implemented for _, r in report.results)
+
+
+def failure_rates_html(reports) -> list:
+    """Per exercise and per test, the share of students (of those who submitted work) who
+    failed it, worst first: where the class is stuck."""
+    from html import escape
+
+    if not reports:
+        return []
+    failed: dict = {}
+    order: list = []
+    for r in reports:
+        for c, result in r.results:
+            if c.name not in failed:
+                failed[c.name] = [c, 0]
+                order.append(c.name)
+            failed[c.name][1] += 0 if result.passed else 1
+    n = len(reports)
+    out = ['<h2>Failure rates</h2><p>Of the students who submitted work.</p>',
+           '<div class="wide"><table id="failure-rates"><tr><th>exercise</th><th>failed '
+           '(all tests passed: no)</th></tr>']
+    for exercise in sorted({failed[k][0].exercise for k in order}):
+        bad = sum(any(not res.passed for c, res in r.results if c.exercise == exercise)
+                  for r in reports)
+        out.append(f"<tr><td>{escape(exercise)}</td><td>{bad} of {n} ({100 * bad / n:.0f}%)</td></tr>")
+    out.append('</table><table id="test-failure-rates"><tr><th>test</th><th>failed</th></tr>')
+    for name in sorted(order, key=lambda k: (-failed[k][1], order.index(k))):
+        check, count = failed[name]
+        out.append(f"<tr><td>{escape(name)}{' (hidden)' if check.hidden else ''}</td>"
+                   f"<td>{count} of {n} ({100 * count / n:.0f}%)</td></tr>")
+    out.append("</table></div>")
+    return out
+
+
+def write_class_report(path, reports, seed: int | None = None, pairs=None) -> None:
+    write_atomically(path, class_report_html(reports, seed, pairs))
 
 
 def gradescope_results(report: SubmissionReport, hidden_visibility: str = "after_published",

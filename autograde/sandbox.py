@@ -339,6 +339,8 @@ def zygote_for(wanted: str) -> Zygote:
     to ``uid``/``rlimits`` when the kernel refuses namespaces."""
     global _namespaces_refused
     with _zygotes_lock:
+        if _stopping:  # the grader was interrupted: no new sandbox (see stop_all)
+            raise RuntimeError("the grader is stopping")
         if wanted == "auto" and _namespaces_refused:
             wanted = "fallback"
         zygote = _zygotes.get(wanted)
@@ -401,6 +403,22 @@ def prestart(wanted: str = "auto") -> None:
             pass
 
     threading.Thread(target=start, name="autograde-zygote", daemon=True).start()
+
+
+_stopping = False  # set by stop_all: an interrupted grader starts no more sandboxes
+
+
+def stop_all(stopping: bool = True) -> None:
+    """Close every zygote now (the zygote kills its workers when the grader's socket
+    closes, see autograde.worker.zygote), and, with ``stopping``, refuse to start new
+    ones until ``stop_all(False)``: what Ctrl-C or SIGTERM of a class run does."""
+    global _stopping
+    _stopping = stopping
+    with _zygotes_lock:
+        for zygote in _zygotes.values():
+            with contextlib.suppress(OSError):  # wakes a thread blocked on the socket
+                zygote.socket.shutdown(socket.SHUT_RDWR)
+    _stop_zygotes()
 
 
 @atexit.register

@@ -881,8 +881,11 @@ def zygote(control_fd: int) -> None:
         try:
             message, fds = recv_message(control, max_fds=4)
         except (OSError, ValueError):
-            os._exit(0)
-        if message is None:  # the grader is gone
+            message = None
+        if message is None:  # the grader is gone (even SIGKILLed): its workers go with it
+            for pid in list(workers):
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
             os._exit(0)
         if message["op"] == "spawn" and len(fds) == 3:
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})

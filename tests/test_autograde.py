@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autograde import protocol, worker
-from autograde.grade import find_submissions, grade_submission
+from autograde.classrun import find_submissions
+from autograde.grade import grade_submission
 from autograde.sandbox import COURSE_ROOT, Sandbox, readable_by_others
 from autograde.submission import clean_cell, read_submission, units_from_python
 from tests.grading import EXERCISES, SubmissionError, load_checks
@@ -423,7 +424,7 @@ def test_cli_grades_a_class_folder_and_exits_zero_whatever_the_scores(tmp_path):
                    "--csv", tmp_path / "all.csv", "--seed", SEED)
     assert done.returncode == 0, done.stderr
     data = json.loads((tmp_path / "all.json").read_text())
-    scores = {Path(k).parent.name: v["score"] for k, v in data["submissions"].items()}
+    scores = {k: v["score"] for k, v in data["submissions"].items()}  # keyed by student id
     assert scores == {"alice": 100, "bob": 0}
     assert len(list(csv.DictReader((tmp_path / "all.csv").open()))) == 2
 
@@ -459,7 +460,7 @@ def test_the_namespace_sandbox_without_switching_uid(tmp_path):
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
     reports = json.loads((tmp_path / "r.json").read_text())["submissions"]
-    scores = {Path(k).name: (v["score"], v["isolation"]) for k, v in reports.items()}
+    scores = {Path(v["submission"]).name: (v["score"], v["isolation"]) for v in reports.values()}
     assert scores == {"reference_submission.py": (100, "namespaces"),
                       "os_exit_at_import.py": (70, "namespaces"),
                       "read_test_files.py": (60, "namespaces")}

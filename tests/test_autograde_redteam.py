@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from autograde.grade import find_submissions, grade_many, grade_submission
+from autograde.classrun import find_submissions, grade_many
+from autograde.grade import grade_submission
 from tests.grading import EXERCISES, load_checks
 from tests.redteam import build
 from tests.redteam.cases import CASES, Case

@@ -1,0 +1,79 @@
+"""Grades files that Canvas and Moodle import as they are, with no editing.
+
+**Canvas** (Grades > Import): Canvas finds each student by its own identifier columns and
+offers no step that maps a column of ours to them; every other column is taken as an
+assignment, created if no assignment has that name. What this module relies on, from
+Canvas's guides "How do I import grades in the Gradebook?" and the gradebook-export notes
+(e.g. https://teaching.resources.osu.edu/toolsets/carmencanvas/guides/calculating-final-grades/import-csv-file-carmen-grades
+and https://ts.vcu.edu/askit/teaching-and-learning/canvas/faculty/grading-faculty/gradebook-action-menu-faculty/):
+
+* the first columns are ``Student``, ``ID``, ``SIS User ID``, ``SIS Login ID``, ``Section``,
+  in that order, as in the gradebook export; one of Student/ID/SIS User ID identifies the
+  student (``ID``, the Canvas user id, which Canvas's submission file names carry);
+* then one column per assignment, headed by the assignment's name, or ``Name (12345)``
+  with the assignment's id (the export's form, which matches even if the name changes);
+* a header row, UTF-8, commas; a cell with a comma is quoted.
+
+**Moodle**: the file is the assignment's *grading worksheet* (Assignment > View all
+submissions > Grading action "Upload grading worksheet", with offline grading worksheets
+enabled in the assignment's feedback types), whose rows Moodle matches by ``Identifier``
+("Participant 2002041", the number in the folder names of "Download all submissions"); its
+columns ``Identifier``, ``Full name``, ``Email address``, ``Grade``, ``Maximum Grade`` and
+``Feedback comments`` are those of the worksheet Moodle exports. The same file also imports
+through the gradebook (Grades > Import > CSV file), where "Identify user by" maps ``Email
+address`` (or ``ID number``) to Moodle's field and ``Grade`` to the grade item
+(https://docs.moodle.org/en/Import_grades; :mod:`gradeimport_csv`'s ``map_user_data_with_value``
+accepts userid, username, useridnumber and useremail).
+"""
+from __future__ import annotations
+
+import csv
+import io
+
+from . import textsafe
+
+CANVAS_ID_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
+MOODLE_COLUMNS = ("Identifier", "Full name", "Email address", "ID number", "Grade",
+                  "Maximum Grade", "Feedback comments")
+
+
+def _points(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:.2f}"
+
+
+def canvas_csv(rows, assignment: str, per_exercise: bool = False) -> str:
+    """Canvas's gradebook import file. ``rows``: (report, student) pairs; ``assignment``:
+    the column's name (``Exercises (12345)`` with the assignment's id); ``per_exercise``
+    adds one column per exercise (each becomes an assignment of its own in Canvas)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    exercises = [e["id"] for e in rows[0][0].exercises()] if rows and per_exercise else []
+    base = assignment.rsplit(" (", 1)[0]
+    writer.writerow(list(CANVAS_ID_COLUMNS) + [assignment]
+                    + [f"{base}: Exercise {e[2:]}" for e in exercises])
+    for report, student in rows:
+        lms = student.lms if student is not None else {}
+        ids = [lms.get("Student") or (student.name if student else report.name),
+               lms.get("ID") or report.student_id,
+               lms.get("SIS User ID", ""), lms.get("SIS Login ID", ""), lms.get("Section", "")]
+        by_id = {e["id"]: e["score"] for e in report.exercises()}
+        writer.writerow([textsafe.csv_cell(x) for x in ids] + [_points(report.score)]
+                        + [_points(by_id.get(e, 0.0)) for e in exercises])
+    return buffer.getvalue()
+
+
+def moodle_csv(rows, feedback: bool = True) -> str:
+    """Moodle's grading worksheet, filled in (see this module's docstring)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(MOODLE_COLUMNS)
+    for report, student in rows:
+        lms = student.lms if student is not None else {}
+        identifier = lms.get("Identifier") or (
+            f"Participant {report.student_id}" if report.student_id.isdigit() else "")
+        email = lms.get("Email address") or (report.student_id if "@" in report.student_id else "")
+        comment = getattr(report, "status_text", "") if feedback else ""
+        writer.writerow([textsafe.csv_cell(x) for x in (
+            identifier, student.name if student else report.name, email, lms.get("ID number", ""))]
+            + [_points(report.score), _points(report.max_score), textsafe.csv_cell(comment)])
+    return buffer.getvalue()
