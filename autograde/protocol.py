@@ -11,8 +11,8 @@ that arrives is written by a process that runs student code, so the parser trust
 * a returned value must be *plain*: a float, a string, or a list of those, nested at most
   :data:`MAX_DEPTH` deep (the same shapes :func:`autograde.plain.to_plain` produces).
 
-The worker's encoder lives in :mod:`autograde.worker` (``tag``/``write_frame``), which must
-not import this package; ``tests/test_autograde_protocol.py`` checks that the two agree.
+The worker's encoder lives in :mod:`autograde.confined.frames` (``tag``/``write_frame``),
+which must not import this package; ``tests/test_autograde_protocol.py`` checks that the two agree.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ then each ``call`` sends a function name and JSON arguments, and gets back plain
 an error.
 
 What the grader enforces from the outside, because nothing inside the worker can be
-trusted once student code has run there (:mod:`autograde.worker` builds the walls):
+trusted once student code has run there (:mod:`autograde.confined` builds the walls):
 
 * a wall-clock limit on every unit and every call: the worker is killed when it is late;
 * a crash, a kill, ``os._exit`` or a malformed frame ends that worker; the next call starts
@@ -48,7 +48,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import protocol, textsafe, worker
+from . import protocol, textsafe
+from .confined import frames
 from .submission import MAX_UNIT_CHARS, Submission, Unit, read_submission
 
 WORKER = Path(__file__).with_name("worker.py")
@@ -234,7 +235,7 @@ class ZygoteRefused(RuntimeError):
 
 
 class Zygote:
-    """The template process that forks workers (see :mod:`autograde.worker`). One per
+    """The template process that forks workers (see :mod:`autograde.confined`). One per
     grading process and isolation mode, started on first use, shared by all sandboxes (a
     lock serialises its requests), stopped at exit."""
 
@@ -295,10 +296,10 @@ class Zygote:
             try:
                 self.socket.settimeout(timeout)
                 if message is not None:
-                    worker.send_message(self.socket, message, fds)
+                    frames.send_message(self.socket, message, fds)
                 if not wait:
                     return None
-                reply, _ = worker.recv_message(self.socket)
+                reply, _ = frames.recv_message(self.socket)
             except (OSError, ValueError) as exc:
                 raise RuntimeError(f"the sandbox's template process failed ({exc})") from None
         if type(reply) is not dict:
@@ -441,7 +442,7 @@ class Sandbox:
 
     ``timeout`` bounds each unit and each call, in seconds. ``memory_mb`` is the worker's
     address-space limit, ``cpu_seconds`` its total CPU time. ``isolation`` is one of
-    :data:`ISOLATION_MODES` (see :mod:`autograde.worker`); after opening,
+    :data:`ISOLATION_MODES` (see :mod:`autograde.confined`); after opening,
     ``self.isolation`` says which was reached.
     """
 

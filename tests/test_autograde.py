@@ -17,7 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autograde import protocol, worker
+from autograde import protocol
+from autograde.confined import frames
 from autograde.grade import find_submissions, grade_submission
 from autograde.sandbox import COURSE_ROOT, Sandbox, readable_by_others
 from autograde.submission import clean_cell, read_submission, units_from_python
@@ -93,7 +94,7 @@ def test_worker_encoding_round_trips_through_the_strict_decoder(value):
     """The worker's encoder and the grader's decoder agree, non-finite floats included."""
     r, w = os.pipe()
     try:
-        worker.write_frame(w, {"id": 1, "ok": True, "value": value})
+        frames.write_frame(w, {"id": 1, "ok": True, "value": value})
         os.close(w)
         w = None
         reply = protocol.FrameReader(r).read(time.monotonic() + 5)
