@@ -328,7 +328,7 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        remove_tree(self.dir)
 
 
 _zygotes: dict = {}
@@ -410,6 +410,114 @@ def _stop_zygotes() -> None:
         for zygote in _zygotes.values():
             zygote.close()
         _zygotes.clear()
+
+
+# ----------------------------------------------------------------------------- folders
+
+#: A submission's folder on the host (the modes without namespaces; with them it is a tmpfs
+#: of ``work_mb`` and 4,096 inodes) may hold at most this many entries, nested at most
+#: :data:`MAX_WORK_DEPTH` deep, and ``work_mb`` in all. The grader checks it every
+#: :data:`DISK_CHECK_SECONDS` while the worker runs (and after every unit and call), and
+#: kills a worker past a bound: the real bound is the limit plus what the worker writes in
+#: one interval (each file is also capped at ``file_mb`` by RLIMIT_FSIZE).
+MAX_WORK_ENTRIES = 4096
+MAX_WORK_DEPTH = 64
+DISK_CHECK_SECONDS = 0.1
+
+
+def folder_usage(path: Path, max_entries: int = MAX_WORK_ENTRIES,
+                 max_depth: int = MAX_WORK_DEPTH) -> tuple[int, int, int]:
+    """(entries, bytes on disk, deepest level) under ``path``, without recursion and
+    without long paths (each level is opened relative to its parent); counting stops past
+    ``max_entries`` entries or ``max_depth`` levels, so its cost is bounded too."""
+    entries = size = deepest = 0
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    try:
+        top = os.open(path, flags)
+    except OSError:
+        return 0, 0, 0
+    stack = [(top, os.scandir(top))]
+    try:
+        while stack:
+            fd, listing = stack[-1]
+            entry = next(listing, None)
+            if entry is None:
+                listing.close()
+                os.close(fd)
+                stack.pop()
+                continue
+            entries += 1
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            size += info.st_blocks * 512
+            if entries > max_entries:
+                break
+            if entry.is_dir(follow_symlinks=False):
+                deepest = max(deepest, len(stack))
+                if len(stack) > max_depth:
+                    break
+                try:
+                    child = os.open(entry.name, flags, dir_fd=fd)
+                except OSError:
+                    continue
+                stack.append((child, os.scandir(child)))
+    finally:
+        for fd, listing in stack:
+            listing.close()
+            os.close(fd)
+    return entries, size, deepest
+
+
+def remove_tree(path: Path) -> None:
+    """``rm -rf path`` without recursion (``shutil.rmtree`` recurses, and gives up on a
+    folder 3,000 levels deep) and without long paths: it goes down one level at a time by
+    file descriptor, and back up through ``..``, keeping only the folders' names. Meant for
+    folders no process writes to any more (a killed worker's). Folders a student made
+    unreadable are made readable first (the grader owns them, or is root)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    names: list = []  # the folders entered below ``path``
+    try:
+        while True:
+            descended = False
+            with os.scandir(fd) as listing:
+                for entry in listing:
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            with contextlib.suppress(OSError):
+                                os.chmod(entry.name, 0o700, dir_fd=fd)
+                            child = os.open(entry.name, flags, dir_fd=fd)
+                            os.close(fd)
+                            fd, descended = child, True
+                            names.append(entry.name)
+                            break
+                        os.unlink(entry.name, dir_fd=fd)
+                    except OSError:
+                        continue
+            if descended:
+                continue
+            if not names:
+                break
+            parent = os.open("..", flags, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            try:
+                os.rmdir(names.pop(), dir_fd=fd)
+            except OSError:
+                if not names:  # cannot be removed: stop rather than loop
+                    break
+    finally:
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        os.rmdir(path)
 
 
 @dataclass
@@ -503,7 +611,7 @@ class Sandbox:
             self._lease.release()
             self._lease = None
         if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
+            remove_tree(self._dir)
             self._dir = None
 
     @property
@@ -565,6 +673,20 @@ class Sandbox:
                                + (protocol.text(hello.get("message")) or "no greeting"))
         self.isolation = zygote.isolation
 
+    def _check_disk(self) -> None:
+        """Kill a worker whose host folder is past its bounds (see :data:`MAX_WORK_ENTRIES`);
+        in the namespaces mode its tmpfs bounds it and there is nothing to check."""
+        if self.isolation == "namespaces" or self._dir is None:
+            return
+        limit = self.limits["work_mb"] * 1024 * 1024
+        entries, size, depth = folder_usage(self._dir)
+        if entries > MAX_WORK_ENTRIES or size > limit or depth > MAX_WORK_DEPTH:
+            self._kill()
+            raise _Fatal("crashed", f"it wrote more to disk than a submission may (at most "
+                                    f"{MAX_WORK_ENTRIES:,} files and folders, "
+                                    f"{MAX_WORK_DEPTH} levels deep, "
+                                    f"{self.limits['work_mb']} MB in all)")
+
     def _kill(self, grace: float = 0.0):
         """Stop the worker (and all it started); its exit code, if known."""
         pid, self._pid = self._pid, None
@@ -595,8 +717,15 @@ class Sandbox:
         try:
             protocol.write_all(self._request_fd, protocol.encode(message), deadline)
             while True:
-                reply = self._reader.read(deadline)
+                try:
+                    reply = self._reader.read(min(deadline, time.monotonic() + DISK_CHECK_SECONDS))
+                except protocol.WorkerTimeout:
+                    if time.monotonic() >= deadline:
+                        raise
+                    self._check_disk()
+                    continue
                 if reply.get("id") == self._next_id:
+                    self._check_disk()
                     return reply
                 # A frame the grader did not ask for (student code writing to the pipe):
                 # ignore it; the real answer must still come before the deadline.

@@ -12,7 +12,14 @@ PermissionError:
 * SysV IPC, POSIX message queues, key rings: kernel objects that outlive the process (a
   uid's key ring outlives all its processes, and uids are reused by later sandboxes);
 * ptrace, process_vm_*, perf_event_open, userfaultfd, bpf, io_uring, unshare, setns:
-  inspection and kernel interfaces nothing here needs.
+  inspection and kernel interfaces nothing here needs;
+* inotify and fanotify: every namespace sandbox bind-mounts the same read-only inodes (the
+  standard library, numpy), so a watch in one sandbox would see another's ``open()``s: a
+  channel between two classmates graded at once;
+* clone with any ``CLONE_NEW*`` flag (a new user namespace makes its child root there, and
+  able to mount); ``clone3``, whose flags sit in memory a filter cannot read, returns
+  ENOSYS instead, as in Docker's default profile, so that the C library falls back to
+  ``clone`` (which the filter can check).
 """
 from __future__ import annotations
 
@@ -29,38 +36,70 @@ SECCOMP_DENY = {
                "shmget": 29, "semget": 64, "msgget": 68, "mq_open": 240, "ptrace": 101,
                "process_vm_readv": 310, "process_vm_writev": 311, "add_key": 248,
                "request_key": 249, "keyctl": 250, "perf_event_open": 298, "userfaultfd": 323,
-               "bpf": 321, "io_uring_setup": 425, "unshare": 272, "setns": 308},
+               "bpf": 321, "io_uring_setup": 425, "unshare": 272, "setns": 308,
+               "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300},
     "aarch64": {"setsid": 157, "setpgid": 154, "flock": 32, "socket": 198, "socketpair": 199,
                 "shmget": 194, "semget": 190, "msgget": 186, "mq_open": 180, "ptrace": 117,
                 "process_vm_readv": 270, "process_vm_writev": 271, "add_key": 217,
                 "request_key": 218, "keyctl": 219, "perf_event_open": 241, "userfaultfd": 282,
-                "bpf": 280, "io_uring_setup": 425, "unshare": 97, "setns": 268},
+                "bpf": 280, "io_uring_setup": 425, "unshare": 97, "setns": 268,
+                "inotify_init1": 26, "fanotify_init": 262},
 }
 SECCOMP_FCNTL = {"x86_64": 72, "aarch64": 25}
 #: F_GETLK, F_SETLK, F_SETLKW and their open-file-description forms.
 FCNTL_LOCKS = (5, 6, 7, 36, 37, 38)
 
 
+SECCOMP_CLONE = {"x86_64": 56, "aarch64": 220}
+SECCOMP_CLONE3 = {"x86_64": 435, "aarch64": 435}
+#: Every CLONE_NEW* flag (mount, cgroup, UTS, IPC, user, PID, network): Docker's mask.
+CLONE_NEW_MASK = 0x7E020000
+ENOSYS = 38
+
+
+def assemble(program: list) -> bytes:
+    """Classic BPF from ``(opcode, k, jump if true, jump if false)`` tuples and ``"name:"``
+    labels; a jump names a label (forward only) or is None (the next instruction)."""
+    labels, count = {}, 0
+    for item in program:
+        if type(item) is str:
+            labels[item.rstrip(":")] = count
+        else:
+            count += 1
+    out, index = [], 0
+    for item in program:
+        if type(item) is str:
+            continue
+        op, k, true, false = (tuple(item) + (None, None))[:4]
+        offsets = [0 if j is None else labels[j] - index - 1 for j in (true, false)]
+        assert all(0 <= o < 256 for o in offsets), item
+        out.append(struct.pack("<HBBI", op, offsets[0], offsets[1], k))
+        index += 1
+    return b"".join(out)
+
+
 def seccomp_program(machine: str) -> bytes:
-    """A classic-BPF seccomp filter refusing :data:`SECCOMP_DENY` and fcntl's lock commands
-    (``struct sock_filter`` entries; see Documentation/userspace-api/seccomp_filter.rst).
-    Any other architecture (a 32-bit call on x86_64) or an x32 system call is killed."""
-    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
-    allow, kill, eperm = 0x7FFF0000, 0x80000000, 0x00050000 | 1
-    deny = sorted(SECCOMP_DENY[machine].values())
-    n, m = len(deny), len(FCNTL_LOCKS)
-    refuse = 6 + n + 3 + m + 1  # index of the final "return EPERM"
-    prog = [(ld_abs, 0, 0, 4), (jeq, 1, 0, SECCOMP_ARCH[machine]), (ret, 0, 0, kill),
-            (ld_abs, 0, 0, 0), (jge, 0, 1, 0x40000000), (ret, 0, 0, kill)]
-    for number in deny:
-        prog.append((jeq, refuse - len(prog) - 1, 0, number))
-    prog += [(jeq, 1, 0, SECCOMP_FCNTL[machine]), (ret, 0, 0, allow),
-             (ld_abs, 0, 0, 24)]  # fcntl: the low 32 bits of args[1] (little-endian)
-    for cmd in FCNTL_LOCKS:
-        prog.append((jeq, refuse - len(prog) - 1, 0, cmd))
-    prog += [(ret, 0, 0, allow), (ret, 0, 0, eperm)]
-    assert len(prog) == refuse + 1
-    return b"".join(struct.pack("<HBBI", *ins) for ins in prog)
+    """A classic-BPF seccomp filter refusing :data:`SECCOMP_DENY`, fcntl's lock commands and
+    clone's namespace flags, with ENOSYS for clone3 (``struct sock_filter`` entries; see
+    Documentation/userspace-api/seccomp_filter.rst). Any other architecture (a 32-bit call
+    on x86_64) or an x32 system call is killed."""
+    ld_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, kill, errno = 0x7FFF0000, 0x80000000, 0x00050000
+    nr, arch, arg0, arg1 = 0, 4, 16, 24  # offsets in struct seccomp_data (low 32 bits)
+    return assemble([
+        (ld_abs, arch), (jeq, SECCOMP_ARCH[machine], None, "kill"),
+        (ld_abs, nr), (jge, 0x40000000, "kill"),
+        *[(jeq, number, "eperm") for number in sorted(SECCOMP_DENY[machine].values())],
+        (jeq, SECCOMP_CLONE3[machine], "enosys"),
+        (jeq, SECCOMP_CLONE[machine], "clone"),
+        (jeq, SECCOMP_FCNTL[machine], "fcntl"),
+        (ret, allow),
+        "clone:", (ld_abs, arg0), (jset, CLONE_NEW_MASK, "eperm"), (ret, allow),
+        "fcntl:", (ld_abs, arg1), *[(jeq, cmd, "eperm") for cmd in FCNTL_LOCKS], (ret, allow),
+        "kill:", (ret, kill),
+        "eperm:", (ret, errno | 1),
+        "enosys:", (ret, errno | ENOSYS),
+    ])
 
 
 def install_seccomp(libc) -> None:
