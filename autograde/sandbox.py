@@ -423,6 +423,38 @@ def _stop_zygotes() -> None:
 MAX_WORK_ENTRIES = 4096
 MAX_WORK_DEPTH = 64
 DISK_CHECK_SECONDS = 0.1
+#: How often the memory of a submission's whole process group is summed (a scan of /proc).
+MEMORY_CHECK_SECONDS = 0.25
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def group_memory(pgid: int) -> int:
+    """Bytes of private resident memory (anonymous pages: statm's resident minus shared)
+    of every process in process group ``pgid``, summed. A worker's processes cannot leave
+    its group (seccomp refuses setsid and setpgid), so this is the whole submission's. Pages
+    still shared copy-on-write with the zygote count once per process: an over-estimate of
+    a few tens of MB. 0 where there is no /proc."""
+    total = 0
+    try:
+        entries = os.scandir("/proc")
+    except OSError:
+        return 0
+    with entries:
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    stat = f.read()
+                # pgrp is the third field after the command name, which may hold spaces
+                if int(stat[stat.rindex(b")") + 2:].split()[2]) != pgid:
+                    continue
+                with open(f"/proc/{entry.name}/statm", "rb") as f:
+                    fields = f.read().split()
+                total += (int(fields[1]) - int(fields[2])) * PAGE_BYTES
+            except (OSError, ValueError, IndexError):
+                continue  # it has just exited
+    return total
 
 
 def folder_usage(path: Path, max_entries: int = MAX_WORK_ENTRIES,
@@ -548,8 +580,12 @@ class _Fatal(Exception):
 class Sandbox:
     """A context manager that grades one submission file in a confined worker process.
 
-    ``timeout`` bounds each unit and each call, in seconds. ``memory_mb`` is the worker's
-    address-space limit, ``cpu_seconds`` its total CPU time. ``isolation`` is one of
+    ``timeout`` bounds each unit and each call, in seconds. ``memory_mb`` bounds memory
+    twice: each process's address space (RLIMIT_AS), and the private resident memory of all
+    the submission's processes together, summed every :data:`MEMORY_CHECK_SECONDS` while a
+    unit or call runs (:func:`group_memory`; no cgroup is needed). Within one interval the
+    real bound is ``max_processes`` times ``memory_mb`` of address space, for at most that
+    long. ``cpu_seconds`` is each process's CPU time. ``isolation`` is one of
     :data:`ISOLATION_MODES` (see :mod:`autograde.confined`); after opening,
     ``self.isolation`` says which was reached.
     """
@@ -578,6 +614,7 @@ class Sandbox:
         self._reader = None
         self._request_fd = None
         self._next_id = 0
+        self._memory_checked = 0.0  # time.monotonic() of the last group_memory scan
         self._deadline: float | None = None
         self._dir = None
         self._lease = None
@@ -673,6 +710,20 @@ class Sandbox:
                                + (protocol.text(hello.get("message")) or "no greeting"))
         self.isolation = zygote.isolation
 
+    def _check_memory(self) -> None:
+        """Kill a worker whose processes together hold more than ``memory_mb`` (each one's
+        address space is also capped at ``memory_mb`` by RLIMIT_AS)."""
+        now = time.monotonic()
+        if self._pid is None or now - self._memory_checked < MEMORY_CHECK_SECONDS:
+            return
+        self._memory_checked = now
+        used = group_memory(self._pid)
+        if used > self.limits["memory_mb"] * 1024 * 1024:
+            self._kill()
+            raise _Fatal("crashed", f"its processes used {used / 2**20:,.0f} MB of memory "
+                                    f"together, more than the {self.limits['memory_mb']} MB "
+                                    "a submission may use in all")
+
     def _check_disk(self) -> None:
         """Kill a worker whose host folder is past its bounds (see :data:`MAX_WORK_ENTRIES`);
         in the namespaces mode its tmpfs bounds it and there is nothing to check."""
@@ -723,6 +774,7 @@ class Sandbox:
                     if time.monotonic() >= deadline:
                         raise
                     self._check_disk()
+                    self._check_memory()
                     continue
                 if reply.get("id") == self._next_id:
                     self._check_disk()

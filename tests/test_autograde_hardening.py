@@ -330,6 +330,31 @@ def flood(kind):
     assert not folder.exists()
 
 
+def test_one_memory_limit_covers_all_of_a_submissions_processes(tmp_path):
+    """15 children of 150 MB each (2.2 GB in all) under a 512 MB limit: each child is
+    within its own address-space limit, the group is not, and the grader stops it."""
+    from tests.grading import SubmissionError
+
+    probe = tmp_path / "children.py"
+    probe.write_text('''
+import os, time
+
+def spread():
+    for _ in range(15):
+        if os.fork() == 0:
+            block = bytearray(150 * 1024 * 1024)
+            for i in range(0, len(block), 4096):
+                block[i] = 1
+            time.sleep(60)
+            os._exit(0)
+    time.sleep(30)
+    return "done"
+''')
+    with Sandbox(probe, timeout=20, memory_mb=512) as sandbox:
+        with pytest.raises(SubmissionError, match="more than the 512 MB a submission may use"):
+            sandbox.call("spread")
+
+
 @pytest.fixture
 def open_class_folder():
     """A class folder that other users may read, as instructors' folders often are."""
