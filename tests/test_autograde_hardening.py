@@ -499,6 +499,24 @@ def test_gradescope_shows_uploaded_names_escaped(tmp_path):
                    for line in output.splitlines())
 
 
+def test_a_reply_that_came_in_time_counts_however_late_the_grader_reads_it():
+    """A grading thread kept from running past its deadline (another thread held the GIL)
+    still finds the reply the worker sent in time; with nothing in the pipe, it times out."""
+    from autograde import protocol
+    from autograde.confined import frames
+
+    r, w = os.pipe()
+    try:
+        reader = protocol.FrameReader(r)
+        frames.write_frame(w, {"id": 1, "ok": True, "value": 2.0})
+        assert reader.read(time.monotonic() - 5)["value"] == 2.0
+        with pytest.raises(protocol.WorkerTimeout):
+            reader.read(time.monotonic() - 5)
+    finally:
+        os.close(r)
+        os.close(w)
+
+
 # ----------------------------------------------------------------------------- bounds
 
 def test_parsing_bounds_are_checked_before_parsing():

@@ -38,11 +38,13 @@ The walls, strongest first (``auto`` takes the first the platform allows):
 
 In every mode: resource limits (CPU seconds, address space, processes, file size, open
 files, no core dumps), no PATH, and in the two weaker modes Python-level sockets disabled.
-On Linux a seccomp filter (:data:`SECCOMP_DENY`) refuses the system calls that would let a
+On Linux a seccomp filter (:mod:`.seccomp`) refuses the system calls that would let a
 worker leave its process group or reach another sandbox through the kernel (record locks,
-sockets, SysV and POSIX IPC, key rings), so that in the modes without a PID namespace the
-process group the zygote kills holds everything the worker started. The zygote is a child
-subreaper: orphans of a killed worker are reaped at once.
+sockets, SysV and POSIX IPC, key rings, inotify and fanotify, new namespaces), so that in
+the modes without a PID namespace the process group the zygote kills holds everything the
+worker started. The zygote is a child subreaper: orphans of a killed worker are reaped at
+once. From the outside, the grader (:mod:`autograde.sandbox`) also bounds what the whole
+process group holds: its memory, and in the modes without a tmpfs, its folder on disk.
 
 Everything after that is untrusted: student code may rewrite any object in its worker. The
 grader trusts nothing it says except frames that parse strictly as plain data (see
