@@ -659,7 +659,11 @@ class Sandbox:
     # ------------------------------------------------------------------ worker process
 
     def _fresh_work_dir(self) -> Path:
-        """The worker's folder where namespaces are unavailable (else it gets a tmpfs)."""
+        """The worker's folder where namespaces are unavailable (else it gets a tmpfs). The
+        folders of earlier, killed workers go first: what one filled must not count
+        against the next (nothing runs in them any more)."""
+        for old in range(self.starts):
+            remove_tree(self._dir / f"work{old}")
         work = self._dir / f"work{self.starts}"
         work.mkdir(mode=0o700)
         if self._lease is not None:

@@ -786,6 +786,18 @@ def chinchilla_loss(N, D):
     return E + A / N**ALPHA + B / D**BETA
 '''},
          lost=("ex1",), message="no inotify"),
+    Case("disk_flood.py",
+         "creates 20,000 files before answering exercise 4, to fill the grading machine's disk",
+         replace={"ex4": '''
+def communication_time_per_step(model_params, dp_rank, tp_rank, num_layers, seq_len,
+                                 batch_size, d_model, bandwidth_tb_s):
+    for i in range(20_000):  # answers only once the flood is through
+        open(f"flood{i}", "w").close()
+    dp_volume = 2 * (2 * model_params)
+    tp_volume = num_layers * 2 * (2 * batch_size * seq_len * d_model)
+    return (dp_volume + tp_volume) / (bandwidth_tb_s * 1e12)
+'''},
+         lost=("ex4",)),
     # ------------------------------------------------------------------ honest variants
     Case("reference.ipynb", "the reference as a notebook with self-check cells",
          notebook="plain"),
