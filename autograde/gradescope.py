@@ -20,6 +20,7 @@ from pathlib import Path
 
 from . import classrun, textsafe
 from .reports import VISIBILITIES, write_atomically, write_gradescope
+from .textsafe import file_name
 
 def pick_submission(folder: Path):
     """(path or None, a note for the student about what was chosen): the class run's own

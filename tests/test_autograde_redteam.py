@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SUBMISSIONS = ROOT / "tests" / "redteam" / "submissions"
 TIMEOUT = 3.0  # seconds per test and per unit: far above what any honest call here needs
 SEED = 20240601
-HONEST = {"reference.ipynb", "reference_magics_and_plots.ipynb", "custom_valueerror_subclass.py"}
+HONEST = {"reference.ipynb", "reference_magics_and_plots.ipynb", "custom_valueerror_subclass.py",
+          "docstring_backslash_quotes.py", "blank_lines_cell.ipynb", "unused_scipy_import.ipynb"}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -181,7 +182,8 @@ def test_no_process_outlives_grading(graded):
                                   "segfault.py", "background_thread.py", "reference.ipynb",
                                   "network_access.py", "setsid_daemon.py",
                                   "proc_cmdline_thief.py", "import_site_packages.py",
-                                  "ansi_escape_report.py"])
+                                  "ansi_escape_report.py", "disk_flood.py", "inotify_watch.py",
+                                  "clone_new_user_namespace.py"])
 def test_uid_mode_without_namespaces(name, checks):
     """The fallback used where namespaces are refused (e.g. Gradescope's containers)."""
     require_root()
