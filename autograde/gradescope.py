@@ -20,7 +20,6 @@ from pathlib import Path
 
 from . import classrun, textsafe
 from .reports import VISIBILITIES, write_atomically, write_gradescope
-from .textsafe import file_name
 
 def pick_submission(folder: Path):
     """(path or None, a note for the student about what was chosen): the class run's own
@@ -33,7 +32,8 @@ def pick_submission(folder: Path):
         return None, ""
     note = ""
     if student.others:
-        note = textsafe.printable(classrun.several_files(student)).capitalize() + "."
+        text = textsafe.printable(classrun.several_files(student))
+        note = text[:1].upper() + text[1:] + "."  # not capitalize(): it lowercases file names
     return student.chosen, note
 
 
