@@ -41,6 +41,8 @@ __all__ = [
     "tp_cp_bytes_per_layer",
     "ulysses_max_degree",
     "ulysses_bytes_per_layer",
+    "FULL_RECOMPUTE_EXTRA_COMPUTE",
+    "full_recompute_bytes_per_layer",
 ]
 
 
@@ -191,3 +193,24 @@ def ulysses_bytes_per_layer(micro_batch, seq_len, hidden, kv_dim, degree, bytes_
         raise ValueError(f"degree must divide seq_len, got degree={u} and seq_len={s}")
     forward = float(b) * (s / u) * (2 * h + 2 * d) * allgather_factor(u)
     return float(2 * forward * nbytes)
+
+
+#: Extra compute of full recomputation: one more forward pass, 2 of the 6
+#: FLOPs per parameter and token that forward and backward cost (Korthikanti
+#: et al. 2022, sec. 5): a third more.
+FULL_RECOMPUTE_EXTRA_COMPUTE = 2 / 6
+
+
+def full_recompute_bytes_per_layer(micro_batch, seq_len, hidden, tp=1, sequence_parallel=True):
+    """Activation bytes a layer keeps under full recomputation: its 16-bit
+    input, ``2 s b h`` (Korthikanti et al. 2022, sec. 5), split ``tp`` ways
+    when sequence parallelism shards it. The alternative to context
+    parallelism for memory alone: it saves as much, at
+    :data:`FULL_RECOMPUTE_EXTRA_COMPUTE` more compute, and divides no work."""
+    b = positive_integer("micro_batch", micro_batch)
+    s = positive_integer("seq_len", seq_len)
+    h = positive_integer("hidden", hidden)
+    t = positive_integer("tp", tp)
+    if not isinstance(sequence_parallel, (bool, np.bool_)):
+        raise ValueError(f"sequence_parallel must be True or False, got {sequence_parallel!r}")
+    return float(2.0 * b * s * h / (t if sequence_parallel else 1))

@@ -44,6 +44,7 @@ __all__ = [
     "PipelineSchedule",
     "PIPELINE_SCHEDULES",
     "DEEPSEEK_V3_MLA",
+    "pipeline_stash",
     "LLAMA3_LONG_CONTEXT_TOKENS",
     "NVLINK_DOMAINS",
     "RUN_SIZES_COMPARED",
@@ -471,15 +472,15 @@ DEEPSEEK_V3_ALL_TO_ALL_BYTES = {"dispatch": 1, "combine": 2, "cite": "liu2024dee
 class PipelineSchedule:
     """A pipeline schedule as its paper describes it: model chunks per GPU,
     copies of the parameters each GPU keeps, pipeline traffic relative to
-    1F1B, activation memory of the first stage (``stash``, in micro-batches of
-    a whole stage, as an expression in ``p``), its bubble (as printed), and
-    the condition under which that bubble is zero."""
+    1F1B, activation memory of the first stage in micro-batches of a whole
+    stage (``p + stash_beyond_p`` for ``p`` stages), its bubble (as printed),
+    and the condition under which that bubble is zero."""
 
     name: str
     chunks_per_gpu: int
     parameter_copies: int
     sends_vs_1f1b: int
-    stash: str
+    stash_beyond_p: int
     bubble: str
     cite: str
     zero_bubble_when: str = ""
@@ -492,12 +493,12 @@ PIPELINE_SCHEDULES = {
         # 2p chunks, two per GPU placed in a V (GPU i holds chunks i and 2p-1-i),
         # so the first and last chunk share a GPU; zero bubble at 1F1B's peak
         # activation memory when T_F = T_B = T_W, with interleaving's two sends.
-        PipelineSchedule("ZB-V", 2, 1, 2, "p", "0", "qi2023zerobubble", "T_F = T_B = T_W"),
+        PipelineSchedule("ZB-V", 2, 1, 2, 0, "0", "qi2023zerobubble", "T_F = T_B = T_W"),
         # DeepSeek-V3 report, sec. 3.2.1, Table 2: micro-batches fed from both
         # ends; each GPU holds stages i and p-1-i (two copies of the
         # parameters), activations of p+1 micro-batches, bubble
         # (p/2 - 1)(T_F&B + T_B - 3 T_W) with T_F&B two overlapped chunks.
-        PipelineSchedule("DualPipe", 2, 2, 1, "p + 1", "(p/2 - 1)(T_F&B + T_B - 3 T_W)",
+        PipelineSchedule("DualPipe", 2, 2, 1, 1, "(p/2 - 1)(T_F&B + T_B - 3 T_W)",
                          "liu2024deepseekv3"),
     )
 }
@@ -508,3 +509,11 @@ PIPELINE_SCHEDULES = {
 #: (report sec. 2.1.1 and 4.2).
 DEEPSEEK_V3_MLA = {"kv_latent": 512, "rope_key": 64, "heads": 128, "head_dim": 128,
                    "cite": "liu2024deepseekv3"}
+
+
+def pipeline_stash(schedule: PipelineSchedule, stages: int) -> int:
+    """Micro-batches of activations the first stage holds at its peak under
+    ``schedule`` with ``stages`` pipeline stages (1F1B holds ``stages``)."""
+    if isinstance(stages, bool) or not isinstance(stages, int) or stages < 1:
+        raise ValueError(f"stages must be a positive integer, got {stages!r}")
+    return stages + schedule.stash_beyond_p
