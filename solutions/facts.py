@@ -38,6 +38,13 @@ __all__ = [
     "MoEArchitecture",
     "MOE_ARCHITECTURES",
     "MOE_LAYOUTS",
+    "FP8Recipe",
+    "FP8_RECIPES",
+    "DEEPSEEK_V3_ALL_TO_ALL_BYTES",
+    "PipelineSchedule",
+    "PIPELINE_SCHEDULES",
+    "DEEPSEEK_V3_MLA",
+    "pipeline_stash",
     "LLAMA3_LONG_CONTEXT_TOKENS",
     "NVLINK_DOMAINS",
     "RUN_SIZES_COMPARED",
@@ -566,3 +573,109 @@ MEGATRON_TRAINING_ESTIMATES = (
     {"params": 175e9, "tokens": 300e9, "gpus": 1024, "tflops_per_gpu": 140, "days": 34, "cite": "narayanan2021megatron"},
     {"params": 1e12, "tokens": 450e9, "gpus": 3072, "tflops_per_gpu": 163, "days": 84, "cite": "narayanan2021megatron"},
 )
+
+
+# --------------------------------------------------------------------------
+# FP8 recipes, pipeline schedules and attention variants of 2024-2025
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FP8Recipe:
+    """How a training recipe uses 8-bit floats: the format of the forward
+    tensors (weights, activations) and of the gradients, how scale factors are
+    chosen (``scaling``: "delayed" from the amax history of earlier steps,
+    "current" from the tensor itself), the tile of an activation and the block
+    of a weight that share one scale (``None``: one scale per tensor), how
+    many products are accumulated before promotion to fp32, and what is
+    communicated in FP8."""
+
+    name: str
+    forward_format: str
+    gradient_format: str
+    scaling: str
+    cite: str
+    activation_tile: Optional[tuple] = None
+    weight_block: Optional[tuple] = None
+    fp32_promotion_interval: Optional[int] = None
+    fp8_communication: str = ""
+
+
+FP8_RECIPES = {
+    r.name: r
+    for r in (
+        # Micikevicius et al. 2022, sec. 3-4: E4M3 for weights and activations,
+        # E5M2 for gradients, one scale per tensor.
+        FP8Recipe("FP8 formats proposal (2022)", "E4M3", "E5M2", "per tensor", "micikevicius2022fp8"),
+        # Transformer Engine's DelayedScaling recipe (its default on Hopper):
+        # E4M3 forward, E5M2 backward ("HYBRID"), the scale from the largest
+        # amax over a window of earlier iterations.
+        FP8Recipe("Transformer Engine, delayed scaling", "E4M3", "E5M2", "delayed", "nvidia2025te"),
+        # Transformer Engine's Float8CurrentScaling: the scale from the amax of
+        # the tensor being cast, at the cost of one more pass over it.
+        FP8Recipe("Transformer Engine, current scaling", "E4M3", "E5M2", "current", "nvidia2025te"),
+        # DeepSeek-V3 report, sec. 3.3.1-3.3.3: E4M3 on all tensors, scales per
+        # 1x128 activation tile and per 128x128 weight block computed online,
+        # partial sums promoted to fp32 every 128 elements (4 WGMMAs); the
+        # activations before the MoE up-projection are dispatched in FP8, the
+        # combines stay in BF16.
+        FP8Recipe("DeepSeek-V3", "E4M3", "E4M3", "current", "liu2024deepseekv3",
+                  activation_tile=(1, 128), weight_block=(128, 128), fp32_promotion_interval=128,
+                  fp8_communication="MoE dispatch (forward and its backward counterpart); combines in BF16"),
+    )
+}
+
+#: Element sizes of DeepSeek-V3's expert-parallel all-to-alls (report
+#: sec. 3.3.3): towards the experts in FP8, back (combine) in BF16.
+DEEPSEEK_V3_ALL_TO_ALL_BYTES = {"dispatch": 1, "combine": 2, "cite": "liu2024deepseekv3"}
+
+
+@dataclass(frozen=True)
+class PipelineSchedule:
+    """A pipeline schedule as its paper describes it: model chunks per GPU,
+    copies of the parameters each GPU keeps, pipeline traffic relative to
+    1F1B, activation memory of the first stage in micro-batches of a whole
+    stage (``p + stash_beyond_p`` for ``p`` stages), its bubble (as printed),
+    and the condition under which that bubble is zero."""
+
+    name: str
+    chunks_per_gpu: int
+    parameter_copies: int
+    sends_vs_1f1b: int
+    stash_beyond_p: int
+    bubble: str
+    cite: str
+    zero_bubble_when: str = ""
+
+
+PIPELINE_SCHEDULES = {
+    s.name: s
+    for s in (
+        # Qi et al. 2024, sec. 6 (arXiv 2401.10241): ZB-V splits the model into
+        # 2p chunks, two per GPU placed in a V (GPU i holds chunks i and 2p-1-i),
+        # so the first and last chunk share a GPU; zero bubble at 1F1B's peak
+        # activation memory when T_F = T_B = T_W, with interleaving's two sends.
+        PipelineSchedule("ZB-V", 2, 1, 2, 0, "0", "qi2023zerobubble", "T_F = T_B = T_W"),
+        # DeepSeek-V3 report, sec. 3.2.1, Table 2: micro-batches fed from both
+        # ends; each GPU holds stages i and p-1-i (two copies of the
+        # parameters), activations of p+1 micro-batches, bubble
+        # (p/2 - 1)(T_F&B + T_B - 3 T_W) with T_F&B two overlapped chunks.
+        PipelineSchedule("DualPipe", 2, 2, 1, 1, "(p/2 - 1)(T_F&B + T_B - 3 T_W)",
+                         "liu2024deepseekv3"),
+    )
+}
+
+#: Attention that shrinks K/V beyond grouped-query attention: DeepSeek-V3's
+#: multi-head latent attention caches a compressed latent of width 512 plus a
+#: decoupled RoPE key of 64 per token and layer, for 128 heads of 128
+#: (report sec. 2.1.1 and 4.2).
+DEEPSEEK_V3_MLA = {"kv_latent": 512, "rope_key": 64, "heads": 128, "head_dim": 128,
+                   "cite": "liu2024deepseekv3"}
+
+
+def pipeline_stash(schedule: PipelineSchedule, stages: int) -> int:
+    """Micro-batches of activations the first stage holds at its peak under
+    ``schedule`` with ``stages`` pipeline stages (1F1B holds ``stages``)."""
+    if isinstance(stages, bool) or not isinstance(stages, int) or stages < 1:
+        raise ValueError(f"stages must be a positive integer, got {stages!r}")
+    return stages + schedule.stash_beyond_p

@@ -16,12 +16,13 @@ jiang2024mixtral, liu2024deepseekv3.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from ._validate import nonnegative_integer, positive, positive_integer
 from .communication import allgather_factor
-from .memory import zero_memory_per_gpu
+from .memory import ByteConvention, get_convention, zero_memory_per_gpu
 
 __all__ = [
     "MoEParams",
@@ -33,6 +34,9 @@ __all__ = [
     "dropped_fraction",
     "switch_balance_loss",
     "moe_memory_per_gpu",
+    "MoEMemory",
+    "moe_memory_breakdown",
+    "with_parameter_copies",
 ]
 
 
@@ -91,14 +95,23 @@ def moe_parameter_counts(layers, d_model, ffn_hidden, num_experts, top_k, heads,
     return MoEParams(float(total), float(active), expert)
 
 
-def expert_parallel_bytes_per_layer(tokens, d_model, top_k, ep, bytes_per_element=2, backward=True):
+def expert_parallel_bytes_per_layer(tokens, d_model, top_k, ep, bytes_per_element=2, backward=True,
+                                    dispatch_bytes_per_element=None):
     """Bytes one GPU sends per MoE layer for expert parallelism of degree ``ep``.
 
     Each of the GPU's ``tokens`` goes to ``top_k`` experts; with uniform
     routing a share ``(ep-1)/ep`` of those copies lives on other GPUs. The
-    forward pass has two all-to-alls (dispatch and combine) of ``tokens * k * h``
-    elements; the backward pass two more. Compare tensor parallelism's
-    ``8 b s h (t-1)/t`` per layer: at ``k = 2`` the volumes match.
+    forward pass has two all-to-alls of ``tokens * k * h`` elements, dispatch
+    (towards the experts) and combine (back); the backward pass two more, one
+    each way: the gradient of the experts' outputs goes towards the experts,
+    the gradient of their inputs comes back.
+
+    ``dispatch_bytes_per_element`` (default ``bytes_per_element``) sets the
+    element size of the two transfers towards the experts: DeepSeek-V3 sends
+    them in FP8 (1 byte) and keeps both combines in BF16 (report sec. 3.3.3),
+    three quarters of the 16-bit volume. Compare tensor parallelism's
+    ``8 b s h (t-1)/t`` elements per layer (four all-reduces): in 16 bits the
+    ratio is ``k / 2``.
     """
     n = positive("tokens", tokens)
     h = positive_integer("d_model", d_model)
@@ -107,8 +120,11 @@ def expert_parallel_bytes_per_layer(tokens, d_model, top_k, ep, bytes_per_elemen
     nbytes = positive("bytes_per_element", bytes_per_element)
     if not isinstance(backward, (bool, np.bool_)):
         raise ValueError(f"backward must be True or False, got {backward!r}")
-    passes = 4 if backward else 2
-    return _out(passes * np.asarray(n) * k * h * allgather_factor(e) * nbytes)
+    dispatch = nbytes if dispatch_bytes_per_element is None else positive(
+        "dispatch_bytes_per_element", dispatch_bytes_per_element)
+    per_pass = dispatch + nbytes  # one transfer each way
+    passes = 2 if backward else 1
+    return _out(passes * per_pass * np.asarray(n) * k * h * allgather_factor(e))
 
 
 def expert_capacity(tokens, num_experts, top_k=1, capacity_factor=1.0):
@@ -177,16 +193,40 @@ def switch_balance_loss(token_fractions, prob_fractions):
     return float(f.size * np.dot(f, p))
 
 
-def moe_memory_per_gpu(dense_params, expert_params, ep, dp, tp=1, pp=1, zero_stage=0, convention="zero_16"):
-    """Model-state bytes per GPU for a MoE model under TP x PP x DP with
-    expert parallelism carved out of the data-parallel ranks.
+class MoEMemory(NamedTuple):
+    """Model-state bytes per GPU of a MoE model, dense part and experts."""
 
-    Dense parameters (attention, embeddings) are split ``tp * pp`` ways and
-    ZeRO-sharded over ``dp``. Expert parameters are split ``pp`` ways and
-    across ``ep`` GPUs, each expert whole on one GPU (no TP inside experts, as
-    in DeepSeek-V3), and ZeRO-sharded over the remaining ``dp / ep`` replicas
-    of each expert. ``ep`` must divide ``dp``.
-    """
+    dense: float
+    experts: float
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.experts
+
+    @property
+    def expert_share(self) -> float:
+        """Share of the state that the GPU's experts hold."""
+        return self.experts / self.total
+
+
+def with_parameter_copies(convention, copies):
+    """The byte convention of a schedule that keeps ``copies`` copies of the
+    weights each GPU holds, with gradients and optimizer state unchanged.
+    DualPipe (DeepSeek-V3 report, sec. 3.2.1, Table 2) keeps two copies of the
+    model parameters: the course reads that as a second copy of the weights
+    (here the fp32 master weights), not of gradients or optimizer state, which
+    is the smallest state that fits the report's words."""
+    conv = get_convention(convention)
+    n = positive_integer("copies", copies)
+    if n == 1:
+        return conv
+    return ByteConvention(f"{conv.name}_x{n}_weights", conv.weights * n, conv.grads, conv.optimizer,
+                          f"{conv.description}; weights kept {n} times", conv.cite)
+
+
+def moe_memory_breakdown(dense_params, expert_params, ep, dp, tp=1, pp=1, zero_stage=0,
+                         convention="zero_16"):
+    """:func:`moe_memory_per_gpu`, split into the dense part and the experts."""
     dense = positive("dense_params", dense_params)
     expert = positive("expert_params", expert_params)
     e = positive_integer("ep", ep)
@@ -197,4 +237,18 @@ def moe_memory_per_gpu(dense_params, expert_params, ep, dp, tp=1, pp=1, zero_sta
         raise ValueError(f"ep must divide dp, got ep={e} and dp={d}")
     dense_bytes = zero_memory_per_gpu(np.asarray(dense) / (t * p), zero_stage, d, convention)
     expert_bytes = zero_memory_per_gpu(np.asarray(expert) / (e * p), zero_stage, d // e, convention)
-    return _out(np.asarray(dense_bytes) + np.asarray(expert_bytes))
+    return MoEMemory(_out(dense_bytes), _out(expert_bytes))
+
+
+def moe_memory_per_gpu(dense_params, expert_params, ep, dp, tp=1, pp=1, zero_stage=0, convention="zero_16"):
+    """Model-state bytes per GPU for a MoE model under TP x PP x DP with
+    expert parallelism carved out of the data-parallel ranks.
+
+    Dense parameters (attention, embeddings) are split ``tp * pp`` ways and
+    ZeRO-sharded over ``dp``. Expert parameters are split ``pp`` ways and
+    across ``ep`` GPUs, each expert whole on one GPU (no TP inside experts, as
+    in DeepSeek-V3), and ZeRO-sharded over the remaining ``dp / ep`` replicas
+    of each expert. ``ep`` must divide ``dp``.
+    """
+    parts = moe_memory_breakdown(dense_params, expert_params, ep, dp, tp, pp, zero_stage, convention)
+    return parts.total
