@@ -2,8 +2,8 @@
 
     python -m autograde alice.ipynb bob.py class-folder/ --json grades.json --jobs 2
 
-Modules: :mod:`.submission` (files -> units of code), :mod:`.worker` (the confined process),
-:mod:`.protocol` (strict frames), :mod:`.sandbox` (the grader's handle on a worker),
+Modules: :mod:`.submission` (files -> units of code), :mod:`.confined` (the confined
+processes, started by ``worker.py``), :mod:`.protocol` (strict frames), :mod:`.sandbox` (the grader's handle on a worker),
 :mod:`.grade` (checks against a sandbox), :mod:`.reports` (console, JSON, CSV, Gradescope),
 :mod:`.gradescope` (Gradescope's entry point), :mod:`.release` (student hand-out and
 Gradescope bundle, whose scripts are in ``bundle/``), :mod:`.plain` (plain data).

@@ -261,7 +261,8 @@ NOT_SUBMISSIONS = {"conftest.py", "sitecustomize.py", "usercustomize.py", "setup
 def is_notebook_markdown(path: Path) -> bool:
     """A ``.md`` file is a submission only if it is a Jupytext notebook (front matter)."""
     try:
-        head = path.read_text(encoding="utf-8", errors="replace")[:4000]
+        with open(path, "rb") as f:  # its first bytes only: a .md may be a 2 GB sparse file
+            head = f.read(4000).decode("utf-8", errors="replace")
     except OSError:
         return False
     return head.startswith("---") and "jupytext" in head.split("---", 2)[1]

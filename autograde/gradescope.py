@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .grade import NOT_SUBMISSIONS, grade_submission, is_notebook_markdown
 from .reports import VISIBILITIES, write_atomically, write_gradescope
+from .textsafe import file_name
 
 PREFERENCE = (".ipynb", ".py", ".md")
 
@@ -37,8 +38,9 @@ def pick_submission(folder: Path):
     chosen = min(candidates, key=rank)
     note = ""
     if len(candidates) > 1:
-        note = (f"Graded {chosen.relative_to(folder)}; also uploaded: "
-                + ", ".join(str(p.relative_to(folder)) for p in candidates if p != chosen) + ".")
+        note = (f"Graded {file_name(chosen.relative_to(folder))}; also uploaded: "
+                + ", ".join(file_name(p.relative_to(folder)) for p in candidates if p != chosen)
+                + ".")
     return chosen, note
 
 
@@ -84,7 +86,7 @@ def grade(args) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     checks = load_checks(include_hidden=True, seed=seed)
     report = grade_submission(path, checks, timeout=args.timeout,
-                              label=str(path.relative_to(args.submission_dir)))
+                              label=file_name(path.relative_to(args.submission_dir)))
     if note:
         report.notes.insert(0, note.rstrip("."))
     write_gradescope(args.results, report, args.hidden_visibility, extra={"seed": seed})

@@ -11,8 +11,8 @@ that arrives is written by a process that runs student code, so the parser trust
 * a returned value must be *plain*: a float, a string, or a list of those, nested at most
   :data:`MAX_DEPTH` deep (the same shapes :func:`autograde.plain.to_plain` produces).
 
-The worker's encoder lives in :mod:`autograde.worker` (``tag``/``write_frame``), which must
-not import this package; ``tests/test_autograde_protocol.py`` checks that the two agree.
+The worker's encoder lives in :mod:`autograde.confined.frames` (``tag``/``write_frame``),
+which must not import this package; ``tests/test_autograde_protocol.py`` checks that the two agree.
 """
 from __future__ import annotations
 
@@ -182,14 +182,17 @@ class FrameReader:
         return payload
 
     def read(self, deadline: float) -> dict:
+        """The next frame, or WorkerTimeout once ``deadline`` has passed with none. What the
+        pipe already holds is read even past the deadline: a reply that came in time counts,
+        however late this thread got to run (another grading thread holding the GIL)."""
         while True:
             payload = self._frame_ready()
             if payload is not None:
                 return decode(payload)
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise WorkerTimeout
-            if not self.poller.poll(max(1, int(remaining * 1000) + 1)):
+            if not self.poller.poll(max(0, int(remaining * 1000) + 1) if remaining > 0 else 0):
+                if remaining <= 0:
+                    raise WorkerTimeout
                 continue
             try:
                 chunk = os.read(self.fd, 1 << 20)

@@ -12,7 +12,7 @@ then each ``call`` sends a function name and JSON arguments, and gets back plain
 an error.
 
 What the grader enforces from the outside, because nothing inside the worker can be
-trusted once student code has run there (:mod:`autograde.worker` builds the walls):
+trusted once student code has run there (:mod:`autograde.confined` builds the walls):
 
 * a wall-clock limit on every unit and every call: the worker is killed when it is late;
 * a crash, a kill, ``os._exit`` or a malformed frame ends that worker; the next call starts
@@ -48,7 +48,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import protocol, textsafe, worker
+from . import protocol, textsafe
+from .confined import frames
 from .submission import MAX_UNIT_CHARS, Submission, Unit, read_submission
 
 WORKER = Path(__file__).with_name("worker.py")
@@ -234,7 +235,7 @@ class ZygoteRefused(RuntimeError):
 
 
 class Zygote:
-    """The template process that forks workers (see :mod:`autograde.worker`). One per
+    """The template process that forks workers (see :mod:`autograde.confined`). One per
     grading process and isolation mode, started on first use, shared by all sandboxes (a
     lock serialises its requests), stopped at exit."""
 
@@ -295,10 +296,10 @@ class Zygote:
             try:
                 self.socket.settimeout(timeout)
                 if message is not None:
-                    worker.send_message(self.socket, message, fds)
+                    frames.send_message(self.socket, message, fds)
                 if not wait:
                     return None
-                reply, _ = worker.recv_message(self.socket)
+                reply, _ = frames.recv_message(self.socket)
             except (OSError, ValueError) as exc:
                 raise RuntimeError(f"the sandbox's template process failed ({exc})") from None
         if type(reply) is not dict:
@@ -327,7 +328,7 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        remove_tree(self.dir)
 
 
 _zygotes: dict = {}
@@ -411,6 +412,146 @@ def _stop_zygotes() -> None:
         _zygotes.clear()
 
 
+# ----------------------------------------------------------------------------- folders
+
+#: A submission's folder on the host (the modes without namespaces; with them it is a tmpfs
+#: of ``work_mb`` and 4,096 inodes) may hold at most this many entries, nested at most
+#: :data:`MAX_WORK_DEPTH` deep, and ``work_mb`` in all. The grader checks it every
+#: :data:`DISK_CHECK_SECONDS` while the worker runs (and after every unit and call), and
+#: kills a worker past a bound: the real bound is the limit plus what the worker writes in
+#: one interval (each file is also capped at ``file_mb`` by RLIMIT_FSIZE).
+MAX_WORK_ENTRIES = 4096
+MAX_WORK_DEPTH = 64
+DISK_CHECK_SECONDS = 0.1
+#: How often the memory of a submission's whole process group is summed (a scan of /proc).
+MEMORY_CHECK_SECONDS = 0.25
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def group_memory(pgid: int) -> int:
+    """Bytes of private resident memory (anonymous pages: statm's resident minus shared)
+    of every process in process group ``pgid``, summed. A worker's processes cannot leave
+    its group (seccomp refuses setsid and setpgid), so this is the whole submission's. Pages
+    still shared copy-on-write with the zygote count once per process: an over-estimate of
+    a few tens of MB. 0 where there is no /proc."""
+    total = 0
+    try:
+        entries = os.scandir("/proc")
+    except OSError:
+        return 0
+    with entries:
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    stat = f.read()
+                # pgrp is the third field after the command name, which may hold spaces
+                if int(stat[stat.rindex(b")") + 2:].split()[2]) != pgid:
+                    continue
+                with open(f"/proc/{entry.name}/statm", "rb") as f:
+                    fields = f.read().split()
+                total += (int(fields[1]) - int(fields[2])) * PAGE_BYTES
+            except (OSError, ValueError, IndexError):
+                continue  # it has just exited
+    return total
+
+
+def folder_usage(path: Path, max_entries: int = MAX_WORK_ENTRIES,
+                 max_depth: int = MAX_WORK_DEPTH) -> tuple[int, int, int]:
+    """(entries, bytes on disk, deepest level) under ``path``, without recursion and
+    without long paths (each level is opened relative to its parent); counting stops past
+    ``max_entries`` entries or ``max_depth`` levels, so its cost is bounded too."""
+    entries = size = deepest = 0
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    try:
+        top = os.open(path, flags)
+    except OSError:
+        return 0, 0, 0
+    stack = [(top, os.scandir(top))]
+    try:
+        while stack:
+            fd, listing = stack[-1]
+            entry = next(listing, None)
+            if entry is None:
+                listing.close()
+                os.close(fd)
+                stack.pop()
+                continue
+            entries += 1
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            size += info.st_blocks * 512
+            if entries > max_entries:
+                break
+            if entry.is_dir(follow_symlinks=False):
+                deepest = max(deepest, len(stack))
+                if len(stack) > max_depth:
+                    break
+                try:
+                    child = os.open(entry.name, flags, dir_fd=fd)
+                except OSError:
+                    continue
+                stack.append((child, os.scandir(child)))
+    finally:
+        for fd, listing in stack:
+            listing.close()
+            os.close(fd)
+    return entries, size, deepest
+
+
+def remove_tree(path: Path) -> None:
+    """``rm -rf path`` without recursion (``shutil.rmtree`` recurses, and gives up on a
+    folder 3,000 levels deep) and without long paths: it goes down one level at a time by
+    file descriptor, and back up through ``..``, keeping only the folders' names. Meant for
+    folders no process writes to any more (a killed worker's). Folders a student made
+    unreadable are made readable first (the grader owns them, or is root)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    names: list = []  # the folders entered below ``path``
+    try:
+        while True:
+            descended = False
+            with os.scandir(fd) as listing:
+                for entry in listing:
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            with contextlib.suppress(OSError):
+                                os.chmod(entry.name, 0o700, dir_fd=fd)
+                            child = os.open(entry.name, flags, dir_fd=fd)
+                            os.close(fd)
+                            fd, descended = child, True
+                            names.append(entry.name)
+                            break
+                        os.unlink(entry.name, dir_fd=fd)
+                    except OSError:
+                        continue
+            if descended:
+                continue
+            if not names:
+                break
+            parent = os.open("..", flags, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            try:
+                os.rmdir(names.pop(), dir_fd=fd)
+            except OSError:
+                if not names:  # cannot be removed: stop rather than loop
+                    break
+    finally:
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        os.rmdir(path)
+
+
 @dataclass
 class UnitResult:
     unit: Unit
@@ -439,9 +580,13 @@ class _Fatal(Exception):
 class Sandbox:
     """A context manager that grades one submission file in a confined worker process.
 
-    ``timeout`` bounds each unit and each call, in seconds. ``memory_mb`` is the worker's
-    address-space limit, ``cpu_seconds`` its total CPU time. ``isolation`` is one of
-    :data:`ISOLATION_MODES` (see :mod:`autograde.worker`); after opening,
+    ``timeout`` bounds each unit and each call, in seconds. ``memory_mb`` bounds memory
+    twice: each process's address space (RLIMIT_AS), and the private resident memory of all
+    the submission's processes together, summed every :data:`MEMORY_CHECK_SECONDS` while a
+    unit or call runs (:func:`group_memory`; no cgroup is needed). Within one interval the
+    real bound is ``max_processes`` times ``memory_mb`` of address space, for at most that
+    long. ``cpu_seconds`` is each process's CPU time. ``isolation`` is one of
+    :data:`ISOLATION_MODES` (see :mod:`autograde.confined`); after opening,
     ``self.isolation`` says which was reached.
     """
 
@@ -469,6 +614,7 @@ class Sandbox:
         self._reader = None
         self._request_fd = None
         self._next_id = 0
+        self._memory_checked = 0.0  # time.monotonic() of the last group_memory scan
         self._deadline: float | None = None
         self._dir = None
         self._lease = None
@@ -502,7 +648,7 @@ class Sandbox:
             self._lease.release()
             self._lease = None
         if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
+            remove_tree(self._dir)
             self._dir = None
 
     @property
@@ -564,6 +710,34 @@ class Sandbox:
                                + (protocol.text(hello.get("message")) or "no greeting"))
         self.isolation = zygote.isolation
 
+    def _check_memory(self) -> None:
+        """Kill a worker whose processes together hold more than ``memory_mb`` (each one's
+        address space is also capped at ``memory_mb`` by RLIMIT_AS)."""
+        now = time.monotonic()
+        if self._pid is None or now - self._memory_checked < MEMORY_CHECK_SECONDS:
+            return
+        self._memory_checked = now
+        used = group_memory(self._pid)
+        if used > self.limits["memory_mb"] * 1024 * 1024:
+            self._kill()
+            raise _Fatal("crashed", f"its processes used {used / 2**20:,.0f} MB of memory "
+                                    f"together, more than the {self.limits['memory_mb']} MB "
+                                    "a submission may use in all")
+
+    def _check_disk(self) -> None:
+        """Kill a worker whose host folder is past its bounds (see :data:`MAX_WORK_ENTRIES`);
+        in the namespaces mode its tmpfs bounds it and there is nothing to check."""
+        if self.isolation == "namespaces" or self._dir is None:
+            return
+        limit = self.limits["work_mb"] * 1024 * 1024
+        entries, size, depth = folder_usage(self._dir)
+        if entries > MAX_WORK_ENTRIES or size > limit or depth > MAX_WORK_DEPTH:
+            self._kill()
+            raise _Fatal("crashed", f"it wrote more to disk than a submission may (at most "
+                                    f"{MAX_WORK_ENTRIES:,} files and folders, "
+                                    f"{MAX_WORK_DEPTH} levels deep, "
+                                    f"{self.limits['work_mb']} MB in all)")
+
     def _kill(self, grace: float = 0.0):
         """Stop the worker (and all it started); its exit code, if known."""
         pid, self._pid = self._pid, None
@@ -594,8 +768,16 @@ class Sandbox:
         try:
             protocol.write_all(self._request_fd, protocol.encode(message), deadline)
             while True:
-                reply = self._reader.read(deadline)
+                try:
+                    reply = self._reader.read(min(deadline, time.monotonic() + DISK_CHECK_SECONDS))
+                except protocol.WorkerTimeout:
+                    if time.monotonic() >= deadline:
+                        raise
+                    self._check_disk()
+                    self._check_memory()
+                    continue
                 if reply.get("id") == self._next_id:
+                    self._check_disk()
                     return reply
                 # A frame the grader did not ask for (student code writing to the pipe):
                 # ignore it; the real answer must still come before the deadline.

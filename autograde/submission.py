@@ -26,7 +26,12 @@ from pathlib import Path
 from .textsafe import file_name, printable
 
 SUFFIXES = (".ipynb", ".md", ".py")
+#: The most code a submission may hold: a ``.py`` or ``.md`` file, or a notebook's code cells.
 MAX_BYTES = 20 * 1024 * 1024
+#: The most a ``.ipynb`` file may weigh, stored outputs included: they are never run nor
+#: counted toward :data:`MAX_BYTES` (a notebook that kept its figures is not too large), but
+#: the file is read whole, so this bounds the grader's memory (about four times the file).
+MAX_NOTEBOOK_BYTES = 100 * 1024 * 1024
 #: Bounds on the grader's own parsing, checked before any parser runs, so that its memory
 #: stays well under 1 GB for any file within MAX_BYTES. Python's AST costs about 0.5-1 KB of
 #: memory per token, and a MyST file is parsed by a markdown parser that is slower still;
@@ -46,8 +51,10 @@ MAX_UNITS = 500
 
 #: Cells that import, or go looking for, the course's own packages (the self-check's setup,
 #: a Colab bootstrap): the sandbox has neither ``tests.grading`` nor ``solutions``.
+#: (``[ \t]*``, not ``\s*``: at every line start ``\s*`` would run over all the blank lines
+#: below it, quadratic in their number.)
 COURSE_PLUMBING = re.compile(
-    r"^\s*(from|import)\s+(tests|solutions)(\.|\s|$)"
+    r"^[ \t]*(from|import)\s+(tests|solutions)(\.|\s|$)"
     r"|find_spec\(\s*[\"'](tests|solutions)\b"
     r"|[\"']tests[\"']\s*/\s*[\"']grading[\"']", re.M)
 DEF_LINE = re.compile(r"^(?:async\s+)?def\s+([A-Za-z_]\w*)\s*\(", re.M)
@@ -126,13 +133,17 @@ def names_defined(source: str) -> frozenset:
 
 # ----------------------------------------------------------------------------- text
 
-def _read_text(path: Path) -> tuple[str | None, str | None]:
-    """(text, problem)."""
+def _read_text(path: Path, limit: int = MAX_BYTES) -> tuple[str | None, str | None]:
+    """(text, problem). Never reads more than ``limit`` bytes, whatever the file's size says
+    (a sparse file, or one that grows while it is read)."""
     try:
         size = path.stat().st_size
-        if size > MAX_BYTES:
-            return None, f"the file is {size / 1e6:.0f} MB, larger than the {MAX_BYTES // 10**6} MB allowed"
-        data = path.read_bytes()
+        if size > limit:
+            return None, f"the file is {size / 1e6:.0f} MB, larger than the {limit // 10**6} MB allowed"
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            return None, f"the file is larger than the {limit // 10**6} MB allowed"
     except OSError as exc:
         return None, f"the file could not be read ({exc.strerror or exc})"
     if b"\x00" in data:
@@ -149,11 +160,17 @@ def _read_text(path: Path) -> tuple[str | None, str | None]:
 # ----------------------------------------------------------------------------- bounds
 
 #: One match per token a parser would see, strings and comments counted as one: an upper
-#: estimate of the AST's size that costs one pass of the regular-expression engine.
-TOKEN = re.compile(  # string bodies as unrolled loops: linear, no backtracking
-    r"[rRbBuUfF]{0,2}(?:'''[^'\\]*(?:(?:\\.|'(?!''))[^'\\]*)*'''"
-    r'|"""[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*"""'
-    r"""|'[^'\\\n]*(?:\\.[^'\\\n]*)*'|"[^"\\\n]*(?:\\.[^"\\\n]*)*")"""
+#: estimate of the AST's size that costs one pass of the regular-expression engine. Linear
+#: in the text whatever it holds: string bodies are unrolled loops (no nested quantifiers),
+#: an escape takes any character, a newline included (``[\s\S]``: ``.`` would stop a
+#: backslash-newline and send the engine back), and a closing quote is optional, so an
+#: unterminated string ends at the end of its line (or of the file) instead of failing and
+#: being tried again from every quote after it (which was quadratic: 200 KB of ``'\'``
+#: inside a docstring took minutes, holding the GIL).
+TOKEN = re.compile(
+    r"[rRbBuUfF]{0,2}(?:'''[^'\\]*(?:(?:\\[\s\S]|'(?!''))[^'\\]*)*(?:''')?"
+    r'|"""[^"\\]*(?:(?:\\[\s\S]|"(?!""))[^"\\]*)*(?:""")?'
+    r"""|'[^'\\\n]*(?:\\[\s\S][^'\\\n]*)*'?|"[^"\\\n]*(?:\\[\s\S][^"\\\n]*)*"?)"""
     r"|#[^\n]*|\w+|[^\s\w]")
 
 
@@ -193,7 +210,19 @@ def units_from_python(text: str, filename: str) -> tuple[list, str | None]:
     except (ValueError, RecursionError, MemoryError) as exc:
         return [], f"it could not be parsed as Python ({type(exc).__name__})"
     lines = text.splitlines(keepends=True)
-    spans: list = []  # [first line, last line, [statements]]
+    units = []
+    for start, end, nodes in statement_spans(tree):
+        if any(_imports_tests(n) for n in nodes):
+            continue  # the self-check of an exported notebook
+        units.append(Unit(len(units), f"line {start}", filename, "".join(lines[start - 1:end]),
+                          frozenset(_bound_names(nodes)), line=start))
+    return units, None
+
+
+def statement_spans(tree) -> list:
+    """``[first line, last line, [statements]]`` per top-level statement of ``tree``;
+    statements that share a line share a span."""
+    spans: list = []
     for node in tree.body:
         start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
         end = node.end_lineno or node.lineno
@@ -202,13 +231,34 @@ def units_from_python(text: str, filename: str) -> tuple[list, str | None]:
             spans[-1][2].append(node)
         else:
             spans.append([start, end, [node]])
-    units = []
-    for start, end, nodes in spans:
-        if any(_imports_tests(n) for n in nodes):
-            continue  # the self-check of an exported notebook
-        units.append(Unit(len(units), f"line {start}", filename, "".join(lines[start - 1:end]),
-                          frozenset(_bound_names(nodes)), line=start))
-    return units, None
+    return spans
+
+
+def split_imports(code: str) -> list:
+    """A cell as ``[(first line, source, names bound)]``: each top-level import statement
+    on its own, the statements between them together, so that an import that fails (an
+    unused ``import scipy``) costs that statement, as it does in a ``.py``, and not the
+    functions defined in the same cell. A cell that does not parse, or has a
+    ``from __future__`` import (which must stay at the top of the code it governs), stays
+    whole."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return [(1, code, names_defined(code))]
+    imports = (ast.Import, ast.ImportFrom)
+    if not any(isinstance(n, imports) for n in tree.body) or any(
+            isinstance(n, ast.ImportFrom) and n.module == "__future__" for n in tree.body):
+        return [(1, code, frozenset(_bound_names(tree.body)))]
+    lines = code.splitlines(keepends=True)
+    pieces: list = []  # [first, last, [statements], is an import]
+    for start, end, nodes in statement_spans(tree):
+        alone = all(isinstance(n, imports) for n in nodes)
+        if pieces and not alone and not pieces[-1][3]:
+            pieces[-1][1], pieces[-1][2] = end, pieces[-1][2] + nodes
+        else:
+            pieces.append([start, end, nodes, alone])
+    return [(start, "".join(lines[start - 1:end]), frozenset(_bound_names(nodes)))
+            for start, end, nodes, _ in pieces]
 
 
 def _imports_tests(node) -> bool:
@@ -291,7 +341,8 @@ def units_from_cells(cells, label_prefix: str = "cell") -> tuple[list, list, set
         if not code.strip():
             continue
         label = f"{label_prefix} {number}"
-        units.append(Unit(len(units), label, label, code, names_defined(code)))
+        for line, piece, defines in split_imports(code):
+            units.append(Unit(len(units), label, label, piece, defines, line=line))
     if dropped_checks:
         notes.append(f"{dropped_checks} cell(s) that set up the self-check were skipped "
                      "(the grader runs its own checks)")
@@ -351,7 +402,7 @@ def _read_submission(path: Path) -> Submission:
     if path.suffix.lower() not in SUFFIXES:
         submission.problem = f"{name} is not a notebook (.ipynb, .md) or a .py file"
         return submission
-    text, problem = _read_text(path)
+    text, problem = _read_text(path, MAX_NOTEBOOK_BYTES if kind == "ipynb" else MAX_BYTES)
     if problem:
         submission.problem = problem
         return submission
@@ -369,6 +420,10 @@ def _read_submission(path: Path) -> Submission:
     code = "\n".join(c["source"] if isinstance(c.get("source"), str) else
                      "".join(x for x in c.get("source", ()) if isinstance(x, str))
                      for c in cells if isinstance(c, dict) and c.get("cell_type") == "code")
+    if len(code) > MAX_BYTES:
+        submission.problem = (f"its code cells hold {len(code) / 1e6:.0f} MB of code, more than "
+                              f"the {MAX_BYTES // 10**6} MB allowed")
+        return submission
     submission.problem = code_too_large(code)
     if submission.problem:
         return submission

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from autograde.sandbox import Sandbox
-from autograde.submission import (MAX_LINES, MAX_TOKENS, code_too_large, read_submission,
-                                  units_from_python, yaml_aliases)
+from autograde.sandbox import MAX_WORK_DEPTH, Sandbox, folder_usage, remove_tree
+from autograde.submission import (COURSE_PLUMBING, MAX_LINES, MAX_TOKENS, code_too_large,
+                                  read_submission, units_from_python, yaml_aliases)
 from autograde.textsafe import csv_cell, file_name
 from tests.redteam import build
 from tests.redteam.cases import Case
@@ -201,6 +201,160 @@ def probe():
                       "getfd": "allowed"}
 
 
+def test_namespaces_and_file_watches_are_refused_inside_the_sandbox(tmp_path):
+    """clone with a CLONE_NEW* flag is refused (its child would be root of a new user
+    namespace, able to mount), clone3 says ENOSYS (as under Docker's profile, so the C
+    library falls back to clone), and inotify/fanotify, which would report a classmate's
+    opens of the shared read-only files, are refused; a plain fork still works."""
+    probe = tmp_path / "probe.py"
+    probe.write_text('''
+import ctypes, errno, os, platform
+
+libc = ctypes.CDLL(None, use_errno=True)
+CLONE = {"x86_64": 56, "aarch64": 220}[platform.machine()]
+
+def result(value):
+    if value == 0:  # the child of a clone that was allowed
+        os._exit(0)
+    if value > 0:
+        os.waitpid(value, 0)
+        return "allowed"
+    return errno.errorcode.get(ctypes.get_errno(), "?")
+
+def probe():
+    return ",".join(f"{name}={result(call())}" for name, call in [
+        ("clone_newuser", lambda: libc.syscall(CLONE, 0x10000000 | 17, 0, 0, 0, 0)),
+        ("clone_newnet", lambda: libc.syscall(CLONE, 0x40000000 | 17, 0, 0, 0, 0)),
+        ("clone3", lambda: libc.syscall(435, None, 0)),
+        ("inotify", lambda: libc.inotify_init1(0)),
+        ("fanotify", lambda: libc.fanotify_init(0, 0)),
+        ("fork", lambda: libc.syscall(CLONE, 17, 0, 0, 0, 0)),
+    ])
+''')
+    with Sandbox(probe, timeout=10) as sandbox:
+        result = dict(item.split("=") for item in sandbox.call("probe").split(","))
+    assert result == {"clone_newuser": "EPERM", "clone_newnet": "EPERM", "clone3": "ENOSYS",
+                      "inotify": "EPERM", "fanotify": "EPERM", "fork": "allowed"}
+
+
+def test_parsing_is_linear_in_what_a_file_holds():
+    """Quotes and backslashes in a docstring, and blank lines in a cell, once made the
+    grader's regular expressions quadratic (200 KB: minutes, with every grading thread
+    stopped, since ``re`` holds the GIL). Now 400 KB of either is read in well under the
+    generous bound below (milliseconds on a quiet machine)."""
+    docstring = 'def f():\n    """\'' + "\\\'" * 200_000 + '\\\n    """\n    return 1\n'
+    compile(docstring, "docstring.py", "exec")  # valid Python
+    blank = {"cells": [{"cell_type": "code", "source": "x = 1\n" + " \n" * 200_000 + "y = 2"}]}
+    started = time.monotonic()
+    assert code_too_large(docstring) is None
+    assert COURSE_PLUMBING.search(blank["cells"][0]["source"]) is None
+    assert time.monotonic() - started < 5
+
+
+def test_a_sparse_markdown_file_is_refused_unread(tmp_path):
+    """A 2 GB sparse .md (a few bytes on disk) beside a correct notebook: refused by its
+    size, never read whole; the class run completes within the memory bound."""
+    klass = tmp_path / "class"
+    (klass / "alice").mkdir(parents=True)
+    with open(klass / "alice" / "notes.md", "wb") as f:
+        f.write(b"---\njupytext:\n  formats: md:myst\n---\n")
+        f.truncate(2 * 1024**3)
+    shutil.copy(REFERENCE, klass / "bob.py")
+    done, seconds, peak_kib = autograde(klass, "--json", tmp_path / "r.json", "--seed", SEED)
+    assert done.returncode == 0, done.stderr
+    graded = json.loads((tmp_path / "r.json").read_text())["submissions"]
+    assert peak_kib < 1024 * 1024, peak_kib
+    assert [v["score"] for k, v in graded.items() if "bob" in k] == [100]
+
+
+def test_stored_outputs_do_not_count_toward_the_size_limit(tmp_path):
+    """25 MB of stored output (figures kept in the notebook) is ignored, not "too large"."""
+    notebook = json.loads((REDTEAM / "reference.ipynb").read_text())
+    notebook["cells"][1]["outputs"] = [{"output_type": "display_data", "metadata": {},
+                                        "data": {"image/png": "A" * (25 * 1024 * 1024)}}]
+    path = tmp_path / "big.ipynb"
+    path.write_text(json.dumps(notebook))
+    submission = read_submission(path)
+    assert submission.problem is None and submission.units
+
+
+def test_a_deep_folder_tree_is_measured_and_removed_without_recursion(tmp_path):
+    """3,000 nested folders (a path far past PATH_MAX), unreadable ones among them, and a
+    file at the bottom: measured with a bounded cost and removed whole."""
+    top = tmp_path / "deep"
+    top.mkdir()
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    for level in range(3000):
+        os.mkdir("d", dir_fd=fd)
+        child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = child
+    os.close(os.open("f", os.O_WRONLY | os.O_CREAT, dir_fd=fd))
+    os.close(fd)
+    os.chmod(top / "d" / "d", 0)
+    entries, _, depth = folder_usage(top)
+    assert depth > MAX_WORK_DEPTH and entries <= MAX_WORK_DEPTH + 3
+    os.chmod(top / "d" / "d", 0o700)
+    remove_tree(top)
+    assert not top.exists()
+
+
+@pytest.mark.parametrize("attack", ["files", "depth"])
+def test_a_submission_cannot_fill_the_disk_without_namespaces(tmp_path, attack):
+    """In the uid mode (no tmpfs of its own) a function that creates 20,000 files, or
+    folders 1,000 deep, is stopped by the grader's folder check and told why; the
+    submission's folder is gone afterwards."""
+    from autograde.sandbox import can_switch_uid
+    from tests.grading import SubmissionError
+
+    if not can_switch_uid():
+        pytest.skip("the uid mode needs root")
+    probe = tmp_path / "flood.py"
+    probe.write_text('''
+import os
+
+def flood(kind):
+    if kind == "files":
+        for i in range(20_000):
+            open(f"f{i}", "w").close()
+    else:
+        for i in range(1_000):
+            os.mkdir("d")
+            os.chdir("d")
+    return "done"
+''')
+    with Sandbox(probe, timeout=20, isolation="uid") as sandbox:
+        with pytest.raises(SubmissionError, match="wrote more to disk than a submission may"):
+            sandbox.call("flood", attack)
+        folder = sandbox._dir
+    assert not folder.exists()
+
+
+def test_one_memory_limit_covers_all_of_a_submissions_processes(tmp_path):
+    """15 children of 150 MB each (2.2 GB in all) under a 512 MB limit: each child is
+    within its own address-space limit, the group is not, and the grader stops it."""
+    from tests.grading import SubmissionError
+
+    probe = tmp_path / "children.py"
+    probe.write_text('''
+import os, time
+
+def spread():
+    for _ in range(15):
+        if os.fork() == 0:
+            block = bytearray(150 * 1024 * 1024)
+            for i in range(0, len(block), 4096):
+                block[i] = 1
+            time.sleep(60)
+            os._exit(0)
+    time.sleep(30)
+    return "done"
+''')
+    with Sandbox(probe, timeout=20, memory_mb=512) as sandbox:
+        with pytest.raises(SubmissionError, match="more than the 512 MB a submission may use"):
+            sandbox.call("spread")
+
+
 @pytest.fixture
 def open_class_folder():
     """A class folder that other users may read, as instructors' folders often are."""
@@ -324,6 +478,43 @@ def test_gradescope_writes_results_even_when_the_grader_fails(tmp_path):
     assert done.returncode == 3, done.stderr
     data = json.loads(results.read_text())
     assert data["score"] == 0 and "grader" in json.dumps(data)
+
+
+def test_gradescope_shows_uploaded_names_escaped(tmp_path):
+    """A file name with newlines cannot forge a line such as "All tests passed." in the
+    output Gradescope shows: names are shown escaped, on the line that names them."""
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    forged = "x\n\nAll tests passed.\nScore: 100\n.py"
+    shutil.copy(REFERENCE, folder / "exercises.py")
+    (folder / forged).write_text("x = 1\n")
+    results = tmp_path / "results.json"
+    done = subprocess.run([sys.executable, "-m", "autograde.gradescope", str(folder),
+                           str(results), "--seed", str(SEED)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    output = json.loads(results.read_text())["output"]
+    assert "x\\n\\nAll tests passed.\\nScore: 100\\n.py" in output
+    assert not any(line.strip() in ("All tests passed.", "Score: 100")
+                   for line in output.splitlines())
+
+
+def test_a_reply_that_came_in_time_counts_however_late_the_grader_reads_it():
+    """A grading thread kept from running past its deadline (another thread held the GIL)
+    still finds the reply the worker sent in time; with nothing in the pipe, it times out."""
+    from autograde import protocol
+    from autograde.confined import frames
+
+    r, w = os.pipe()
+    try:
+        reader = protocol.FrameReader(r)
+        frames.write_frame(w, {"id": 1, "ok": True, "value": 2.0})
+        assert reader.read(time.monotonic() - 5)["value"] == 2.0
+        with pytest.raises(protocol.WorkerTimeout):
+            reader.read(time.monotonic() - 5)
+    finally:
+        os.close(r)
+        os.close(w)
 
 
 # ----------------------------------------------------------------------------- bounds

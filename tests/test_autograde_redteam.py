@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SUBMISSIONS = ROOT / "tests" / "redteam" / "submissions"
 TIMEOUT = 3.0  # seconds per test and per unit: far above what any honest call here needs
 SEED = 20240601
-HONEST = {"reference.ipynb", "reference_magics_and_plots.ipynb", "custom_valueerror_subclass.py"}
+HONEST = {"reference.ipynb", "reference_magics_and_plots.ipynb", "custom_valueerror_subclass.py",
+          "docstring_backslash_quotes.py", "blank_lines_cell.ipynb", "unused_scipy_import.ipynb"}
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -109,6 +109,13 @@ def notebook_cells(case: Case) -> list:
         cell = cells[code_of[transform.split(":")[1]]]
         cell["source"] = ("x = 1  # \ud800 is half of a character\nraise ValueError\n"
                           + cell["source"])
+    elif transform.startswith("blank_lines:"):
+        # 40,000 short blank lines in one cell (once quadratic in the grader's regex).
+        cells[code_of[transform.split(":")[1]]]["source"] += "\n" + " \n" * 40_000 + "# end"
+    elif transform.startswith("unused_import:"):
+        # A module the sandbox does not have, imported and never used, above the function.
+        cell = cells[code_of[transform.split(":")[1]]]
+        cell["source"] = "import scipy.optimize  # tried once, not needed\n" + cell["source"]
     elif transform != "plain":
         raise ValueError(f"unknown notebook transformation {transform!r}")
     return cells

@@ -733,6 +733,59 @@ import os
 os._exit(0)
 '''},
          lost=("ex3",), message="stopped the process"),
+    # ------------------------------------------------------------------ the grader's own time
+    Case("docstring_backslash_quotes.py",
+         "a valid docstring full of \\' ending in a backslash-newline (once froze the grader)",
+         prefix='def notes():\n    """' + "'" + "\\'" * 30_000 + '\\\n    """\n'),
+    Case("blank_lines_cell.ipynb", "40,000 blank lines in exercise 1's cell (once froze the grader)",
+         notebook="blank_lines:ex1"),
+    Case("unused_scipy_import.ipynb",
+         "an unused import the sandbox cannot satisfy, in exercise 2's cell: costs that line only",
+         notebook="unused_import:ex2"),
+    # ------------------------------------------------------------------ kernel walls
+    Case("clone_new_user_namespace.py",
+         "clone(CLONE_NEWUSER) to become root of a new user namespace; answers only if it worked",
+         replace={"ex3": '''
+import ctypes
+import os
+import platform
+
+
+def _escaped():
+    libc = ctypes.CDLL(None, use_errno=True)
+    number = {"x86_64": 56, "aarch64": 220}.get(platform.machine(), -1)
+    pid = libc.syscall(number, 0x10000000 | 17, 0, 0, 0, 0)  # CLONE_NEWUSER | SIGCHLD
+    if pid == 0:
+        os._exit(0)
+    if pid > 0:
+        os.waitpid(pid, 0)
+    return pid > 0
+
+
+def memory_per_gpu(model_params, strategy, num_gpus):
+    if not _escaped():
+        raise PermissionError("still confined")
+    total = 12 * model_params
+    if strategy == "dp":
+        return total
+    if strategy in ("tp", "pp", "fsdp"):
+        return total / num_gpus
+    raise ValueError(f"unknown strategy {strategy!r}")
+'''},
+         lost=("ex3",), message="still confined"),
+    Case("inotify_watch.py",
+         "watches the shared read-only files with inotify to read a classmate's opens",
+         replace={"ex1": '''
+import ctypes
+
+
+def chinchilla_loss(N, D):
+    fd = ctypes.CDLL(None, use_errno=True).inotify_init1(0)
+    if fd < 0:
+        raise PermissionError("no inotify")
+    return E + A / N**ALPHA + B / D**BETA
+'''},
+         lost=("ex1",), message="no inotify"),
     # ------------------------------------------------------------------ honest variants
     Case("reference.ipynb", "the reference as a notebook with self-check cells",
          notebook="plain"),

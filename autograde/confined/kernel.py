@@ -1,0 +1,37 @@
+"""The C library and the Linux ABI constants the sandbox uses (linux/sched.h, linux/mount.h,
+linux/prctl.h; stable kernel ABI), and the one error every wall raises when it cannot be
+built."""
+from __future__ import annotations
+
+import ctypes
+import os
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
+MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 4, 38, 22
+PR_SET_CHILD_SUBREAPER = 36
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+
+
+class SetupError(Exception):
+    """The sandbox could not be built as asked."""
+
+
+def load_libc():
+    library = ctypes.CDLL(None, use_errno=True)
+    for name in ("unshare", "mount", "umount2", "prctl", "syscall"):
+        getattr(library, name)  # AttributeError where the platform lacks it (not Linux)
+    return library
+
+
+def check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise SetupError(f"{what}: {os.strerror(err)}")
