@@ -212,8 +212,8 @@ def grade(get_function, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, qui
                     r, s = bad[0]
                     ratio = s / (size * 4)
                     why = ""
-                    if abs(ratio - (n - 1)) < 1e-9 or abs(ratio - 2 * (n - 1)) < 1e-9:
-                        why = ": it sends the whole buffer at each step instead of one chunk of 1/n"
+                    if ratio >= (n - 1) - 1e-9:
+                        why = ": it sends the whole buffer at a step instead of one chunk of 1/n"
                     elif ratio > 2 * (n - 1) / n:
                         why = ": more than a ring needs"
                     verdict["traffic"] = verdict["traffic"] or (
