@@ -169,6 +169,9 @@ def grade(get_function, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, qui
             ranks = by_case[c]
             if len(ranks) < n:
                 why = group.detail if not group.ok else "some ranks reported nothing"
+                if part == "uneven" and not group.ok:
+                    why += ("; at a size that is not a multiple of the world size the chunks "
+                            "differ in size: pad the buffer to a multiple of n")
                 verdict[part] = verdict[part] or f"n={n}, {size} elements: not finished ({why})"
                 continue
             errors = [(r, m["error"]) for r, m in sorted(ranks.items()) if "error" in m]

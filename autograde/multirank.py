@@ -254,6 +254,7 @@ def _rank(rank, world_size, rank_main, conn, status, port, limits, drop_ids, pre
         tracker.leave()
         if prepare is not None:  # imports the grader needs, while the interpreter's files are readable
             prepare()
+        import encodings.idna  # noqa: F401  (socket's host names; lazily imported otherwise)
         if drop_ids:  # after the rendezvous: the ranks need no privilege to compute and send
             os.setgroups([])
             os.setgid(65534)
