@@ -45,8 +45,9 @@ SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 #: only because each group has a loopback of its own (two groups at once do not collide).
 PRIVATE_PORT = 29500
 MAX_MESSAGE = 64 * 1024 * 1024
-#: Status slots per rank in shared memory: operation code, start time, finished flag.
-SLOTS = 3
+#: Status slots per rank in shared memory: operation code, start time, finished flag, and
+#: the signal that killed it (written by the namespace's init, which reaps the ranks).
+SLOTS = 4
 OPERATIONS = ("", "send", "recv", "isend wait", "irecv wait", "batch_isend_irecv wait",
               "barrier", "collective", "init_process_group")
 
@@ -226,6 +227,9 @@ def _rank(rank, world_size, rank_main, conn, status, port, limits, drop_ids, pre
     """The body of one rank process; never returns."""
     code = 0
     try:
+        import faulthandler
+
+        faulthandler.disable()  # a rank's crash is reported by the watchdog, not dumped here
         import torch
         import torch.distributed as dist
 
@@ -280,12 +284,17 @@ def _rank(rank, world_size, rank_main, conn, status, port, limits, drop_ids, pre
 
 def _init(world_size, rank_main, children, status, port, limits, drop_ids, prepare) -> None:
     """PID 1 of the group's namespace: forks the ranks, reaps whatever exits."""
+    ranks = {}
     for rank in range(world_size):
-        if os.fork() == 0:
+        pid = os.fork()
+        if pid == 0:
             _rank(rank, world_size, rank_main, children[rank], status, port, limits, drop_ids, prepare)
+        ranks[pid] = rank
     while True:  # reap ranks and anything re-parented to us, until the grader kills us
         try:
-            os.wait()
+            pid, wstatus = os.wait()
+            if pid in ranks and os.WIFSIGNALED(wstatus):
+                status[ranks[pid] * SLOTS + 3] = os.WTERMSIG(wstatus)
         except ChildProcessError:
             time.sleep(0.05)
         except BaseException:
@@ -401,6 +410,14 @@ def run_ranks(world_size: int, rank_main, payloads: list[bytes], limits: Limits 
                 if not wait(list(open_conns), timeout=0.02):
                     break
                 continue
+            killed = [r for r in range(world_size) if status[r * SLOTS + 3]]
+            if killed:
+                r = killed[0]
+                op = OPERATIONS[int(status[r * SLOTS])]
+                result.outcome = "crashed"
+                result.detail = (f"rank {r} was killed by {signal.Signals(int(status[r * SLOTS + 3])).name}"
+                                 + (f" in {op}" if op else ""))
+                break
             hang = _hang(status, world_size, limits.stall_s, now)
             if hang:
                 result.outcome, result.detail = "hung", hang
@@ -434,25 +451,26 @@ def run_ranks(world_size: int, rank_main, payloads: list[bytes], limits: Limits 
 
 
 def _kill_group(init_pid: int, leader: int, isolated: bool) -> None:
-    """Kill everything the group started. In a PID namespace, killing its init is enough;
-    without one, kill each descendant (a rank that escaped with setsid is still a
-    descendant until its parent dies, so collect them first)."""
-    victims = _descendants(init_pid) if init_pid > 0 else []
-    for pid in ([init_pid] if isolated else []) + victims[::-1]:
+    """Kill everything the group started. In a PID namespace, killing its init is enough:
+    the kernel kills the rest, and the dying init waits for them, so the leader's reaping of
+    the init means the namespace is empty. Without one, kill each descendant (a rank that
+    escaped with setsid is still a descendant until its parent dies: collect them first)."""
+    victims = [init_pid] if isolated else (_descendants(init_pid)[::-1] if init_pid > 0 else [])
+    for pid in victims:
         try:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    for pid in (leader,):
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
         try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
-            os.waitpid(pid, 0)
+            if os.waitpid(leader, os.WNOHANG)[0] == leader:
+                return
         except ChildProcessError:
-            pass
-    if isolated and init_pid > 0:  # wait until the namespace is empty
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and os.path.exists(f"/proc/{init_pid}"):
-            time.sleep(0.01)
+            return
+        time.sleep(0.002)
+    try:
+        os.kill(leader, signal.SIGKILL)
+        os.waitpid(leader, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
