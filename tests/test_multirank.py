@@ -56,6 +56,7 @@ def test_a_rank_that_forks_sleeps_and_keeps_a_socket_leaves_nothing(isolated):
     assert _marker_processes(marker) == []
 
 
+@pytest.mark.slow
 def test_a_deadlock_is_named_by_rank_and_call(isolated):
     def main(rank, n, data, report):
         import torch
@@ -68,6 +69,7 @@ def test_a_deadlock_is_named_by_rank_and_call(isolated):
     assert result.detail in ("rank 0 hung in recv after 2 s", "rank 1 hung in recv after 2 s")
 
 
+@pytest.mark.slow
 def test_two_groups_at_once_cannot_see_each_other(isolated):
     """Group A listens on a port of its loopback; group B, at the same time, tries to connect
     to that port and finds nothing. Both also use the same rendezvous port, which only works
