@@ -86,3 +86,22 @@ def test_a_socket_to_the_outside_scores_zero(tmp_path):
     report = grade_source(tmp_path, source, world_sizes=(2,))
     assert report.score == 0, report.text()
     assert "socket" in report.text() and "192.0.2.1" in report.text()
+
+
+def lab_ring():
+    """Lab 1's ring (``labs.collectives.ring_all_reduce``), with the mean the assignment asks."""
+    import torch.distributed as dist
+
+    from labs.collectives import ring_all_reduce
+
+    def ring(tensor, op="sum"):
+        ring_all_reduce(tensor)
+        return tensor.div_(dist.get_world_size()) if op == "mean" else tensor
+    return ring
+
+
+def test_lab_1s_ring_passes_the_assignments_grader():
+    """The lab's ring and the assignment's reference are held to the same checks, so that
+    neither can drift from what the other teaches."""
+    report = a1_ring.grade(lab_ring, world_sizes=(2, 4), seeds=(0,))
+    assert report.score == report.max_score, report.text()
