@@ -22,6 +22,7 @@ collective counter, extended to sends), and compares:
 """
 from __future__ import annotations
 
+import secrets
 import time
 
 import numpy as np
@@ -252,7 +253,9 @@ def grade(get_function, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, qui
 
 
 def grade_file(path, **kwargs) -> Report:
-    """Grade a submitted notebook or .py file."""
+    """Grade a submitted notebook or .py file. Unless ``salt`` is given, the inputs are
+    drawn afresh (a submission that regenerates them from the seeds learns nothing)."""
+    kwargs.setdefault("salt", secrets.randbits(32))
     sources, problem = submission_sources(path)
     if problem:
         report = Report(NAME, [Test(t, p, False, problem) for t, p in zip(TITLES.values(), POINTS.values())])
