@@ -33,6 +33,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from assignments import ASSIGNMENTS  # their notebooks ship as student versions only
+
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = Path(__file__).with_name("bundle")
 REFERENCE = ROOT / "tests" / "redteam" / "reference_submission.py"
@@ -43,7 +45,7 @@ STUDENT_EXCLUDED = (
     "tests/", "benchmarks/", ".ci/", ".github/", "book/instructors.md", "Makefile",
     "autograde/release.py", "autograde/gradescope.py", "autograde/bundle/",
     "tools/student_notebook.py", "chapters/09-exercises.", "README.md",
-)
+) + tuple(master[: -len(".md")] + "." for _, master in ASSIGNMENTS.values())
 #: The graded functions of ``solutions/`` (and helpers that exist only for them), which the
 #: student release ships as stubs: file -> {function: exercise number}.
 STUBBED = {
@@ -192,6 +194,10 @@ def build_student(out: Path) -> None:
     subprocess.run([sys.executable, str(ROOT / "tools" / "student_notebook.py"),
                     str(ROOT / EXERCISES_MASTER), "--out", str(out / "chapters")],
                    check=True, capture_output=True, cwd=ROOT)
+    for _, master in ASSIGNMENTS.values():
+        subprocess.run([sys.executable, str(ROOT / "tools" / "student_notebook.py"),
+                        str(ROOT / master), "--out", str(out / Path(master).parent)],
+                       check=True, capture_output=True, cwd=ROOT)
     verify_student(out)
 
 

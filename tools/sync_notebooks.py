@@ -18,7 +18,7 @@ import nbformat
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
-PAIRED_DIRS = ("chapters", "labs")
+PAIRED_DIRS = ("chapters", "labs", "assignments")
 
 
 def is_notebook_source(path: Path) -> bool:

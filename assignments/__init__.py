@@ -1,0 +1,9 @@
+"""Assignments: students write torch.distributed code, graded on real gloo ranks in the
+multi-rank sandbox (``autograde.multirank``). One module per assignment holds its grader;
+its notebook (``assignments/a1-*.md``) holds the statement, the stub and, in the master,
+the reference solution."""
+
+#: id -> (grader module, notebook master)
+ASSIGNMENTS = {
+    "a1": ("assignments.a1_ring", "assignments/a1-ring-allreduce.md"),
+}

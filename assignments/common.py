@@ -1,0 +1,186 @@
+"""What every assignment's grader shares: loading a submission's function inside a rank,
+counting what a rank sends, sending tensors between the grader and its ranks, and the
+report (the autograder's schema: ``{name, score, max_score, tests: [...]}``)."""
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+#: Cells that set up the self-check (they import this package): not part of the answer.
+PLUMBING = re.compile(r"^\s*(from|import)\s+(assignments|tests|solutions|labs)(\.|\s|$)|self_check\(", re.M)
+
+
+@dataclass
+class Test:
+    name: str
+    max_points: float
+    passed: bool = False
+    feedback: str = ""
+
+    @property
+    def points(self) -> float:
+        return self.max_points if self.passed else 0.0
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "passed": self.passed, "points": self.points,
+                "max_points": self.max_points, "feedback": self.feedback}
+
+
+@dataclass
+class Report:
+    name: str
+    tests: list = field(default_factory=list)
+    wall_s: float = 0.0
+
+    @property
+    def score(self) -> float:
+        return sum(t.points for t in self.tests)
+
+    @property
+    def max_score(self) -> float:
+        return sum(t.max_points for t in self.tests)
+
+    def zero(self, reason: str) -> None:
+        """Every part scores 0, with ``reason`` said once on each failed or passed part."""
+        for t in self.tests:
+            t.passed = False
+            t.feedback = reason if not t.feedback else f"{reason} ({t.feedback})"
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "score": self.score, "max_score": self.max_score,
+                "tests": [t.as_dict() for t in self.tests]}
+
+    def text(self) -> str:
+        lines = [f"{self.name}: {self.score:g} / {self.max_score:g} points"]
+        for t in self.tests:
+            lines.append(f"  {'✓' if t.passed else '✗'} {t.name} ({t.points:g}/{t.max_points:g})")
+            if t.feedback and not t.passed:
+                lines += ["      " + line for line in t.feedback.splitlines()]
+        return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- submissions
+
+def submission_sources(path) -> tuple[list, str | None]:
+    """``[(filename, source)]`` of a submitted notebook or .py file (text only: nothing is
+    run here), without the cells that set up the self-check; or the reason there are none."""
+    from autograde.submission import read_submission
+
+    sub = read_submission(Path(path))
+    if sub.problem:
+        return [], sub.problem
+    return [(u.filename, u.source) for u in sub.units if not PLUMBING.search(u.source)], None
+
+
+def load_function(sources: list, name: str):
+    """Run a submission's units in one namespace (inside a rank; a failing unit costs only
+    itself, as in the exercises' grader) and return the function ``name``, or raise
+    LookupError saying why it is missing."""
+    namespace = {"__name__": "submission"}
+    errors = []
+    with contextlib.redirect_stdout(io.StringIO()):
+        for filename, source in sources:
+            try:
+                exec(compile(source, filename, "exec"), namespace)
+            except BaseException as exc:  # noqa: BLE001 - the student's cell, not ours
+                errors.append(f"{filename}: {type(exc).__name__}: {exc}")
+    fn = namespace.get(name)
+    if not callable(fn):
+        more = f" ({errors[0]})" if errors else ""
+        raise LookupError(f"no function `{name}` in the submission{more}")
+    return fn
+
+
+def quiet_stdio() -> None:
+    """Send a rank's own prints to /dev/null (a grader's console is not the student's)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+
+
+# ----------------------------------------------------------------------------- tensors on the wire
+
+def encode(array) -> str:
+    a = np.ascontiguousarray(np.asarray(array, dtype=np.float32))
+    return base64.b64encode(a.tobytes()).decode()
+
+
+def decode(text: str, size: int) -> np.ndarray | None:
+    """A float32 vector of ``size`` elements from what a rank reported, or None if it is not
+    one (the grader trusts nothing a rank writes)."""
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (ValueError, TypeError):
+        return None
+    if len(raw) != 4 * size:
+        return None
+    return np.frombuffer(raw, dtype=np.float32).copy()
+
+
+def payload(header: dict, arrays: list) -> bytes:
+    """What the grader sends one rank: a JSON header line, then its float32 arrays."""
+    head = dict(header, sizes=[int(np.asarray(a).size) for a in arrays])
+    body = b"".join(np.ascontiguousarray(np.asarray(a, dtype=np.float32)).tobytes() for a in arrays)
+    return json.dumps(head).encode() + b"\n" + body
+
+
+def unpack(data: bytes) -> tuple[dict, list]:
+    head, _, body = data.partition(b"\n")
+    header = json.loads(head)
+    arrays, offset = [], 0
+    for size in header["sizes"]:
+        arrays.append(np.frombuffer(body, dtype=np.float32, count=size, offset=offset).copy())
+        offset += 4 * size
+    return header, arrays
+
+
+# ----------------------------------------------------------------------------- traffic
+
+def traffic_counter():
+    """The labs' collective counter (``labs.training.CollectiveCounter``), extended to the
+    point-to-point operations a hand-written collective is made of: ``calls["send"]``,
+    ``bytes["send"]`` (and ``recv``) beside the built-in collectives it already counts."""
+    import torch
+    from labs.training import _COLLECTIVES, CollectiveCounter, _nbytes
+
+    c10d = torch.ops.c10d
+    p2p = {c10d.send: "send", c10d.recv_: "recv"}
+
+    class TrafficCounter(CollectiveCounter):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = p2p.get(func._overloadpacket)
+            if name is not None:
+                self.calls[name] = self.calls.get(name, 0) + 1
+                self.bytes[name] = self.bytes.get(name, 0) + _nbytes(args[0])
+            elif func.namespace == "c10d" and func._overloadpacket not in _COLLECTIVES:
+                other = str(func._overloadpacket).split(".")[-1].rstrip("_")  # allgather_, ...
+                if other not in ("barrier", "monitored_barrier"):
+                    self.calls[other] = self.calls.get(other, 0) + 1
+            return super().__torch_dispatch__(func, types, args, kwargs)
+
+    return TrafficCounter()
+
+
+
+
+def warm_up() -> None:
+    """Import, in a rank, what the grader's side of it uses (the counter's dispatch mode
+    imports modules on first use), before the rank loses the right to read them."""
+    import cProfile  # noqa: F401  (imported lazily by torch's dispatch-mode machinery)
+    import torch
+
+    with traffic_counter():
+        torch.zeros(1).add_(1)
+
+
+def built_in_collectives(calls: dict) -> list:
+    """The built-in collectives among a counter's ``calls`` (everything but send/recv)."""
+    return sorted(name for name in calls if name not in ("send", "recv"))

@@ -1,0 +1,476 @@
+"""Run the ranks of one submission as a group: its own network and PID namespaces, one
+watchdog for time, memory and hung ranks, and nothing left behind.
+
+    result = run_ranks(world_size, rank_main, inputs, limits=Limits())
+
+The grader's process (torch already imported) is the zygote: it forks a *leader*, which
+unshares a network namespace (only a loopback, brought up here: no other address exists,
+and no other submission's ranks are on it) and a PID namespace, then forks the namespace's
+init, which forks the ranks. Every rank joins one gloo group over ``127.0.0.1`` of its own
+namespace. Killing the init kills everything in the namespace (kernel rule for PID
+namespaces), so a rank that forks, daemonises or sleeps dies with the group.
+
+Each rank runs ``rank_main(rank, world_size, payload, report)`` where ``payload`` is the
+bytes the grader sent this rank alone (through its own pipe) and ``report(dict)`` streams a
+JSON message back. Messages are JSON, never pickles: the grader never unpickles what a
+submission wrote.
+
+The watchdog sees, through shared memory, which point-to-point or collective call each rank
+is blocked in and since when, so a deadlock is reported as ``rank 1 hung in recv after 5 s``.
+Memory is the proportional set size summed over every process of the group.
+
+Where the kernel refuses namespaces (not root, or a container without them), the group runs
+unisolated on a free port and ``GroupResult.isolated`` is False; callers decide whether that
+is acceptable.
+"""
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import time
+from dataclasses import dataclass, field
+from multiprocessing import Pipe, RawArray
+from multiprocessing.connection import wait
+
+CLONE_NEWNET = 0x40000000
+CLONE_NEWPID = 0x20000000
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+#: The rendezvous port inside a private namespace: the same for every group, which is safe
+#: only because each group has a loopback of its own (two groups at once do not collide).
+PRIVATE_PORT = 29500
+MAX_MESSAGE = 64 * 1024 * 1024
+#: Status slots per rank in shared memory: operation code, start time, finished flag, and
+#: the signal that killed it (written by the namespace's init, which reaps the ranks).
+SLOTS = 4
+OPERATIONS = ("", "send", "recv", "isend wait", "irecv wait", "batch_isend_irecv wait",
+              "barrier", "collective", "init_process_group")
+
+
+@dataclass(frozen=True)
+class Limits:
+    wall_s: float = 60.0  # the whole group, start to end
+    stall_s: float = 5.0  # one rank blocked in one communication call
+    memory_bytes: int = 4 * 1024**3  # the group's processes together (PSS)
+    threads: int = 1  # torch threads per rank: ranks share the machine's cores
+
+
+@dataclass
+class GroupResult:
+    world_size: int
+    messages: list = field(default_factory=list)  # per rank: the dicts it reported
+    outcome: str = "ok"  # ok | hung | timeout | memory | crashed | refused
+    detail: str = ""
+    isolated: bool = False
+    sockets: list = field(default_factory=list)  # outside addresses a rank tried to reach
+    wall_s: float = 0.0
+    peak_memory_bytes: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "ok"
+
+
+# ----------------------------------------------------------------------------- isolation
+
+def _unshare(flags: int) -> bool:
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.unshare(ctypes.c_int(flags)) == 0
+
+
+def _loopback_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        request = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(s.fileno(), SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
+
+
+def namespaces_available() -> tuple[bool, str]:
+    """Whether this process may give a group its own network and PID namespaces (probed in
+    a throwaway child), and why not."""
+    pid = os.fork()
+    if pid == 0:
+        code = 0 if _unshare(CLONE_NEWNET | CLONE_NEWPID) else 1
+        if code == 0:
+            try:
+                _loopback_up()
+            except OSError:
+                code = 2
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    return code == 0, {0: "", 1: "unshare(CLONE_NEWNET|CLONE_NEWPID) refused (needs root)",
+                       2: "cannot bring up the loopback of a new network namespace"}.get(code, "probe failed")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ----------------------------------------------------------------------------- inside a rank
+
+class _Tracker:
+    """Writes, into shared memory, which blocking call this rank is in and since when."""
+
+    def __init__(self, status, rank):
+        self.status, self.base = status, rank * SLOTS
+
+    def enter(self, op: str) -> None:
+        self.status[self.base + 1] = time.monotonic()
+        self.status[self.base] = OPERATIONS.index(op)
+
+    def leave(self) -> None:
+        self.status[self.base] = 0
+
+
+class _TrackedWork:
+    def __init__(self, work, tracker, op):
+        self._work, self._tracker, self._op = work, tracker, op
+
+    def wait(self, *args, **kwargs):
+        self._tracker.enter(self._op)
+        try:
+            return self._work.wait(*args, **kwargs)
+        finally:
+            self._tracker.leave()
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+
+def _install_tracking(tracker: _Tracker) -> None:
+    """Wrap torch.distributed's blocking entry points so the watchdog can name a hang."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    def blocking(fn, op):
+        def wrapped(*args, **kwargs):
+            tracker.enter(op)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                tracker.leave()
+        return wrapped
+
+    def returning_work(fn, op):
+        def wrapped(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            if isinstance(out, list):
+                return [_TrackedWork(w, tracker, op) for w in out]
+            return None if out is None else _TrackedWork(out, tracker, op)
+        return wrapped
+
+    patched = {"send": blocking(dist.send, "send"), "recv": blocking(dist.recv, "recv"),
+               "isend": returning_work(dist.isend, "isend wait"),
+               "irecv": returning_work(dist.irecv, "irecv wait"),
+               "batch_isend_irecv": returning_work(dist.batch_isend_irecv, "batch_isend_irecv wait"),
+               "barrier": blocking(dist.barrier, "barrier")}
+    for name in ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+                 "reduce_scatter_tensor", "broadcast", "reduce", "gather", "scatter", "all_to_all",
+                 "all_to_all_single", "all_gather_single", "reduce_scatter_single"):
+        fn = getattr(dist, name, None)
+        if fn is not None:
+            patched[name] = blocking(fn, "collective")
+    for name, fn in patched.items():  # torch.distributed's names; c10d's own stay real
+        setattr(dist, name, fn)
+    # P2POp keeps a reference to the function it is given and checks it against isend/irecv.
+    original_p2p = dist.P2POp.__new__
+
+    def p2p_new(cls, op, *args, **kwargs):
+        op = {patched["isend"]: c10d.isend, patched["irecv"]: c10d.irecv}.get(op, op)
+        return original_p2p(cls, op, *args, **kwargs)
+    dist.P2POp.__new__ = staticmethod(p2p_new)
+    original_init = dist.P2POp.__init__
+
+    def p2p_init(self, op, *args, **kwargs):
+        op = {patched["isend"]: c10d.isend, patched["irecv"]: c10d.irecv}.get(op, op)
+        original_init(self, op, *args, **kwargs)
+    dist.P2POp.__init__ = p2p_init
+
+
+def _install_socket_guard(report) -> None:
+    """Record (and refuse) any socket a rank's Python code opens to an address other than
+    its own namespace's loopback. gloo's own connections are made in C++ and pass here
+    unseen; inside the private namespace nothing else is reachable anyway."""
+    real_connect, real_connect_ex, real_sendto = socket.socket.connect, socket.socket.connect_ex, socket.socket.sendto
+
+    def allowed(address) -> bool:
+        if isinstance(address, tuple) and address:
+            return str(address[0]) in ("127.0.0.1", "localhost", "::1")
+        return False  # unix sockets and the like: not a rank-to-rank channel
+
+    def refuse(address):
+        report({"socket": repr(address)[:200]})
+        raise PermissionError(f"grading: a connection to {address!r} is not allowed")
+
+    def connect(self, address):
+        return real_connect(self, address) if allowed(address) else refuse(address)
+
+    def connect_ex(self, address):
+        return real_connect_ex(self, address) if allowed(address) else refuse(address)
+
+    def sendto(self, data, *args):
+        address = args[-1]
+        return real_sendto(self, data, *args) if allowed(address) else refuse(address)
+
+    socket.socket.connect, socket.socket.connect_ex, socket.socket.sendto = connect, connect_ex, sendto
+
+
+def _rank(rank, world_size, rank_main, conn, status, port, limits, drop_ids, prepare) -> None:
+    """The body of one rank process; never returns."""
+    code = 0
+    try:
+        import faulthandler
+
+        faulthandler.disable()  # a rank's crash is reported by the watchdog, not dumped here
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(limits.threads)
+
+        def report(message: dict) -> None:
+            data = json.dumps(message).encode()
+            if len(data) > MAX_MESSAGE:
+                raise ValueError("message too large")
+            conn.send_bytes(data)
+
+        payload = conn.recv_bytes()
+        tracker = _Tracker(status, rank)
+        tracker.enter("init_process_group")
+        # c10d warns that a private namespace's loopback has no host name: not the student's
+        # concern, so the rendezvous runs with this rank's stderr sent to /dev/null.
+        saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        try:
+            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                    world_size=world_size)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(devnull)
+        tracker.leave()
+        if prepare is not None:  # imports the grader needs, while the interpreter's files are readable
+            prepare()
+        import encodings.idna  # noqa: F401  (socket's host names; lazily imported otherwise)
+        if drop_ids:  # after the rendezvous: the ranks need no privilege to compute and send
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+        _install_tracking(tracker)
+        _install_socket_guard(report)
+        rank_main(rank, world_size, payload, report)
+    except BaseException as exc:  # the grader reads why, one line
+        code = 1
+        try:
+            conn.send_bytes(json.dumps({"crash": f"{type(exc).__name__}: {exc}"[:500]}).encode())
+        except Exception:
+            pass
+    finally:
+        status[rank * SLOTS + 2] = 1.0
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:
+            pass
+        os._exit(code)
+
+
+def _init(world_size, rank_main, children, status, port, limits, drop_ids, prepare) -> None:
+    """PID 1 of the group's namespace: forks the ranks, reaps whatever exits."""
+    ranks = {}
+    for rank in range(world_size):
+        pid = os.fork()
+        if pid == 0:
+            _rank(rank, world_size, rank_main, children[rank], status, port, limits, drop_ids, prepare)
+        ranks[pid] = rank
+    while True:  # reap ranks and anything re-parented to us, until the grader kills us
+        try:
+            pid, wstatus = os.wait()
+            if pid in ranks and os.WIFSIGNALED(wstatus):
+                status[ranks[pid] * SLOTS + 3] = os.WTERMSIG(wstatus)
+        except ChildProcessError:
+            time.sleep(0.05)
+        except BaseException:
+            os._exit(0)
+
+
+# ----------------------------------------------------------------------------- the grader's side
+
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except OSError:
+            pass
+    return out
+
+
+def _pss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _hang(status, world_size, stall_s, now) -> str | None:
+    blocked = [(now - status[r * SLOTS + 1], r, OPERATIONS[int(status[r * SLOTS])])
+               for r in range(world_size) if status[r * SLOTS] and not status[r * SLOTS + 2]]
+    blocked = [b for b in blocked if b[0] > stall_s]
+    if not blocked:
+        return None
+    # The longest-blocked rank; among equals (a deadlock blocks all at once) the lowest
+    # rank that is not rank 0, whose peer is usually the one that never sent.
+    seconds, rank, op = max(blocked, key=lambda b: (round(b[0]), -b[1]))
+    return f"rank {rank} hung in {op} after {stall_s:g} s"
+
+
+def run_ranks(world_size: int, rank_main, payloads: list[bytes], limits: Limits = Limits(),
+              isolate: bool = True, prepare=None) -> GroupResult:
+    """Run ``rank_main`` on ``world_size`` ranks as one isolated group (see the module).
+    ``prepare()`` runs in each rank before it drops to an unprivileged uid (imports that
+    need the interpreter's folders, which that uid may not read)."""
+    if not 1 <= world_size <= 64 or len(payloads) != world_size:
+        raise ValueError(f"world_size must be 1..64 with one payload per rank, got {world_size}")
+    result = GroupResult(world_size, messages=[[] for _ in range(world_size)])
+    isolated = isolate and namespaces_available()[0]
+    port = PRIVATE_PORT if isolated else _free_port()
+    status = RawArray("d", SLOTS * world_size)
+    pipes = [Pipe(duplex=True) for _ in range(world_size)]
+    ready_r, ready_w = os.pipe()
+    start = time.monotonic()
+    leader = os.fork()
+    if leader == 0:
+        try:
+            os.close(ready_r)
+            for ours, _ in pipes:
+                ours.close()
+            if isolated and not _unshare(CLONE_NEWNET | CLONE_NEWPID):
+                os._exit(3)
+            if isolated:
+                _loopback_up()
+            init = os.fork()
+            if init == 0:
+                _init(world_size, rank_main, [theirs for _, theirs in pipes], status, port, limits,
+                      drop_ids=isolated and os.geteuid() == 0, prepare=prepare)
+            os.write(ready_w, struct.pack("q", init))
+            os.waitpid(init, 0)
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    for _, theirs in pipes:
+        theirs.close()
+    raw = os.read(ready_r, 8)
+    init_pid = struct.unpack("q", raw)[0] if len(raw) == 8 else 0
+    os.close(ready_r)
+    result.isolated = isolated
+    conns = [ours for ours, _ in pipes]
+    for conn, payload in zip(conns, payloads):
+        conn.send_bytes(payload)
+    open_conns = {conn: rank for rank, conn in enumerate(conns)}
+    next_memory = 0.0
+    try:
+        while True:
+            now = time.monotonic()
+            for conn in wait(list(open_conns), timeout=0.05):
+                rank = open_conns[conn]
+                try:
+                    data = conn.recv_bytes(MAX_MESSAGE)
+                except (EOFError, OSError):
+                    del open_conns[conn]
+                    continue
+                try:
+                    message = json.loads(data)
+                except ValueError:
+                    message = {"crash": "a message that is not JSON"}
+                if not isinstance(message, dict):
+                    message = {"crash": "a message that is not a JSON object"}
+                if "socket" in message:
+                    result.sockets.append(f"rank {rank}: {message['socket']}")
+                result.messages[rank].append(message)
+            # A rank sets its finished flag after its last message: once all are set, what
+            # is still in the pipes is read, and the group is done. (The pipes never reach
+            # end-of-file while the namespace's init holds their other ends.)
+            if all(status[r * SLOTS + 2] for r in range(world_size)):
+                if not wait(list(open_conns), timeout=0.02):
+                    break
+                continue
+            killed = [r for r in range(world_size) if status[r * SLOTS + 3]]
+            if killed:
+                r = killed[0]
+                op = OPERATIONS[int(status[r * SLOTS])]
+                result.outcome = "crashed"
+                result.detail = (f"rank {r} was killed by {signal.Signals(int(status[r * SLOTS + 3])).name}"
+                                 + (f" in {op}" if op else ""))
+                break
+            hang = _hang(status, world_size, limits.stall_s, now)
+            if hang:
+                result.outcome, result.detail = "hung", hang
+                break
+            if now - start > limits.wall_s:
+                running = [r for r in range(world_size) if not status[r * SLOTS + 2]]
+                result.outcome = "timeout"
+                result.detail = (f"rank {running[0] if running else 0} did not finish within "
+                                 f"{limits.wall_s:g} s")
+                break
+            if now >= next_memory:
+                used = sum(_pss(p) for p in _descendants(init_pid))
+                result.peak_memory_bytes = max(result.peak_memory_bytes, used)
+                if used > limits.memory_bytes:
+                    result.outcome = "memory"
+                    result.detail = (f"the ranks together used {used / 2**30:.2f} GiB, more than "
+                                     f"the limit of {limits.memory_bytes / 2**30:.2f} GiB")
+                    break
+                next_memory = now + 0.2
+    finally:
+        _kill_group(init_pid, leader, isolated)
+        for conn in conns:
+            conn.close()
+    if result.ok:
+        crashes = [(r, m["crash"]) for r, ms in enumerate(result.messages) for m in ms if "crash" in m]
+        if crashes:
+            result.outcome = "crashed"
+            result.detail = f"rank {crashes[0][0]} stopped: {crashes[0][1]}"
+    result.wall_s = time.monotonic() - start
+    return result
+
+
+def _kill_group(init_pid: int, leader: int, isolated: bool) -> None:
+    """Kill everything the group started. In a PID namespace, killing its init is enough:
+    the kernel kills the rest, and the dying init waits for them, so the leader's reaping of
+    the init means the namespace is empty. Without one, kill each descendant (a rank that
+    escaped with setsid is still a descendant until its parent dies: collect them first)."""
+    victims = [init_pid] if isolated else (_descendants(init_pid)[::-1] if init_pid > 0 else [])
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(leader, os.WNOHANG)[0] == leader:
+                return
+        except ChildProcessError:
+            return
+        time.sleep(0.002)
+    try:
+        os.kill(leader, signal.SIGKILL)
+        os.waitpid(leader, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass

@@ -1,0 +1,107 @@
+"""Assignment 1 (ring all-reduce), graded as the autograder grades it: the reference from the
+master notebook earns every point; the student's stub earns 0 saying so; each planted
+mistake loses points with feedback that names it; a built-in collective or a socket to the
+outside scores 0."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from assignments import a1_ring
+from tools.student_notebook import write_student_version
+
+ROOT = Path(__file__).resolve().parents[2]
+MASTER = ROOT / "assignments" / "a1-ring-allreduce.md"
+
+pytestmark = pytest.mark.slow
+
+
+def reference_source() -> str:
+    """The master notebook's text: the reference is its solution cell."""
+    return MASTER.read_text(encoding="utf-8")
+
+
+def grade_source(tmp_path, source: str, name="submission.md", **kwargs):
+    path = tmp_path / name
+    path.write_text(source, encoding="utf-8")
+    return a1_ring.grade_file(path, seeds=(0,), **kwargs)
+
+
+def mutate(source: str, old: str, new: str) -> str:
+    assert source.count(old) == 1, f"the reference no longer holds {old!r}"
+    return source.replace(old, new)
+
+
+def test_reference_scores_full_marks_at_two_world_sizes_and_three_seeds(tmp_path):
+    report = a1_ring.grade_file(MASTER, world_sizes=(2, 4), seeds=(0, 1, 2), salt=7)
+    assert report.score == report.max_score == 10, report.text()
+
+
+def test_the_students_stub_scores_zero_and_says_not_implemented(tmp_path):
+    ipynb, _ = write_student_version(MASTER, tmp_path)
+    assert "BEGIN SOLUTION" not in ipynb.read_text(encoding="utf-8")
+    report = a1_ring.grade_file(ipynb, seeds=(0,))
+    assert report.score == 0
+    assert "not implemented yet" in report.text()
+
+
+MUTANTS = {
+    # name: (old, new, points lost at least, words the feedback must hold)
+    "whole buffer at every step": (
+        "exchange(chunks[(r - s) % n], incoming)\n        chunks[(r - s - 1) % n].add_(incoming)",
+        "exchange(work.clone(), whole)\n        work.add_(whole) if False else None\n"
+        "        chunks[(r - s - 1) % n].add_(whole.chunk(n)[(r - s - 1) % n])",
+        2, "whole buffer"),
+    "mean forgets to divide": ('    if op == "mean":\n        tensor.div_(n)\n', "", 2, "divide by the world size"),
+    "sizes not divisible by n": ("pad = (-flat.numel()) % n", "pad = 0", 2, "not a multiple of the world size"),
+    "wrong chunk in the all-gather": ("exchange(chunks[(r + 1 - s) % n], chunks[(r - s) % n])",
+                                      "exchange(chunks[(r - s) % n], chunks[(r - s - 1) % n])", 3, "chunk"),
+    "built-in collective": ("    n, r = dist.get_world_size(), dist.get_rank()\n",
+                            "    n, r = dist.get_world_size(), dist.get_rank()\n    dist.all_reduce(tensor)\n"
+                            "    tensor.div_(n) if op == 'mean' else None\n    return tensor\n", 10, "all_reduce"),
+    "deadlock: blocking receive first": (
+        "        for request in dist.batch_isend_irecv(ops):\n            request.wait()",
+        "        dist.recv(recv, left)\n        dist.send(send, right)", 10, "hung in recv after"),
+}
+
+
+@pytest.mark.parametrize("name", list(MUTANTS))
+def test_each_planted_mistake_loses_points_and_is_named(tmp_path, name):
+    old, new, lost, words = MUTANTS[name]
+    source = mutate(reference_source(), old, new)
+    if name == "whole buffer at every step":
+        source = source.replace("incoming = torch.empty_like(chunks[0])",
+                                "incoming = torch.empty_like(chunks[0])\n    whole = torch.empty_like(work)")
+    report = grade_source(tmp_path, source, world_sizes=(4,) if name != "deadlock: blocking receive first" else (2,))
+    assert report.score <= report.max_score - lost, report.text()
+    assert words in report.text(), report.text()
+
+
+def test_a_socket_to_the_outside_scores_zero(tmp_path):
+    source = mutate(reference_source(), "    n, r = dist.get_world_size(), dist.get_rank()\n",
+                    "    n, r = dist.get_world_size(), dist.get_rank()\n    import socket\n"
+                    "    try:\n        socket.create_connection(('192.0.2.1', 80), timeout=0.2)\n"
+                    "    except OSError:\n        pass\n")
+    report = grade_source(tmp_path, source, world_sizes=(2,))
+    assert report.score == 0, report.text()
+    assert "socket" in report.text() and "192.0.2.1" in report.text()
+
+
+def lab_ring():
+    """Lab 1's ring (``labs.collectives.ring_all_reduce``), with the mean the assignment asks."""
+    import torch.distributed as dist
+
+    from labs.collectives import ring_all_reduce
+
+    def ring(tensor, op="sum"):
+        ring_all_reduce(tensor)
+        return tensor.div_(dist.get_world_size()) if op == "mean" else tensor
+    return ring
+
+
+def test_lab_1s_ring_passes_the_assignments_grader():
+    """The lab's ring and the assignment's reference are held to the same checks, so that
+    neither can drift from what the other teaches."""
+    report = a1_ring.grade(lab_ring, world_sizes=(2, 4), seeds=(0,))
+    assert report.score == report.max_score, report.text()
