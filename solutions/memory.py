@@ -64,7 +64,7 @@ BYTE_CONVENTIONS = {
         ByteConvention(
             "chapter_12", 2, 2, 8,
             "bf16 weights (2) + bf16 grads (2) + fp32 Adam m and v (4 + 4); "
-            "the course's first approximation, no master copy",
+            "Micikevicius et al.'s recipe less its fp32 master copy: the course's first approximation",
             "micikevicius2018mixed",
         ),
         ByteConvention(
