@@ -84,6 +84,10 @@ WHY = {
     "ex4_tp_not_per_layer": (
         "your TP term does not grow with num_layers: every transformer layer all-reduces its "
         "activations, so multiply the per-layer volume by num_layers."),
+    "ex4_tp_missing": (
+        "your time has no TP term: tensor parallelism all-reduces each layer's activations, "
+        "2 * (2 * batch_size * seq_len * d_model) bytes per layer, num_layers times, on top of "
+        "the DP gradients."),
     "ex4_bandwidth_gb": (
         "your times are 1000 times too large: 1 TB/s is 1e12 bytes/s (not 1e9), and the "
         "answer is in seconds (not milliseconds)."),

@@ -187,6 +187,8 @@ MISTAKES = [
             frozenset(EX4_VALUES | {"ex4_tp_volume", "ex4_ignores_degrees"})),
     Mistake("ex4_tp_not_per_layer", "communication_time_per_step", _comm(per_layer=False),
             frozenset(EX4_VALUES | {"ex4_tp_volume", "ex4_ignores_degrees"})),
+    Mistake("ex4_tp_missing", "communication_time_per_step", _comm(tp_allreduces=0),
+            frozenset(EX4_VALUES | {"ex4_tp_volume", "ex4_ignores_degrees"})),
     Mistake("ex4_bandwidth_gb", "communication_time_per_step", _comm(bytes_per_s_per_tb=1e9),
             frozenset(EX4_VALUES | {"ex4_bandwidth_units"})),
     Mistake("ex4_bandwidth_bits", "communication_time_per_step",
