@@ -35,6 +35,18 @@ GRID = (-1.0, 3.3, 200)
 OTHER_GRID_SIZES = (199, 201, 100, 1000, 2000, 20, 50, 500, 400, 300, 150, 250)
 
 
+#: Exercise 1's loss as the exercise states it (the constants of ex1.HINT), which the grader
+#: puts in place of a student's wrong chinchilla_loss to grade Exercise 2 on its own
+#: (autograde.grade); test_independent checks it equals independent.chinchilla_loss.
+EXERCISE_LOSS = (1.69, 406.0, 410.0, 0.34, 0.28)  # E, A, B, ALPHA, BETA
+
+
+def exercise_loss_source() -> str:
+    """``chinchilla_loss`` as code, from :data:`EXERCISE_LOSS`."""
+    E, A, B, alpha, beta = EXERCISE_LOSS
+    return f"def chinchilla_loss(N, D):\n    return {E!r} + {A!r} / N**{alpha!r} + {B!r} / D**{beta!r}\n"
+
+
 def logspace(start: float, stop: float, num: int) -> list:
     """``np.logspace`` as a list of plain floats."""
     import numpy as np
