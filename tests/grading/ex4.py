@@ -18,7 +18,7 @@ import random
 
 from .core import Result
 from .framework import (
-    collect, fmt_call, fmt_pair, fmt_value, gate, make_check, recognise, recognise_derived, same,
+    PROPERTY_GATE_REL, attempt, collect, fmt_call, fmt_pair, fmt_value, gate, make_check, recognise, recognise_derived, same,
     values_match, with_why,
 )
 
@@ -47,6 +47,9 @@ CONFIG_70B = [70e9, 64, 8, 80, 4096, 1, 8192, 0.9]
 DP_PROBES = [[p, 8, 4, 32, 2048, 1, 1024, 0.5] for p in (1e9, 3e9, 1.3e10)]
 SHAPES = [(1, 2048, 1024), (4, 2048, 1024), (1, 8192, 1024), (1, 2048, 4096)]
 TP_PROBES = [[1e8, 8, 4, layers, s, b, d, 0.5] for (b, s, d) in SHAPES for layers in (8, 16)]
+#: Factor off the exercise's time within which a time that grows with the bytes moved is a wrong
+#: volume (charged to the volume checks), not a unit slip (UNIT_SLIPS are 8x and powers of 1e3).
+UNIT_GATE = 6.0
 BW_PROBES = [[1e9, 8, 4, 1, 128, 1, 128, bw] for bw in (0.05, 0.45, 0.9)]
 DEGREE_PROBES = [[7e9, dp, tp, 32, 4096, 4, 4096, 0.45]
                  for dp, tp in ((1, 1), (8, 1), (8, 8), (64, 4), (512, 8))]
@@ -148,8 +151,18 @@ def judge_bandwidth(call, probes) -> Result:
     if same(factors[0], 1.0):
         return Result(True, "Times are in seconds, with TB/s converted to 1e12 bytes/s, and "
                             "inversely proportional to the bandwidth.")
-    return Result(True, "Your times are inversely proportional to the bandwidth and the unit "
-                        "conversion looks right (the volumes are checked separately).")
+    if abs(factors[0] - 1.0) <= PROPERTY_GATE_REL:
+        return Result(True, "Your times are inversely proportional to the bandwidth and the unit "
+                            "conversion looks right.")
+    # A wrong volume (charged to ex4_dp_volume or ex4_tp_volume) leaves the units right, but a
+    # time that does not grow with the bytes moved converts nothing: gate on values.
+    bigger = attempt(call, [probes[0].args[0] * 2] + list(probes[0].args[1:])).get("value")
+    moves_bytes = type(bigger) is float and bigger > values[0] * (1 + PROPERTY_GATE_REL)
+    if moves_bytes and 1 / UNIT_GATE <= factors[0] <= UNIT_GATE:
+        return Result(True, "Your times are inversely proportional to the bandwidth and the unit "
+                            "conversion looks right (the volumes are checked separately).")
+    failed = gate(FUNCTION, probes[:1], values[:1], "Time inversely proportional to the bandwidth")
+    return failed or Result(False, "Your time does not grow with the bytes moved (model_params).")
 
 
 def judge_degrees(call, probes) -> Result:

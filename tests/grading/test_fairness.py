@@ -251,3 +251,34 @@ def test_a_mistyped_loss_still_earns_the_search_through_the_fallback():
     results, _ = grade(functions, "ex2")
     assert all(r.passed for c, r in results if c.name in SEARCH_CHECKS), \
         [r.feedback for c, r in results if not r.passed]
+
+
+def test_functions_that_know_nothing_score_only_the_fair_properties():
+    """No constant, formula or unit of the exercises: only refusing an unknown strategy and
+    honouring 6ND = C may pay (issue: ex4_bandwidth_units paid for 1 / bandwidth)."""
+    import math
+
+    fair = {"ex2_on_budget"}  # compute_optimal is a stub here: Exercise 2 pays nothing
+    for memory in (lambda model_params, strategy, num_gpus: 1.0,
+                   lambda model_params, strategy, num_gpus: 1.0 / num_gpus):
+        def memory_per_gpu(model_params, strategy, num_gpus, _m=memory):
+            if strategy not in ("dp", "tp", "pp", "fsdp"):
+                raise ValueError(f"unknown strategy {strategy!r}")
+            return _m(model_params, strategy, num_gpus)
+
+        def chinchilla_loss(N, D):
+            return 1 / N + 1 / D
+
+        def compute_optimal(C, ratios=None):  # not attempted
+            raise NotImplementedError
+
+        def communication_time_per_step(*args, bandwidth_tb_s=None, **kwargs):
+            return 1.0 / (bandwidth_tb_s if bandwidth_tb_s is not None else args[-1])
+
+        functions = reference_functions(chinchilla_loss=chinchilla_loss, compute_optimal=compute_optimal,
+                                        memory_per_gpu=memory_per_gpu,
+                                        communication_time_per_step=communication_time_per_step)
+        results, _ = grade(functions)
+        paid = {c.name for c, r in results if r.passed}
+        assert all(name in fair or "strategy" in name or "unknown" in name for name in paid), paid
+        assert "ex4_bandwidth_units" not in paid
