@@ -192,7 +192,8 @@ def _more_about_failure(call, probe, result: Result) -> Result:
                 if own is not None and same(own, value):
                     return Result(False, result.feedback.split("\n")[0] + (
                         f"\nYour ratio {fmt_value(value[2])} is the best point of a grid of {num} "
-                        f"ratios: the grid has {num} points, not 200. Use np.logspace(-1, 3.3, 200)."))
+                        f"ratios: your grid has {num} points, and the exercise's grid has 200. Use "
+                        "np.logspace(-1, 3.3, 200)."))
     return result
 
 

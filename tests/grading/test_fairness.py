@@ -143,7 +143,7 @@ def test_a_grid_of_201_points_is_named():
             C, np.logspace(-1, 3.3, 201) if ratios is None else ratios)
     results, _ = grade(reference_functions(compute_optimal=grid_201), "ex2", hidden=False)
     failed = "\n".join(r.feedback for _, r in results if not r.passed)
-    assert "201 points, not 200" in failed
+    assert "your grid has 201 points, and the exercise's grid has 200" in failed
 
 
 def test_through_the_grader_an_exercise_1_that_raises_costs_nothing_in_exercise_2(tmp_path):
