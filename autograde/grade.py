@@ -102,22 +102,31 @@ def grade_submission(path, checks, *, timeout: float = 10.0, isolation: str = "a
                                     f"{type(exc).__name__}: {textsafe.printable(exc)}")
         report.results = [(c, Result(False, "Not graded: the grader failed to start. Please "
                                             "tell your instructor.")) for c in checks]
-    if _exercise_2_needs_the_exercise_loss(report) and not _second_pass:
-        _regrade_exercise_2(path, checks, report, timeout=timeout, isolation=isolation,
-                            memory_mb=memory_mb)
+    if not _second_pass and not report.grader_errors and _exercise_2_needs_the_exercise_loss(report):
+        try:
+            _regrade_exercise_2(path, checks, report, timeout=timeout, isolation=isolation,
+                                memory_mb=memory_mb)
+        except Exception as exc:  # this file's "grader error", never the class run's end
+            report.grader_errors.append(f"Exercise 2 regrade: {type(exc).__name__}: "
+                                        f"{textsafe.printable(exc)}")
     report.seconds = time.monotonic() - started
     return report
 
 
 def _exercise_2_needs_the_exercise_loss(report) -> bool:
-    """Exercise 2 failed because the student's chinchilla_loss raised or is missing."""
-    return any(c.exercise == "ex2" and not r.passed and not r.not_implemented
-               and "chinchilla_loss" in r.feedback and "raise" in r.feedback
-               for c, r in report.results)
+    """Exercise 1 lost points or was not graded (its chinchilla_loss may be wrong in some way:
+    it raises, returns None, a wrong value) and Exercise 2 lost points it did not lose to a stub. Decided from
+    the results' structure alone, never from feedback text."""
+    ex1 = [r for c, r in report.results if c.exercise == "ex1"]
+    ex1_failed = not ex1 or any(not r.passed for r in ex1)  # not graded here: the self-check
+    ex2_failed = any(c.exercise == "ex2" and not r.passed and not r.not_implemented
+                     for c, r in report.results)
+    return ex1_failed and ex2_failed
 
 
-def _with_cell(path: Path, source: str, folder: Path) -> Path:
-    """A copy of the submission with ``source`` run after everything else."""
+def _with_cell(path: Path, source: str, folder: Path) -> Path | None:
+    """A copy of the submission with ``source`` run after everything else; None when the
+    file has no place for it (a notebook whose cells are not a list)."""
     path = Path(path)
     text = path.read_text(encoding="utf-8", errors="replace")
     target = Path(folder) / path.name
@@ -125,6 +134,8 @@ def _with_cell(path: Path, source: str, folder: Path) -> Path:
         import json
 
         notebook = json.loads(text)
+        if not isinstance(notebook, dict) or not isinstance(notebook.get("cells", []), list):
+            return None
         notebook.setdefault("cells", []).append(
             {"cell_type": "code", "metadata": {}, "source": source, "outputs": [],
              "execution_count": None})
@@ -137,36 +148,37 @@ def _with_cell(path: Path, source: str, folder: Path) -> Path:
     return target
 
 
+#: The one line each regraded Exercise 2 test starts with.
+REGRADE_NOTE = ("Graded with the exercise's chinchilla_loss in place of yours, which is wrong "
+                "(see Exercise 1): a mistake in Exercise 1 costs points in Exercise 1 only.")
+
+
 def _regrade_exercise_2(path, checks, report, **options) -> None:
     """Grade Exercise 2 again with the exercise's chinchilla_loss in place of the student's,
     and keep the better of the two: a mistake in Exercise 1 costs points in Exercise 1 only.
-    Only where the exercise's loss is at hand (not in the student release)."""
+    The same in the student release (the check cells, ``python -m autograde``) as for the
+    instructor, so both report the same public points."""
     import tempfile
 
     from tests.grading import Result
+    from tests.grading.ex2 import exercise_loss_source
 
-    try:
-        from tests.grading.independent import chinchilla_loss_source
-    except ImportError:  # the student release: the self-check says what the grader will do
-        report.notes.append("Exercise 2 failed because chinchilla_loss raised: the grader "
-                            "grades it again with the exercise's chinchilla_loss")
-        return
     ex2 = [c for c in checks if c.exercise == "ex2"]
     with tempfile.TemporaryDirectory(prefix="autograde-ex2-") as tmp:
         try:
-            derived = _with_cell(path, chinchilla_loss_source(), Path(tmp))
+            derived = _with_cell(path, exercise_loss_source(), Path(tmp))
         except (OSError, ValueError):
+            derived = None
+        if derived is None:
             return
         again = grade_submission(derived, ex2, _second_pass=True, label=report.submission, **options)
     before = sum(c.points for c, r in report.results if c.exercise == "ex2" and r.passed)
     after = sum(c.points for c, r in again.results if r.passed)
     if after <= before:
         return
-    note = ("Graded with the exercise's chinchilla_loss in place of yours, which raised when "
-            "compute_optimal called it: a mistake in Exercise 1 costs points in Exercise 1 only.")
-    report.notes.append(note.rstrip("."))
+    report.notes.append(REGRADE_NOTE.rstrip("."))
     regraded = {c.name: r for c, r in again.results}
-    report.results = [(c, Result(regraded[c.name].passed, note + "\n" + regraded[c.name].feedback,
+    report.results = [(c, Result(regraded[c.name].passed, REGRADE_NOTE + "\n" + regraded[c.name].feedback,
                                  regraded[c.name].not_implemented))
                       if c.name in regraded else (c, r) for c, r in report.results]
 

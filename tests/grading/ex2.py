@@ -35,6 +35,18 @@ GRID = (-1.0, 3.3, 200)
 OTHER_GRID_SIZES = (199, 201, 100, 1000, 2000, 20, 50, 500, 400, 300, 150, 250)
 
 
+#: Exercise 1's loss as the exercise states it (the constants of ex1.HINT), which the grader
+#: puts in place of a student's wrong chinchilla_loss to grade Exercise 2 on its own
+#: (autograde.grade); test_independent checks it equals independent.chinchilla_loss.
+EXERCISE_LOSS = (1.69, 406.0, 410.0, 0.34, 0.28)  # E, A, B, ALPHA, BETA
+
+
+def exercise_loss_source() -> str:
+    """``chinchilla_loss`` as code, from :data:`EXERCISE_LOSS`."""
+    E, A, B, alpha, beta = EXERCISE_LOSS
+    return f"def chinchilla_loss(N, D):\n    return {E!r} + {A!r} / N**{alpha!r} + {B!r} / D**{beta!r}\n"
+
+
 def logspace(start: float, stop: float, num: int) -> list:
     """``np.logspace`` as a list of plain floats."""
     import numpy as np
@@ -68,6 +80,52 @@ def _student_losses(loss_call, Ns, Ds):
     return values
 
 
+#: Relative jitter of the points at which the student's loss is asked again: far below the
+#: grid's 4.4% step between ratios, far above float rounding.
+JITTER = 1e-6
+
+
+def _honest_minimum(loss_call, Ns, Ds, losses, i) -> bool:
+    """Whether the grid's best point ``i`` under the student's loss is a property of the loss,
+    not of the question: the loss must have one strict minimum there (a constant loss makes
+    any point "best"), and asked again at the points moved off the line by a random jitter,
+    in a shuffled order (nothing left to recognise), it must put the minimum at the same
+    point and agree with its own values on the grid."""
+    if len(losses) > 1 and not max(losses) - losses[i] > 1e-6 * abs(losses[i]):
+        return False  # constant along the line: any point would be "best"
+    rng = random.Random()
+    order = list(range(len(Ns)))
+    rng.shuffle(order)
+    jN = [Ns[k] * (1 + rng.uniform(-JITTER, JITTER)) for k in order]
+    jD = [Ds[k] * (1 + rng.uniform(-JITTER, JITTER)) for k in order]
+    moved = _student_losses(loss_call, jN, jD)
+    if moved is None:
+        return False
+    again = [0.0] * len(order)
+    for position, k in enumerate(order):
+        again[k] = moved[position]
+    if not again[i] <= min(again) + 1e-5 * abs(min(again)):  # near-ties may swap
+        return False
+    return all(abs(a - b) <= 1e-4 * max(abs(b), 1e-300) for a, b in zip(again, losses))
+
+
+def _is_the_exercise_loss(loss_call, rng) -> bool:
+    """Whether the student's loss equals the exercise's at random (N, D) far from any grid: then
+    a different best point on the grid is the loss recognising the question, not a slip in
+    Exercise 1, and earns nothing here."""
+    E, A, B, alpha, beta = EXERCISE_LOSS
+    for _ in range(8):
+        N, D = 10 ** rng.uniform(6, 13), 10 ** rng.uniform(8, 15)
+        try:
+            value = loss_call(N, D)
+        except SubmissionError:
+            return False
+        expected = E + A / N ** alpha + B / D ** beta
+        if type(value) is not float or not abs(value - expected) <= 1e-9 * expected:
+            return False
+    return True
+
+
 def own_loss_answer(call, C: float, ratios=None, num: int | None = None):
     """The grid's best (N, D, r, loss) under the student's own ``chinchilla_loss``; None when
     it is not available (e.g. it raises). ``num``: another size of the default grid."""
@@ -81,9 +139,15 @@ def own_loss_answer(call, C: float, ratios=None, num: int | None = None):
         Ns, Ds = _grid_points(C, grid)
         losses = _student_losses(loss_call, Ns, Ds)
         best = None
+        if losses is not None and _is_the_exercise_loss(loss_call, random.Random()):
+            # then a different best point is the loss recognising the question: the answer
+            # under "its" loss is the exercise's
+            E, A, B, alpha, beta = EXERCISE_LOSS
+            losses = [E + A / N ** alpha + B / D ** beta for N, D in zip(Ns, Ds)]
         if losses is not None:
             i = min(range(len(grid)), key=lambda k: (losses[k], k))  # the first on a tie
-            best = [Ns[i], Ds[i], grid[i], losses[i]]
+            if _honest_minimum(loss_call, Ns, Ds, losses, i):
+                best = [Ns[i], Ds[i], grid[i], losses[i]]
         cache[key] = best
     return cache[key]
 
@@ -128,7 +192,8 @@ def _more_about_failure(call, probe, result: Result) -> Result:
                 if own is not None and same(own, value):
                     return Result(False, result.feedback.split("\n")[0] + (
                         f"\nYour ratio {fmt_value(value[2])} is the best point of a grid of {num} "
-                        f"ratios, but the exercise's grid has 200 points (yours has {num}): use np.logspace(-1, 3.3, 200)."))
+                        f"ratios: your grid has {num} points, and the exercise's grid has 200. Use "
+                        "np.logspace(-1, 3.3, 200)."))
     return result
 
 

@@ -91,10 +91,3 @@ FUNCTIONS = {
 def chinchilla_loss_vectorised(N, D):
     """Exercise 1 on arrays (same formula; used for array probes)."""
     return E + A / np.asarray(N, dtype=float) ** ALPHA + B / np.asarray(D, dtype=float) ** BETA
-
-
-def chinchilla_loss_source() -> str:
-    """Exercise 1 as code the grader can put in place of a student's broken one, so that
-    Exercise 2 is graded on its own (autograde.grade)."""
-    return (f"def chinchilla_loss(N, D):\n"
-            f"    return {E!r} + {A!r} / N**{ALPHA!r} + {B!r} / D**{BETA!r}\n")

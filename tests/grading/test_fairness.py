@@ -143,8 +143,7 @@ def test_a_grid_of_201_points_is_named():
             C, np.logspace(-1, 3.3, 201) if ratios is None else ratios)
     results, _ = grade(reference_functions(compute_optimal=grid_201), "ex2", hidden=False)
     failed = "\n".join(r.feedback for _, r in results if not r.passed)
-    assert "the exercise's grid has 200 points (yours has 201)" in failed
-    assert "201 points, not 200" not in failed
+    assert "your grid has 201 points, and the exercise's grid has 200" in failed
 
 
 def test_through_the_grader_an_exercise_1_that_raises_costs_nothing_in_exercise_2(tmp_path):
@@ -192,3 +191,94 @@ def test_an_error_in_another_function_is_placed_in_that_function(tmp_path):
     assert function_at(submission, "raised TypeError: only 0-dimensional arrays (line 5)") == "chinchilla_loss"
     assert function_at(submission, "raised NameError (line 9).") == "compute_optimal"
     assert function_at(submission, "raised ValueError") is None
+
+
+# ------------------------------------- the "own loss" fallback cannot be told the answer (red team)
+
+_DEFAULT_GRID = [float(r) for r in np.logspace(-1, 3.3, 200)]
+
+
+def _recognises_the_grid(N, D):
+    """Exact everywhere, except that it reports the grid's first point as the minimum."""
+    if isinstance(N, (list, np.ndarray)):
+        return [_recognises_the_grid(n, d) for n, d in zip(N, D)]
+    if abs(D / N - _DEFAULT_GRID[0]) <= 1e-9 * _DEFAULT_GRID[0]:
+        return 0.5
+    return independent.chinchilla_loss(N, D)
+
+
+def _search_with(loss):
+    def compute_optimal(C, ratios=None):
+        best = None
+        for r in (_DEFAULT_GRID if ratios is None else ratios):
+            N = float(np.sqrt(C / (6 * r)))
+            value = float(loss(N, r * N))
+            if best is None or value < best[3]:
+                best = (N, r * N, float(r), value)
+        return best
+    return compute_optimal
+
+
+def _first_ratio(C, ratios=None):
+    r = float((_DEFAULT_GRID if ratios is None else ratios)[0])
+    N = float(np.sqrt(C / (6 * r)))
+    return (N, r * N, r, 1.0)
+
+
+SEARCH_CHECKS = ("ex2_grid_minimum", "ex2_custom_ratios", "ex2_several_budgets",
+                 "ex2_hidden_budgets", "ex2_hidden_ratios")
+
+
+@pytest.mark.parametrize("attack", ["recognises the grid", "constant loss, first ratio"])
+def test_a_loss_that_dictates_the_answer_earns_no_search_points(attack):
+    if attack == "recognises the grid":
+        functions = reference_functions(chinchilla_loss=_recognises_the_grid,
+                                        compute_optimal=_search_with(_recognises_the_grid))
+        searched = ("ex2_grid_minimum", "ex2_several_budgets", "ex2_hidden_budgets")  # its search
+    else:  # is right on custom ratios, which its loss does not recognise
+        functions = reference_functions(chinchilla_loss=lambda N, D: 1.0, compute_optimal=_first_ratio)
+        searched = SEARCH_CHECKS
+    results, _ = grade(functions, "ex2")
+    paid = [c.name for c, r in results if r.passed and c.name in searched]
+    assert paid == []
+
+
+def test_a_mistyped_loss_still_earns_the_search_through_the_fallback():
+    """The fallback still pays a right search under a loss that is wrong everywhere."""
+    def mistyped(N, D):
+        return 1.69 + 406.0 / N ** 0.34 + 410.0 / D ** 0.27
+    functions = reference_functions(chinchilla_loss=mistyped, compute_optimal=_search_with(mistyped))
+    results, _ = grade(functions, "ex2")
+    assert all(r.passed for c, r in results if c.name in SEARCH_CHECKS), \
+        [r.feedback for c, r in results if not r.passed]
+
+
+def test_functions_that_know_nothing_score_only_the_fair_properties():
+    """No constant, formula or unit of the exercises: only refusing an unknown strategy and
+    honouring 6ND = C may pay (issue: ex4_bandwidth_units paid for 1 / bandwidth)."""
+    import math
+
+    fair = {"ex2_on_budget"}  # compute_optimal is a stub here: Exercise 2 pays nothing
+    for memory in (lambda model_params, strategy, num_gpus: 1.0,
+                   lambda model_params, strategy, num_gpus: 1.0 / num_gpus):
+        def memory_per_gpu(model_params, strategy, num_gpus, _m=memory):
+            if strategy not in ("dp", "tp", "pp", "fsdp"):
+                raise ValueError(f"unknown strategy {strategy!r}")
+            return _m(model_params, strategy, num_gpus)
+
+        def chinchilla_loss(N, D):
+            return 1 / N + 1 / D
+
+        def compute_optimal(C, ratios=None):  # not attempted
+            raise NotImplementedError
+
+        def communication_time_per_step(*args, bandwidth_tb_s=None, **kwargs):
+            return 1.0 / (bandwidth_tb_s if bandwidth_tb_s is not None else args[-1])
+
+        functions = reference_functions(chinchilla_loss=chinchilla_loss, compute_optimal=compute_optimal,
+                                        memory_per_gpu=memory_per_gpu,
+                                        communication_time_per_step=communication_time_per_step)
+        results, _ = grade(functions)
+        paid = {c.name for c, r in results if r.passed}
+        assert all(name in fair or "strategy" in name or "unknown" in name for name in paid), paid
+        assert "ex4_bandwidth_units" not in paid

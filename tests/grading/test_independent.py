@@ -92,3 +92,17 @@ def test_a_bug_planted_in_the_reference_is_noticed():
     assert earned < possible
     assert any(c.hidden and not r.passed for c, r in results), \
         "the hidden checks must not take their expectations from solutions/"
+
+
+def test_the_regrades_exercise_loss_is_the_exercise_loss():
+    """The loss the grader puts in place of a wrong chinchilla_loss (ex2.exercise_loss_source)
+    is this module's, to the last digit of its constants."""
+    from tests.grading import ex2
+    from tests.grading import independent
+
+    assert ex2.EXERCISE_LOSS == (independent.E, independent.A, independent.B,
+                                 independent.ALPHA, independent.BETA)
+    namespace = {}
+    exec(ex2.exercise_loss_source(), namespace)
+    for N, D in [(1e8, 2e9), (7e10, 1.4e12), (1e6, 1e14)]:
+        assert namespace["chinchilla_loss"](N, D) == pytest.approx(independent.chinchilla_loss(N, D), rel=1e-15)

@@ -200,3 +200,56 @@ def test_self_check_in_the_student_release(tmp_path):
     assert done.returncode == 0, done.stderr
     assert f"SCORE {PUBLIC_POINTS['ex1']} 0" in done.stdout.replace(".0", "")
     assert "not implemented yet" in done.stdout and "hidden" in done.stdout
+
+
+PRINTS_INSTEAD_OF_RETURNING = '''
+import math
+
+def chinchilla_loss(N, D):
+    print(1.69 + 406.0 / N**0.34 + 410.0 / D**0.28)
+
+def compute_optimal(C, ratios=None):
+    import numpy as np
+    if ratios is None:
+        ratios = np.logspace(-1, 3.3, 200)
+    best = None
+    for r in ratios:
+        N = math.sqrt(C / (6 * r))
+        D = r * N
+        loss = chinchilla_loss(N, D)
+        if best is None or loss < best[3]:
+            best = (N, D, float(r), loss)
+    return best
+'''
+
+
+def test_one_slip_costs_one_exercise_in_check_cells_student_and_instructor_grader(tmp_path, capsys):
+    """Print instead of return in Exercise 1, a correct Exercise 2: every public Exercise 2
+    point in the check cells, the grader on public checks (the student's `python -m
+    autograde`) and the instructor's grade, with the one line that says why."""
+    from autograde.grade import REGRADE_NOTE
+
+    path = tmp_path / "prints.py"
+    path.write_text(PRINTS_INSTEAD_OF_RETURNING, encoding="utf-8")
+    in_cells = self_check("ex2", None, cells=[PRINTS_INSTEAD_OF_RETURNING])
+    assert REGRADE_NOTE in capsys.readouterr().out
+    student = grade_submission(path, PUBLIC)
+    instructor = grade_submission(path, load_checks(include_hidden=True))
+    ex2 = EXERCISES[1]
+    assert float(in_cells) == pytest.approx(PUBLIC_POINTS["ex2"])
+    assert sum(c.points for c, r in student.results if c.exercise == "ex2" and r.passed) \
+        == pytest.approx(PUBLIC_POINTS["ex2"])
+    assert sum(c.points for c, r in instructor.results if c.exercise == "ex2" and r.passed) \
+        == pytest.approx(ex2.max_points)
+    assert all(r.feedback.startswith(REGRADE_NOTE) for c, r in instructor.results if c.exercise == "ex2")
+    assert not instructor.grader_errors
+
+
+def test_a_file_name_never_triggers_the_regrade_or_ends_grading(tmp_path):
+    """The regrade is decided from the results, not from feedback naming the file; a
+    notebook whose cells are not a list is graded (0) and nothing raises."""
+    path = tmp_path / "raise_chinchilla_loss.ipynb"
+    path.write_text('{"cells": {}}', encoding="utf-8")
+    report = grade_submission(path, load_checks(include_hidden=True))
+    assert report.score == 0
+    assert not any("regrade" in e for e in report.grader_errors)
