@@ -173,6 +173,7 @@ def setup(app):
     app.connect("config-inited", _configure, priority=900)
     app.connect("doctree-read", _apply_edition)
     app.add_css_file("course.css")
+    app.add_js_file("course.js", defer="defer")
     app.connect("html-page-context", _dedupe_scripts, priority=1)
     app.connect("build-finished", _copy_bundle)
     app.connect("build-finished", _student_sources)
