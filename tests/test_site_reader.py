@@ -183,3 +183,22 @@ def test_figure_text_is_legible(measurements, server, width):
     assert count > 20, f"only {count} figures found"
     assert not unmeasured, f"figures whose text size cannot be read: {unmeasured}"
     assert not small, f"figures with text under {MIN_TEXT_PX}px at {width}px:\n  " + "\n  ".join(small)
+
+
+def test_a_figure_opens_full_screen(browser, server):
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    try:
+        page.goto(urljoin(server, START), wait_until="load")
+        figure = page.locator("article .cell_output img").first
+        figure.click()
+        page.wait_for_timeout(300)
+        shown = page.evaluate("""() => { const d = document.querySelector('dialog.course-zoom');
+            const img = d && d.querySelector('img'); return d && d.open ? [img.getAttribute('src'), img.getBoundingClientRect().width] : null }""")
+        assert shown, "clicking a figure did not open it"
+        assert shown[0].split("/")[-1] == figure.get_attribute("src").split("/")[-1]
+        assert shown[1] > 0.9 * 390 - 20, f"the full-screen figure is {shown[1]}px wide"
+        page.keyboard.press("Escape")
+        page.wait_for_timeout(300)
+        assert not page.evaluate("() => document.querySelector('dialog.course-zoom').open")
+    finally:
+        page.close()

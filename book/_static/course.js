@@ -30,9 +30,45 @@
     });
   }
 
-  if (document.readyState === "loading") {
-    document.addEventListener("DOMContentLoaded", bindToggles);
-  } else {
+  /* 2. A click (or Enter) on a figure shows it full screen; a click, Escape or the button closes it. */
+  function zoomableFigures() {
+    const figures = document.querySelectorAll("article .cell_output img, article figure img");
+    if (!figures.length) return;
+    const dialog = document.createElement("dialog");
+    dialog.className = "course-zoom";
+    dialog.setAttribute("aria-label", "Figure, full screen");
+    const close = document.createElement("button");
+    close.type = "button";
+    close.className = "course-zoom-close";
+    close.textContent = "Close";
+    const shown = document.createElement("img");
+    dialog.append(close, shown);
+    document.body.append(dialog);
+    dialog.addEventListener("click", () => dialog.close());
+    figures.forEach((img) => {
+      img.classList.add("course-zoomable");
+      img.setAttribute("tabindex", "0");
+      img.setAttribute("role", "button");
+      const open = () => {
+        shown.src = img.currentSrc || img.src;
+        shown.alt = img.alt;
+        dialog.showModal();
+      };
+      img.addEventListener("click", open);
+      img.addEventListener("keydown", (event) => {
+        if (event.key === "Enter" || event.key === " ") { event.preventDefault(); open(); }
+      });
+    });
+  }
+
+  function start() {
     bindToggles();
+    zoomableFigures();
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", start);
+  } else {
+    start();
   }
 })();
