@@ -182,8 +182,8 @@
       el("thead", {}, [head.cloneNode(true)]), cbody]);
 
     slider.addEventListener("input", update);
-    append(root, [controls, el("div", { "class": "explorer-table-wrap" }, [table]), chartBox,
-                  el("div", { "class": "explorer-table-wrap" }, [constTable])]);
+    append(root, [controls, el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region", "aria-label": "Table (scrolls sideways)" }, [table]), chartBox,
+                  el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region", "aria-label": "Table (scrolls sideways)" }, [constTable])]);
     onWidthChange(chartBox, function () { draw(); update(); });
   }
 
@@ -243,7 +243,7 @@
     var results = el("div", {}, [
       el("div", { "class": "legend" }, [el("span", {}, ["Busiest GPU (pipeline stage 0); the dashed line is the GPU's memory."])]),
       stack,
-      el("div", { "class": "explorer-table-wrap" }, [el("table", {}, [tbody])]),
+      el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region", "aria-label": "Table (scrolls sideways)" }, [el("table", {}, [tbody])]),
       convNote,
     ]);
 
@@ -331,7 +331,7 @@
       el("span", {}, [el("span", { "class": "swatch", style: "background:" + data.colours.forward + ";opacity:0.55" }),
                       "lighter: second chunk (interleaved)"]),
     ]);
-    var results = el("div", {}, [legend, chartBox, el("div", { "class": "explorer-table-wrap" }, [el("table", {}, [tbody])])]);
+    var results = el("div", {}, [legend, chartBox, el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region", "aria-label": "Table (scrolls sideways)" }, [el("table", {}, [tbody])])]);
     var run = null, times = [], boxes = [];
 
     function events(r) {

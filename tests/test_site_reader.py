@@ -1,0 +1,207 @@
+"""The built book as a reader uses it on a phone (390 px) and a desktop (1280 px), in headless
+Chromium:
+
+* the table of contents and the page's contents open from their header buttons, show their
+  links, close again, and a link in them navigates;
+* axe-core (vendored under ``tests/assets/axe-core``, run offline) finds no serious or critical
+  accessibility violation on any page of the table of contents;
+* no display equation is wider than its column (so none hides part of itself in a scroll box);
+* every figure's smallest text is at least ``MIN_TEXT_PX`` CSS px as displayed, measured from
+  the figure file (:mod:`tools.figure_text`): the glyph sizes of an SVG, or a PNG's recorded
+  smallest font size and resolution, scaled by the width the page shows it at;
+* clicking a figure opens it full screen, and Escape closes it.
+
+Each page is opened once per width (``measurements``); the tests read what that visit found.
+Needs `make book` first. Without Chromium the tests skip with a reason, except under CI.
+"""
+from __future__ import annotations
+
+from urllib.parse import urljoin
+
+import pytest
+
+from tools.browser import ROOT, SITE, toc_pages
+from tools.figure_text import png_smallest_text_px, svg_smallest_text_px
+
+pytestmark = pytest.mark.site
+
+PAGES = toc_pages()
+WIDTHS = {"phone": 390, "desktop": 1280}
+AXE_VERSION = "4.11.0"
+AXE = ROOT / "tests" / "assets" / "axe-core" / "axe.min.js"
+MIN_TEXT_PX = 10.0
+# A page to start from, and a page the table of contents links to.
+START, TARGET = "chapters/01-single-gpu.html", "chapters/02-kaplan.html"
+
+_AXE_RUN = """async () => {
+  const result = await axe.run(document, {resultTypes: ['violations']});
+  return result.violations.filter(v => v.impact === 'serious' || v.impact === 'critical')
+    .map(v => `${v.id} (${v.impact}, ${v.nodes.length} nodes): ` +
+              v.nodes.slice(0, 3).map(n => n.target.join(' ')).join('; '));
+}"""
+
+# Display equations whose typeset width exceeds the width of the column that holds them.
+_WIDE_EQUATIONS_JS = """() => Array.from(document.querySelectorAll('article mjx-container[display="true"]'))
+  .map(box => {
+    const svg = box.querySelector('svg');
+    const column = (box.closest('div.math') || box).parentElement;
+    const style = getComputedStyle(column);
+    const room = column.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    return [(box.closest('[id]') || {}).id || box.textContent.slice(0, 40),
+            Math.round(svg ? svg.getBoundingClientRect().width : box.scrollWidth), Math.round(room)];
+  })
+  .filter(([, width, room]) => width > room + 1)
+  .map(([id, width, room]) => `${id}: ${width}px in a ${room}px column`)"""
+
+_FIGURES_JS = """() => Array.from(document.querySelectorAll('article .cell_output img, article figure img'))
+  .filter(img => img.clientWidth > 0)
+  .map(img => [img.getAttribute('src'), img.getBoundingClientRect().width])"""
+
+
+@pytest.fixture(scope="module")
+def measurements(browser, server):
+    """{(path, width): {"axe": [...], "equations": [...], "figures": [(src, displayed px)]}}."""
+    if not AXE.exists():
+        pytest.fail(f"axe-core {AXE_VERSION} is missing at {AXE.relative_to(ROOT)}")
+    assert f"axe v{AXE_VERSION}" in AXE.read_text(encoding="utf-8")[:200]
+    found = {}
+    for width in WIDTHS.values():
+        context = browser.new_context(viewport={"width": width, "height": 844})
+        for path in PAGES:
+            page = context.new_page()
+            page.goto(urljoin(server, path), wait_until="load")
+            page.evaluate("() => (window.MathJax && MathJax.startup && MathJax.startup.promise) || null")
+            page.add_script_tag(path=str(AXE))
+            found[path, width] = {
+                "axe": page.evaluate(_AXE_RUN),
+                "equations": page.evaluate(_WIDE_EQUATIONS_JS),
+                "figures": [(urljoin(urljoin(server, path), src), shown)
+                            for src, shown in page.evaluate(_FIGURES_JS)],
+            }
+            page.close()
+        context.close()
+    return found
+
+
+def smallest_text(url: str, server: str, displayed_px: float) -> float | None:
+    """The smallest text of the figure file behind ``url`` as displayed, in CSS px."""
+    path = SITE / url[len(server):]
+    if path.suffix == ".svg":
+        return svg_smallest_text_px(path, displayed_px)
+    if path.suffix == ".png":
+        return png_smallest_text_px(path, displayed_px)
+    return None
+
+
+def _visible(page, selector: str) -> int:
+    """How many links matching ``selector`` a reader can see (non-empty, inside the window)."""
+    return page.evaluate("""(sel) => Array.from(document.querySelectorAll(sel)).filter(a => {
+        const r = a.getBoundingClientRect();
+        return r.width > 0 && r.height > 0 && r.left >= 0 && r.right <= innerWidth + 1
+               && getComputedStyle(a).visibility !== 'hidden';
+    }).length""", selector)
+
+
+TOC_LINKS = "#pst-primary-sidebar a.reference, #pst-primary-sidebar-modal a.reference"
+PAGE_LINKS = "#pst-secondary-sidebar a.nav-link, #pst-secondary-sidebar-modal a.nav-link"
+
+
+@pytest.mark.parametrize("width", WIDTHS.values(), ids=WIDTHS.keys())
+def test_table_of_contents_opens_closes_and_navigates(browser, server, width):
+    page = browser.new_page(viewport={"width": width, "height": 844})
+    try:
+        page.goto(urljoin(server, START), wait_until="load")
+        toggle = page.locator(".bd-header-article .primary-toggle")
+        shown_at_start = _visible(page, TOC_LINKS)
+        toggle.click()
+        page.wait_for_timeout(400)
+        after_tap = _visible(page, TOC_LINKS)
+        if width < 992:  # a drawer: closed, tap opens it
+            assert shown_at_start == 0 and after_tap > 5, (shown_at_start, after_tap)
+            page.keyboard.press("Escape")
+            page.wait_for_timeout(400)
+            assert _visible(page, TOC_LINKS) == 0, "Escape did not close the table of contents"
+            toggle.click()
+            page.wait_for_timeout(400)
+        else:  # a sidebar: shown, tap hides it, tap shows it again
+            assert shown_at_start > 5 and after_tap == 0, (shown_at_start, after_tap)
+            toggle.click()
+            page.wait_for_timeout(400)
+            assert _visible(page, TOC_LINKS) > 5, "the sidebar did not come back"
+        link = page.locator(f'{TOC_LINKS.split(",")[0]}[href$="{TARGET.split("/")[-1]}"], '
+                            f'{TOC_LINKS.split(",")[1].strip()}[href$="{TARGET.split("/")[-1]}"]').first
+        link.click()
+        page.wait_for_load_state("load")
+        assert page.url.endswith(TARGET), page.url
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("width", WIDTHS.values(), ids=WIDTHS.keys())
+def test_page_contents_open_and_navigate(browser, server, width):
+    page = browser.new_page(viewport={"width": width, "height": 844})
+    try:
+        page.goto(urljoin(server, START), wait_until="load")
+        toggle = page.locator(".bd-header-article .secondary-toggle")
+        if toggle.is_visible():
+            assert _visible(page, PAGE_LINKS) == 0
+            toggle.click()
+            page.wait_for_timeout(400)
+        assert _visible(page, PAGE_LINKS) >= 2, "the page's contents are not shown"
+        link = page.locator(PAGE_LINKS).filter(visible=True).nth(1)
+        anchor = link.get_attribute("href")
+        link.click()
+        page.wait_for_timeout(400)
+        assert anchor.startswith("#") and page.url.endswith(anchor), (page.url, anchor)
+        assert _visible(page, PAGE_LINKS.split(",")[1]) == 0, "the drawer stayed open"
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("width", WIDTHS.values(), ids=WIDTHS.keys())
+def test_axe_core_finds_no_serious_violation(measurements, width):
+    bad = {path: m["axe"] for (path, w), m in measurements.items() if w == width and m["axe"]}
+    assert not bad, "\n".join(f"{path}: {v}" for path, v in bad.items())
+
+
+def test_display_equations_fit_a_phone(measurements):
+    bad = {path: m["equations"] for (path, w), m in measurements.items() if w == 390 and m["equations"]}
+    assert not bad, "\n".join(f"{path}: {v}" for path, v in bad.items())
+
+
+# Known open: the chapter figures are drawn 7-8 in wide with 9-11 pt type (5-9 px at 390 px),
+# and the lab PNGs do not yet record their smallest font size. strict: passing turns it red.
+@pytest.mark.xfail(strict=True, reason="figures not yet redrawn for a phone's column")
+@pytest.mark.parametrize("width", WIDTHS.values(), ids=WIDTHS.keys())
+def test_figure_text_is_legible(measurements, server, width):
+    small, unmeasured, count = [], [], 0
+    for (path, w), m in measurements.items():
+        for url, shown in m["figures"] if w == width else ():
+            count += 1
+            px = smallest_text(url, server, shown)
+            if px is None:
+                unmeasured.append(f"{path}: {url.rsplit('/', 1)[-1]}")
+            elif px < MIN_TEXT_PX:
+                small.append(f"{path}: {url.rsplit('/', 1)[-1][:12]} {px:.1f}px")
+    assert count > 20, f"only {count} figures found"
+    assert not unmeasured, f"figures whose text size cannot be read: {unmeasured}"
+    assert not small, f"figures with text under {MIN_TEXT_PX}px at {width}px:\n  " + "\n  ".join(small)
+
+
+def test_a_figure_opens_full_screen(browser, server):
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    try:
+        page.goto(urljoin(server, START), wait_until="load")
+        figure = page.locator("article .cell_output img").first
+        figure.click()
+        page.wait_for_timeout(300)
+        shown = page.evaluate("""() => { const d = document.querySelector('dialog.course-zoom');
+            const img = d && d.querySelector('img'); return d && d.open ? [img.getAttribute('src'), img.getBoundingClientRect().width] : null }""")
+        assert shown, "clicking a figure did not open it"
+        assert shown[0].split("/")[-1] == figure.get_attribute("src").split("/")[-1]
+        assert shown[1] > 0.9 * 390 - 20, f"the full-screen figure is {shown[1]}px wide"
+        page.keyboard.press("Escape")
+        page.wait_for_timeout(300)
+        assert not page.evaluate("() => document.querySelector('dialog.course-zoom').open")
+    finally:
+        page.close()
