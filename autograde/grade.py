@@ -74,9 +74,11 @@ def grade_submission(path, checks, *, timeout: float = 10.0, isolation: str = "a
 
     started = time.monotonic()
     report = SubmissionReport(submission=textsafe.file_name(label or str(path)))
+    has_code = False  # a file refused unread (too large, not text) has nothing to regrade
     try:
         with Sandbox(path, timeout=timeout, isolation=isolation, memory_mb=memory_mb) as sandbox:
             report.isolation = sandbox.isolation
+            has_code = bool(sandbox.submission.units)
             report.notes = list(sandbox.submission.notes)
             if sandbox.submission.problem:
                 report.problems.append(f"{textsafe.file_name(Path(path).name)}: "
@@ -102,7 +104,7 @@ def grade_submission(path, checks, *, timeout: float = 10.0, isolation: str = "a
                                     f"{type(exc).__name__}: {textsafe.printable(exc)}")
         report.results = [(c, Result(False, "Not graded: the grader failed to start. Please "
                                             "tell your instructor.")) for c in checks]
-    if not _second_pass and not report.grader_errors and _exercise_2_needs_the_exercise_loss(report):
+    if not _second_pass and has_code and not report.grader_errors and _exercise_2_needs_the_exercise_loss(report):
         try:
             _regrade_exercise_2(path, checks, report, timeout=timeout, isolation=isolation,
                                 memory_mb=memory_mb)
