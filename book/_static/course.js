@@ -41,15 +41,18 @@
     close.type = "button";
     close.className = "course-zoom-close";
     close.textContent = "Close";
-    const shown = document.createElement("img");
-    dialog.append(close, shown);
+    dialog.append(close);
     document.body.append(dialog);
+    // The full-screen copy exists only while it is shown: no image without a source on the page.
+    let shown = null;
     dialog.addEventListener("click", () => dialog.close());
+    dialog.addEventListener("close", () => { if (shown) { shown.remove(); shown = null; } });
     figures.forEach((img) => {
       img.classList.add("course-zoomable");
       img.setAttribute("tabindex", "0");
       img.setAttribute("role", "button");
       const open = () => {
+        if (!shown) { shown = document.createElement("img"); dialog.append(shown); }
         shown.src = img.currentSrc || img.src;
         shown.alt = img.alt;
         dialog.showModal();
