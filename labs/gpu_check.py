@@ -47,7 +47,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from .launch import REPO_ROOT
 
 __all__ = ["LabRun", "LABS", "world_sizes", "figures", "markdown", "not_exercised", "driver_gpus",
            "usable_gpus", "main"]
