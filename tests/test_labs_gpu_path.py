@@ -226,7 +226,7 @@ def test_the_labs_parse_as_python_3_10():
 
 
 FOUND_INF = """
-import torch, torch.distributed as dist
+import sys, pathlib, torch, torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 dist.init_process_group("gloo")
@@ -240,7 +240,9 @@ if dist.get_rank() == 1:  # an overflow in rank 1's shard only
     next(iter(model.parameters())).grad.to_local().fill_(float("inf"))
 scaler.unscale_(opt)
 found = scaler._per_optimizer_states[id(opt)]["found_inf_per_device"]
-print(f"rank {dist.get_rank()} found_inf {sum(v.item() for v in found.values())}", flush=True)
+# one file a rank: two ranks printing at once can interleave their lines on one pipe
+out = pathlib.Path(sys.argv[1]) / f"rank{dist.get_rank()}.txt"
+out.write_text(str(sum(v.item() for v in found.values())))
 dist.destroy_process_group()
 """
 
@@ -252,9 +254,13 @@ def test_fsdp2_ranks_agree_on_an_fp16_overflow_without_an_all_reduce_of_ours(tmp
     script = tmp_path / "found_inf.py"
     script.write_text(FOUND_INF)
     proc = _python("-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script),
-                   timeout=240)
-    lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("rank "))
-    assert lines == ["rank 0 found_inf 1.0", "rank 1 found_inf 1.0"], proc.stdout + proc.stderr[-2000:]
+                   str(tmp_path), timeout=240)
+    found = {}
+    for rank in (0, 1):
+        out = tmp_path / f"rank{rank}.txt"
+        assert out.exists(), proc.stdout + proc.stderr[-2000:]
+        found[rank] = float(out.read_text())
+    assert found == {0: pytest.approx(1.0, abs=0), 1: pytest.approx(1.0, abs=0)}
 
 
 def test_the_documented_rows_and_estimates_are_the_registry():
