@@ -86,7 +86,9 @@ def parse_args(argv):
     parser.add_argument("--timeout", type=float, default=10.0, metavar="S",
                         help="seconds allowed per test, and per notebook cell (default 10)")
     parser.add_argument("--memory", type=int, default=1024, metavar="MB",
-                        help="address-space limit of the student's process (default 1024)")
+                        help="memory limit for the submission's whole process group: its "
+                             "processes' private memory together, checked every 0.25 s "
+                             "(each one's address space is also capped at MB; default 1024)")
     parser.add_argument("--seed", type=int, default=None, metavar="N",
                         help="seed of the hidden tests' random inputs (default: a fresh one, "
                              "recorded in the JSON report)")

@@ -67,10 +67,16 @@ class SubmissionReport:
 
 
 def grade_submission(path, checks, *, timeout: float = 10.0, isolation: str = "auto",
-                     memory_mb: int = 1024, label: str | None = None,
+                     memory_mb: int = 1024, label: str | None = None, student: str | None = None,
                      _second_pass: bool = False) -> SubmissionReport:
-    """Grade one file with ``checks``; never raises for anything the submission does."""
-    from tests.grading import Result, SubmissionError
+    """Grade one file with ``checks``; never raises for anything the submission does.
+
+    ``student``: the student's id. The hidden checks then run on this student's own inputs,
+    derived from the checks' seed and the id (:func:`tests.grading.for_student`): the same
+    for every grading of this student, other numbers for every classmate."""
+    from tests.grading import Result, SubmissionError, for_student
+
+    checks = for_student(checks, student)
 
     started = time.monotonic()
     report = SubmissionReport(submission=textsafe.file_name(label or str(path)))
@@ -107,7 +113,7 @@ def grade_submission(path, checks, *, timeout: float = 10.0, isolation: str = "a
     if not _second_pass and has_code and not report.grader_errors and _exercise_2_needs_the_exercise_loss(report):
         try:
             _regrade_exercise_2(path, checks, report, timeout=timeout, isolation=isolation,
-                                memory_mb=memory_mb)
+                                memory_mb=memory_mb)  # checks: already this student's
         except Exception as exc:  # this file's "grader error", never the class run's end
             report.grader_errors.append(f"Exercise 2 regrade: {type(exc).__name__}: "
                                         f"{textsafe.printable(exc)}")
@@ -160,9 +166,9 @@ def _regrade_exercise_2(path, checks, report, **options) -> None:
     and keep the better of the two: a mistake in Exercise 1 costs points in Exercise 1 only.
     The same in the student release (the check cells, ``python -m autograde``) as for the
     instructor, so both report the same public points."""
+    import dataclasses
     import tempfile
 
-    from tests.grading import Result
     from tests.grading.ex2 import exercise_loss_source
 
     ex2 = [c for c in checks if c.exercise == "ex2"]
@@ -180,8 +186,8 @@ def _regrade_exercise_2(path, checks, report, **options) -> None:
         return
     report.notes.append(REGRADE_NOTE.rstrip("."))
     regraded = {c.name: r for c, r in again.results}
-    report.results = [(c, Result(regraded[c.name].passed, REGRADE_NOTE + "\n" + regraded[c.name].feedback,
-                                 regraded[c.name].not_implemented))
+    report.results = [(c, dataclasses.replace(regraded[c.name], feedback=REGRADE_NOTE + "\n"
+                                              + regraded[c.name].feedback))
                       if c.name in regraded else (c, r) for c, r in report.results]
 
 

@@ -37,6 +37,20 @@ def pick_submission(folder: Path):
     return student.chosen, note
 
 
+def gradescope_student(submission_dir: Path) -> str:
+    """The submitting student's Gradescope user id, from ``submission_metadata.json`` beside
+    the submission folder ("users": [{"id": ...}], the first user of a group; Gradescope's
+    "Submission Metadata" page), else ``GRADESCOPE_STUDENT``, else "" (no per-student inputs)."""
+    import json
+
+    try:
+        meta = json.loads((Path(submission_dir).parent / "submission_metadata.json")
+                          .read_text(encoding="utf-8"))
+        return str(meta["users"][0]["id"])
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return os.environ.get("GRADESCOPE_STUDENT", "")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograde.gradescope",
                                      description=__doc__.splitlines()[0])
@@ -78,7 +92,7 @@ def grade(args) -> int:
         return 0
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     checks = load_checks(include_hidden=True, seed=seed)
-    report = classrun.grade_student(path, checks, os.environ.get("GRADESCOPE_STUDENT", ""),
+    report = classrun.grade_student(path, checks, gradescope_student(args.submission_dir),
                                     timeout=args.timeout,
                                     label=textsafe.file_name(path.relative_to(args.submission_dir)))
     if note:

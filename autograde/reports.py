@@ -210,11 +210,57 @@ def write_csv(path, reports) -> None:
 # ----------------------------------------------------------------------------- class report
 
 def misconceptions(report: SubmissionReport) -> set:
-    """The known mistakes (ids of tests.grading.explain.WHY) that the feedback recognised."""
-    from tests.grading.explain import WHY
+    """The known mistakes (ids of tests.grading.explain.WHY) that the feedback explained, from
+    each failed test's structured ``mistake`` field (never from the feedback's text)."""
+    return {r.mistake for _, r in report.results if not r.passed and r.mistake}
 
-    feedback = "\n".join(r.feedback for _, r in report.results if not r.passed)
-    return {mistake for mistake, why in WHY.items() if why in feedback}
+
+def wrong_answers(reports) -> dict:
+    """Per test, every wrong answer classified: ``{test: {"check", "failed", "known":
+    {mistake: count}, "other": count, "values": [(answer, count), ...]}}``, where a wrong
+    answer is a failed test that is not an untouched stub, ``known`` counts those the
+    feedback explained as a known mistake, ``other`` the rest, and ``values`` lists the five
+    most common of the other answers (``Result.got``: the call and what it gave)."""
+    out: dict = {}
+    for report in reports:
+        for check, result in report.results:
+            if result.passed or result.not_implemented:
+                continue
+            row = out.setdefault(check.name, {"check": check, "failed": 0, "known": {},
+                                              "other": 0, "values": {}})
+            row["failed"] += 1
+            if result.mistake:
+                row["known"][result.mistake] = row["known"].get(result.mistake, 0) + 1
+            else:
+                row["other"] += 1
+                got = result.got or "(no answer: the function could not be called)"
+                row["values"][got] = row["values"].get(got, 0) + 1
+    for row in out.values():
+        row["values"] = sorted(row["values"].items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+    return out
+
+
+def wrong_answers_html(reports) -> list:
+    """The class report's table of :func:`wrong_answers`, most failed test first."""
+    from html import escape
+
+    rows = wrong_answers(reports)
+    if not rows:
+        return []
+    out = ['<h2>Wrong answers, classified</h2><p>Every wrong answer (a failed test, not an '
+           'untouched stub): a known mistake that the feedback explained, or other, with the '
+           'five most common other answers.</p><div class="wide"><table id="wrong-answers">'
+           '<tr><th>test</th><th>wrong</th><th>known mistakes</th><th>other: most common '
+           'answers</th></tr>']
+    for name, row in sorted(rows.items(), key=lambda kv: (-kv[1]["failed"], kv[0])):
+        known = "<br>".join(f"{escape(_title(m))}: {k}" for m, k in
+                            sorted(row["known"].items(), key=lambda kv: (-kv[1], kv[0])))
+        values = "".join(f"<li><code>{escape(v)}</code>: {k}</li>" for v, k in row["values"])
+        other = f"{row['other']}" + (f"<ol>{values}</ol>" if values else "")
+        out.append(f"<tr><td>{escape(name)}{' (hidden)' if row['check'].hidden else ''}</td>"
+                   f"<td>{row['failed']}</td><td>{known or '-'}</td><td>{other}</td></tr>")
+    out.append("</table></div>")
+    return out
 
 
 def other_troubles(report: SubmissionReport) -> set:
@@ -330,6 +376,7 @@ def class_report_html(reports, seed: int | None = None, pairs=None) -> str:
                      f"full marks: {full} of {len(got)}</p></div>")
     out.append("</div>")
     out += failure_rates_html(worked)
+    out += wrong_answers_html(worked)
     out.append("<h2>Known mistakes: how many students made each</h2>")
     out.append("<table id=\"misconceptions\"><tr><th>mistake</th><th>students</th><th>what the "
                "feedback told them</th></tr>")

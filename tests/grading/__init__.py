@@ -27,7 +27,7 @@ from .core import (
 __all__ = [
     "Exercise", "EXERCISES", "EXERCISE_BY_ID", "Result", "Check", "SubmissionError",
     "load_checks", "grade_callable", "local_call", "missing_call", "to_student_args",
-    "STUDENT_RELEASE_FILES",
+    "STUDENT_RELEASE_FILES", "CheckList", "student_seed", "for_student",
 ]
 
 _MODULES = {"ex1": ex1, "ex2": ex2, "ex3": ex3, "ex4": ex4}
@@ -49,22 +49,57 @@ def with_others(call):
     return bound
 
 
-def load_checks(include_hidden: bool = True, seed: int | None = None) -> list[Check]:
+class CheckList(list):
+    """What :func:`load_checks` returns: the checks, and the ``seed`` their hidden inputs
+    came from (so that :func:`for_student` can derive a student's own)."""
+
+    seed: int | None = None
+
+
+def load_checks(include_hidden: bool = True, seed: int | None = None) -> CheckList:
     """Every exercise's checks, public first, in exercise order.
 
     Hidden inputs come from ``random.Random(seed)``: the same seed gives the same inputs;
-    ``seed=None`` draws fresh ones. Each exercise gets its own stream, so adding a check to
-    one exercise leaves the others' inputs unchanged.
+    ``seed=None`` draws a fresh seed (kept as the list's ``seed``). Each exercise gets its
+    own stream, so adding a check to one exercise leaves the others' inputs unchanged.
     """
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**63)
     master = random.Random(seed)
     streams = {e.id: random.Random(master.getrandbits(64)) for e in EXERCISES}
-    checks: list[Check] = []
+    checks = CheckList()
+    checks.seed = seed
     for exercise in EXERCISES:
         module = _MODULES[exercise.id]
         checks += module.public_checks()
         if include_hidden:
             checks += module.hidden_checks(streams[exercise.id])
     return checks
+
+
+def student_seed(seed: int, student: str) -> int:
+    """The seed of one student's hidden inputs: 63 bits of SHA-256 over the class seed and the
+    student id. The same for the same two (a resumed run gives the same results); another
+    student's hidden inputs are other numbers, so answers passed between students (or read
+    off a classmate's sandbox) are for the wrong inputs."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{int(seed)}\0{student}".encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def for_student(checks, student: str | None):
+    """``checks`` with every hidden check replaced by the same check on ``student``'s own
+    inputs (:func:`student_seed`); public checks (and their stored answers) unchanged.
+    ``checks`` as they are where there is no student, no hidden check, or no seed."""
+    seed = getattr(checks, "seed", None)
+    if not student or seed is None or not any(c.hidden for c in checks):
+        return checks
+    own = student_seed(seed, student)
+    mine = {c.name: c for c in load_checks(include_hidden=True, seed=own) if c.hidden}
+    out = CheckList(mine.get(c.name, c) if c.hidden else c for c in checks)
+    out.seed = own
+    return out
 
 
 def grade_callable(call_for_function: Callable[[str], Callable[..., Any]],

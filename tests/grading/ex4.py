@@ -19,7 +19,7 @@ import random
 from .core import Result
 from .framework import (
     PROPERTY_GATE_REL, same_outcome, collect, fmt_call, fmt_pair, fmt_value, gate, make_check, recognise, recognise_derived, same,
-    values_match, with_why,
+    values_match, why_of, with_why,
 )
 
 EXERCISE = "ex4"
@@ -119,14 +119,17 @@ def judge_tp_volume(call, probes) -> Result:
     why = _recognise_all(values, probes) or recognise_derived(
         got[0], probes, lambda v: _tp_bytes_per_element(v)[0], expected)
     if same(got[0], 0.0) or abs(got[0]) < 1e-9 * expected:
+        # No growth per layer: either no TP term at all, or one not multiplied by num_layers.
+        # The values tell the two apart (not the first mistake whose slope is also zero).
         if _no_tp_term(values):
             return Result(False, with_why(
                 "Your time changes with neither num_layers nor batch_size * seq_len * d_model: "
                 "there is no TP term. Each layer all-reduces its activations, 2 * (2 * "
-                "batch_size * seq_len * d_model) bytes, num_layers times.", why, HINT))
+                "batch_size * seq_len * d_model) bytes, num_layers times.",
+                _recognise_all(values, probes) or why_of("ex4_tp_missing"), HINT))
         return Result(False, with_why(
             "Your time does not change when num_layers goes from 8 to 16: the TP volume is "
-            "per layer.", why, HINT))
+            "per layer.", _recognise_all(values, probes) or why_of("ex4_tp_not_per_layer"), HINT))
     for (b, s, d), g in zip(SHAPES[1:], got[1:]):
         if not same(g, got[0], 1e-6):
             return Result(False, f"Your TP term per layer is not proportional to "

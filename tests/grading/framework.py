@@ -13,9 +13,10 @@ wrong answer and explains it.
 """
 from __future__ import annotations
 
+import contextvars
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -189,8 +190,18 @@ def shape_problem(where: str, got, expected) -> str | None:
 
 # --------------------------------------------------------------------------- results
 
-def call_failure(function: str, args: Sequence, outcome: dict) -> Result | None:
-    """A Result for a call that could not produce a value, or None when it returned one."""
+def in_words(expected) -> str:
+    """What a check expects, in plain words: "a single number", "a tuple of 4 numbers"."""
+    if type(expected) is float:
+        return "a single number"
+    if type(expected) is list:
+        return f"a tuple of {len(expected)} numbers"
+    return "a number"
+
+
+def call_failure(function: str, args: Sequence, outcome: dict, expected=None) -> Result | None:
+    """A Result for a call that could not produce a value, or None when it returned one.
+    ``expected``: the right value, to say in plain words what was asked for."""
     if "value" in outcome:
         return None
     where = fmt_call(function, args)
@@ -205,8 +216,34 @@ def call_failure(function: str, args: Sequence, outcome: dict) -> Result | None:
     if kind == "timeout":
         return Result(False, f"{where} took too long: {outcome.get('message', 'timed out')}.")
     if kind == "not_plain":
-        return Result(False, f"{where} {outcome.get('message', 'returned something that is not a number')}.")
+        text = outcome.get('message', 'returned something that is not a number')
+        text = text.replace("a builtins.", "a ")  # "a builtins.dict": Python's name for a dict
+        if expected is not None and ", expected " in text:
+            head, _, tail = text.partition(", expected ")
+            hint = tail[tail.index(" ("):] if " (" in tail else ""  # "(did you forget `return`?)"
+            text = f"{head}; expected {in_words(expected)}{hint}"
+        return Result(False, f"{where} {text}.")
     return Result(False, f"{where} failed: {outcome.get('message', 'unknown error')}.")
+
+
+class Why(str):
+    """A known mistake's explanation (a value of WHY) that knows the mistake's id."""
+
+    mistake: str = ""
+
+
+def why_of(mistake_id: str) -> Why | None:
+    text = WHY.get(mistake_id)
+    if text is None:
+        return None
+    why = Why(text)
+    why.mistake = mistake_id
+    return why
+
+
+#: What one running check has seen: the last answer of the checked function and the last
+#: diagnosis given (make_check attaches both to a failed Result).
+_SEEN: contextvars.ContextVar = contextvars.ContextVar("grading_seen", default=None)
 
 
 def recognise(student: dict, probe: Probe, rel: float = REL_TOL) -> str | None:
@@ -215,7 +252,7 @@ def recognise(student: dict, probe: Probe, rel: float = REL_TOL) -> str | None:
         return None
     for mistake_id, outcome in probe.mistakes.items():
         if same_outcome(student, outcome, rel) and not same_outcome(outcome, probe.expected, rel):
-            return WHY.get(mistake_id)
+            return why_of(mistake_id)
     return None
 
 
@@ -232,11 +269,16 @@ def recognise_derived(student_q, probes: Sequence[Probe], derive, expected_q,
         except Exception:
             continue
         if q is not None and same(q, student_q, rel) and not same(q, expected_q, rel):
-            return WHY.get(mistake_id)
+            return why_of(mistake_id)
     return None
 
 
 def with_why(text: str, why: str | None, hint: str | None = None) -> str:
+    """``text`` with the diagnosis ``why`` (or else ``hint``) under it. The last diagnosis
+    a check gives is the one its Result carries as ``mistake`` (see :func:`make_check`)."""
+    seen = _SEEN.get()
+    if seen is not None:
+        seen["why"] = why if why else None
     if why:
         return f"{text}\nWhy: {why}"
     if hint:
@@ -279,7 +321,7 @@ def values_match(function: str, probes: Sequence[Probe], call, hint: str | None 
                 text = (f"{fmt_call(function, probe.args)} {fmt_outcome(student)}; "
                         f"it should raise {probe.expected['raises']}.")
                 return Result(False, with_why(text, recognise(student, probe), hint))
-        failed = call_failure(function, probe.args, student)
+        failed = call_failure(function, probe.args, student, probe.expected.get("value"))
         if failed is not None and "raises" not in probe.expected:
             return Result(False, with_why(failed.feedback, recognise(student, probe)),
                           failed.not_implemented)
@@ -371,17 +413,46 @@ def make_check(exercise: str, name: str, points: float, function: str,
     cached: list[list[Probe]] = []
 
     def run(call) -> Result:
+        seen = {"got": None, "why": None}
+        token = _SEEN.set(seen)
         try:
             if not cached:
                 cached.append(reference_probes(function, args_list) if hidden
                               else public_probes(name, args_list))
-            return judge(call, cached[0])
+            result = judge(_watched(call, function, seen), cached[0])
         except Exception as exc:  # a check must never raise
             return Result(False, f"The grader could not run this test ({describe_exception(exc)}). "
                                  "Please tell your instructor.")
+        finally:
+            _SEEN.reset(token)
+        if result.passed or result.not_implemented:
+            return result
+        why = seen["why"]  # the diagnosis, where the feedback still gives it
+        mistake = why.mistake if isinstance(why, Why) and why in result.feedback else None
+        return replace(result, got=seen["got"], mistake=mistake)
 
     return Check(exercise=exercise, name=name, points=points, hidden=hidden,
                  function=function, run=run, description=description)
+
+
+def _watched(call, function: str, seen: dict):
+    """``call``, noting in ``seen["got"]`` each answer as ``"f(args) -> value"`` (or what
+    went wrong); the submission's other functions (``.other``) are not noted."""
+    def watched(*args):
+        try:
+            value = call(*args)
+        except SubmissionError as err:
+            kind = f"raised {err.exception_type}" if err.kind == "raised" else \
+                err.message.replace("a builtins.", "a ").split(",")[0] if err.kind == "not_plain" \
+                else err.kind
+            seen["got"] = f"{fmt_call(function, args)} -> {kind}"
+            raise
+        seen["got"] = f"{fmt_call(function, args)} -> {fmt_value(value)}"
+        return value
+
+    if hasattr(call, "other"):
+        watched.other = call.other
+    return watched
 
 
 def collect(call, function: str, probes: Sequence[Probe], want: str = "number"):
@@ -393,7 +464,7 @@ def collect(call, function: str, probes: Sequence[Probe], want: str = "number"):
     values = []
     for probe in probes:
         student = attempt(call, probe.args)
-        failed = call_failure(function, probe.args, student)
+        failed = call_failure(function, probe.args, student, probe.expected.get("value"))
         if failed is not None:
             return None, Result(False, with_why(failed.feedback, recognise(student, probe)),
                                 failed.not_implemented)
