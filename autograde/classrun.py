@@ -540,7 +540,7 @@ def report_record(report) -> dict:
             "notes": list(report.notes), "isolation": report.isolation,
             "seconds": round(report.seconds, 3), "grader_errors": list(report.grader_errors),
             "results": [[c.name, bool(r.passed), r.feedback, bool(r.not_implemented),
-                         r.got, r.mistake] for c, r in report.results]}
+                         r.got, r.mistake, bool(r.own_loss)] for c, r in report.results]}
 
 
 def report_from_record(record: dict, checks):
@@ -555,7 +555,7 @@ def report_from_record(record: dict, checks):
     if [r[0] for r in results] != [c.name for c in checks]:
         return None
     report = SubmissionReport(submission=record.get("submission", ""))
-    report.results = [(by_name[r[0]], Result(*r[1:6])) for r in results]  # got, mistake: 4, 5
+    report.results = [(by_name[r[0]], Result(*r[1:7])) for r in results]  # got, mistake, own_loss: 4-6
     report.problems = list(record.get("problems", []))
     report.notes = list(record.get("notes", []))
     report.isolation = record.get("isolation")

@@ -123,11 +123,13 @@ def grade_submission(path, checks, *, timeout: float = 10.0, isolation: str = "a
 
 def _exercise_2_needs_the_exercise_loss(report) -> bool:
     """Exercise 1 lost points or was not graded (its chinchilla_loss may be wrong in some way:
-    it raises, returns None, a wrong value) and Exercise 2 lost points it did not lose to a stub. Decided from
+    it raises, returns None, a wrong value) and Exercise 2 lost points it did not lose to a stub,
+    or earned some only under the student's own loss (``Result.own_loss``). Decided from
     the results' structure alone, never from feedback text."""
     ex1 = [r for c, r in report.results if c.exercise == "ex1"]
     ex1_failed = not ex1 or any(not r.passed for r in ex1)  # not graded here: the self-check
-    ex2_failed = any(c.exercise == "ex2" and not r.passed and not r.not_implemented
+    ex2_failed = any(c.exercise == "ex2" and ((not r.passed and not r.not_implemented)
+                                              or (r.passed and r.own_loss))
                      for c, r in report.results)
     return ex1_failed and ex2_failed
 
@@ -163,7 +165,11 @@ REGRADE_NOTE = ("Graded with the exercise's chinchilla_loss in place of yours, w
 
 def _regrade_exercise_2(path, checks, report, **options) -> None:
     """Grade Exercise 2 again with the exercise's chinchilla_loss in place of the student's,
-    and keep the better of the two: a mistake in Exercise 1 costs points in Exercise 1 only.
+    and keep, test by test, the better of the two: a mistake in Exercise 1 costs points in
+    Exercise 1 only. A test that passed only under the student's own loss (``own_loss``: the
+    answer is that loss's best grid point) counts only if the search passes with the
+    exercise's loss too: a loss wrong everywhere whose minimum the student placed where the
+    answer is (with no search at all) earns nothing here.
     The same in the student release (the check cells, ``python -m autograde``) as for the
     instructor, so both report the same public points."""
     import dataclasses
@@ -180,15 +186,30 @@ def _regrade_exercise_2(path, checks, report, **options) -> None:
         if derived is None:
             return
         again = grade_submission(derived, ex2, _second_pass=True, label=report.submission, **options)
-    before = sum(c.points for c, r in report.results if c.exercise == "ex2" and r.passed)
-    after = sum(c.points for c, r in again.results if r.passed)
-    if after <= before:
-        return
-    report.notes.append(REGRADE_NOTE.rstrip("."))
     regraded = {c.name: r for c, r in again.results}
-    report.results = [(c, dataclasses.replace(regraded[c.name], feedback=REGRADE_NOTE + "\n"
-                                              + regraded[c.name].feedback))
-                      if c.name in regraded else (c, r) for c, r in report.results]
+    used = False
+    results = []
+    for c, first in report.results:
+        again_r = regraded.get(c.name)
+        if again_r is None or (first.passed and not first.own_loss):
+            results.append((c, first))  # earned without the student's loss deciding it
+        elif again_r.passed:
+            used = True
+            results.append((c, dataclasses.replace(again_r, feedback=REGRADE_NOTE + "\n" + again_r.feedback)))
+        elif first.passed:  # paid only because the student's own loss put its minimum there
+            results.append((c, dataclasses.replace(again_r, feedback=OWN_LOSS_REFUSED + "\n" + again_r.feedback)))
+        else:
+            results.append((c, first))
+    report.results = results
+    if used:
+        report.notes.append(REGRADE_NOTE.rstrip("."))
+
+
+#: A test passed under the student's own (wrong) loss whose search fails with the exercise's.
+OWN_LOSS_REFUSED = ("Your answer is the best point under your own chinchilla_loss, but with the "
+                    "exercise's chinchilla_loss in place of yours, compute_optimal does not find "
+                    "the exercise's best point: the search must come from the loss it calls, "
+                    "not be built into it.")
 
 
 _PLACE = re.compile(r"\((?:(cell \d+), )?line (\d+)\)\.?$")

@@ -47,6 +47,9 @@ class Result:
     #: For a wrong answer: the known mistake (a key of tests.grading.explain.WHY) that the
     #: feedback's "Why:" explains, or None ("other").
     mistake: str | None = None
+    #: Passed only because the answer is the best point under the student's own (different)
+    #: chinchilla_loss (Exercise 2); autograde.grade then also grades it with the exercise's.
+    own_loss: bool = False
 
 
 @dataclass(frozen=True)

@@ -227,6 +227,9 @@ def judge_four_numbers(call, probes) -> Result:
         failed = gate(FUNCTION, probes, values, what, alternatives=own)
         if failed:
             return failed
+        return Result(True, f"{fmt_call(FUNCTION, probes[0].args)} returned four positive "
+                            "numbers (N, D, ratio, loss), near your own loss's best point.",
+                      own_loss=True)
     return Result(True, f"{fmt_call(FUNCTION, probes[0].args)} returned four positive numbers "
                         "(N, D, ratio, loss).")
 
@@ -293,7 +296,7 @@ def judge_custom_ratios(call, probes) -> Result:
         return Result(False, with_why(text, why, "search exactly the `ratios` you are given, "
                                                  "in any order, and keep the lowest loss."))
     text = "The search used the `ratios` passed in (any order, best first, last or alone) and kept the best."
-    return Result(True, "\n".join([text] + [n for n in notes if n]))
+    return Result(True, "\n".join([text] + [n for n in notes if n]), own_loss=bool(notes))
 
 
 def judge_values(call, probes) -> Result:
@@ -329,7 +332,7 @@ def judge_values(call, probes) -> Result:
         return result
     text = (f"All {len(probes)} calls of `{FUNCTION}` gave the grid's best point." if len(probes) > 1
             else f"{fmt_call(FUNCTION, probes[0].args)} returned the grid's best point.")
-    return Result(True, "\n".join([text] + notes))
+    return Result(True, "\n".join([text] + notes), own_loss=bool(notes))
 
 
 def public_checks():

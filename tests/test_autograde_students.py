@@ -1,0 +1,145 @@
+"""Through the real grader: each student's own hidden inputs, Exercise 2's own-loss
+fallback that a chosen minimum cannot buy, and what a wrong answer's result records."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from autograde.grade import OWN_LOSS_REFUSED, REGRADE_NOTE, grade_submission
+from tests.grading import CheckList, independent, load_checks, local_call
+from tools.browser import ROOT
+
+REFERENCE = (ROOT / "tests" / "redteam" / "reference_submission.py").read_text()
+SEED = 20
+SEARCH = ("ex2_grid_minimum", "ex2_custom_ratios", "ex2_several_budgets", "ex2_hidden_budgets",
+          "ex2_hidden_ratios")
+
+
+def only(exercises, seed=SEED) -> CheckList:
+    """The checks of ``exercises``, keeping the seed (for_student needs it)."""
+    checks = load_checks(seed=seed)
+    out = CheckList(c for c in checks if c.exercise in exercises)
+    out.seed = checks.seed
+    return out
+
+
+def _with(tmp_path, name: str, replaced: dict) -> str:
+    """The reference submission with some functions' code replaced."""
+    import ast
+
+    tree = ast.parse(REFERENCE)
+    lines = REFERENCE.splitlines(keepends=True)
+    for node in sorted(tree.body, key=lambda n: -n.lineno):
+        if isinstance(node, ast.FunctionDef) and node.name in replaced:
+            lines[node.lineno - 1:node.end_lineno] = [textwrap.dedent(replaced[node.name]).strip() + "\n"]
+    path = tmp_path / name
+    path.write_text("".join(lines))
+    return path
+
+
+# ------------------------------------------------------------------ per-student hidden inputs
+
+def _answers_for(student: str) -> dict:
+    """The hidden Exercise 1 inputs ``student`` is graded on, with the right answers: what an
+    accomplice graded as ``student`` could pass on."""
+    from tests.grading import for_student
+
+    table = {}
+
+    def spy(N, D):
+        value = independent.chinchilla_loss(N, D)
+        if isinstance(N, float):
+            table[(N, D)] = value
+        return value
+
+    (check,) = [c for c in for_student(only({"ex1"}), student) if c.hidden]
+    assert check.run(local_call(spy)).passed
+    return table
+
+
+def test_an_accomplices_answers_are_for_other_inputs(tmp_path):
+    table = _answers_for("alice")
+    copied = _with(tmp_path, "copied.py", {"chinchilla_loss": (
+        f"TABLE = {table!r}\n"
+        "def chinchilla_loss(N, D):\n"
+        "    return TABLE.get((float(N), float(D)), 2.0)\n")})
+    checks = only({"ex1"})
+    hidden = {}
+    for student in ("alice", "bob", "alice"):
+        report = grade_submission(copied, checks, timeout=5, student=student)
+        assert not report.grader_errors, report.grader_errors
+        hidden.setdefault(student, []).append(
+            [(c.name, r.passed, r.feedback) for c, r in report.results if c.hidden])
+    assert hidden["alice"][0][0][1], "alice's own answers pass alice's hidden test"
+    assert not hidden["bob"][0][0][1], "bob is graded on other inputs"
+    assert hidden["alice"][0] == hidden["alice"][1], "one student: the same inputs every time"
+
+
+# ------------------------------------------------------------------ the own-loss fallback
+
+CHOSEN_MINIMUM = {  # wrong everywhere; its minimum sits where the "search" puts its answer
+    "chinchilla_loss": """
+        def chinchilla_loss(N, D):
+            return 2.0 + (np.log(D / N) - np.log(0.1)) ** 2
+        """,
+    "compute_optimal": """
+        def compute_optimal(C, ratios=None):
+            grid = np.logspace(-1, 3.3, 200) if ratios is None else np.asarray(ratios, dtype=float)
+            r = float(grid[np.argmin(np.abs(np.log(grid) - np.log(0.1)))])  # no loss called
+            N = float(np.sqrt(C / (6 * r)))
+            return N, r * N, r, 2.0 + float(np.log(r) - np.log(0.1)) ** 2
+        """}
+HONEST_SEARCH = """
+    def compute_optimal(C, ratios=None):
+        grid = np.logspace(-1, 3.3, 200) if ratios is None else np.asarray(ratios, dtype=float)
+        N = np.sqrt(C / (6 * grid))
+        losses = chinchilla_loss(N, grid * N)
+        i = int(np.argmin(losses))
+        return float(N[i]), float(grid[i] * N[i]), float(grid[i]), float(losses[i])
+    """
+
+
+def test_a_chosen_minimum_earns_no_search_points_and_an_honest_search_keeps_them(tmp_path):
+    """In one process (the fallback alone) the chosen minimum passes the search tests; through
+    the grader, which also grades the search with the exercise's loss, it earns none of them,
+    while the same wrong loss with a real search earns all of Exercise 2."""
+    from tests.grading import grade_callable
+
+    functions = dict(independent.FUNCTIONS)
+    namespace = {"np": __import__("numpy")}
+    for source in CHOSEN_MINIMUM.values():
+        exec(textwrap.dedent(source), namespace)
+    functions.update(chinchilla_loss=namespace["chinchilla_loss"],
+                     compute_optimal=namespace["compute_optimal"])
+    checks = only({"ex1", "ex2"})
+    in_process = grade_callable(lambda name: local_call(functions[name]), checks)
+    assert any(r.passed and r.own_loss for c, r in in_process if c.name in SEARCH), \
+        "the attack no longer passes the fallback alone: this test shows nothing"
+
+    attack = grade_submission(_with(tmp_path, "chosen.py", CHOSEN_MINIMUM), checks, timeout=5)
+    paid = [c.name for c, r in attack.results if r.passed and c.name in SEARCH]
+    assert paid == [] and not attack.grader_errors
+    assert any(OWN_LOSS_REFUSED in r.feedback for c, r in attack.results if c.name in SEARCH)
+
+    honest = grade_submission(_with(tmp_path, "honest.py", {
+        "chinchilla_loss": CHOSEN_MINIMUM["chinchilla_loss"], "compute_optimal": HONEST_SEARCH}),
+        checks, timeout=5)
+    ex2 = [(c, r) for c, r in honest.results if c.exercise == "ex2"]
+    assert all(r.passed for _, r in ex2), [r.feedback for _, r in ex2 if not r.passed]
+    assert any(REGRADE_NOTE in r.feedback for _, r in ex2)
+
+
+# ------------------------------------------------------------------ wrong answers, structured
+
+def test_a_dict_where_a_tuple_is_asked_says_so_in_plain_words(tmp_path):
+    path = _with(tmp_path, "dict.py", {"compute_optimal": """
+        def compute_optimal(C, ratios=None):
+            return {"N": 1.0, "D": 2.0, "ratio": 2.0, "loss": 3.0}
+        """})
+    report = grade_submission(path, only({"ex2"}), timeout=5)
+    feedback = {c.name: r for c, r in report.results}
+    first = feedback["ex2_returns_four_numbers"]
+    assert "returned a dict; expected a tuple of 4 numbers" in first.feedback, first.feedback
+    assert "builtins" not in first.feedback
+    assert first.got == "compute_optimal(1e+21) -> returned a dict" and first.mistake is None
