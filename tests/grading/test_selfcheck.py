@@ -253,3 +253,49 @@ def test_a_file_name_never_triggers_the_regrade_or_ends_grading(tmp_path):
     report = grade_submission(path, load_checks(include_hidden=True))
     assert report.score == 0
     assert not any("regrade" in e for e in report.grader_errors)
+
+
+# ------------------------------------------------- the check cells grade what the grader grades
+
+def _saved(folder: Path, cells: list) -> Path:
+    """A saved notebook: a markdown cell, then ``cells`` (the grader numbers all cells)."""
+    path = folder / "09-exercises.ipynb"
+    path.write_text(json.dumps({"cells": [{"cell_type": "markdown", "metadata": {}, "source": "# Exercises"}] + [
+        {"cell_type": "code", "metadata": {}, "source": c, "outputs": [], "execution_count": None}
+        for c in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    return path
+
+
+HELPER = "def penalty(x, c, e):\n    return c / x**e\n"
+USES_HELPER = ("def chinchilla_loss(N, D):\n"
+               "    return 1.69 + penalty(N, 406.0, 0.34) + penalty(D, 410.0, 0.28)\n")
+RIGHT = "def chinchilla_loss(N, D):\n    return 1.69 + 406.0 / N**0.34 + 410.0 / D**0.28\n"
+
+
+@pytest.mark.parametrize("case", ["helper deleted after running", "function renamed"])
+def test_the_check_cell_gives_the_graders_points_and_names_the_difference(case, tmp_path, capsys):
+    if case == "helper deleted after running":
+        ran, kept = [HELPER, USES_HELPER], [USES_HELPER]
+        named = ("`penalty` is defined only by a cell that is not in the saved 09-exercises.ipynb "
+                 "(deleted, or not saved yet): the grader will not find it")
+    else:
+        ran = [RIGHT, RIGHT.replace("chinchilla_loss", "chinchilla_loss_v2")]
+        kept = [ran[1]]
+        named = ("the saved 09-exercises.ipynb defines no `chinchilla_loss`, so the grader will not find it (renamed, or not "
+                 "saved yet?); it defines `chinchilla_loss_v2`")
+    saved = _saved(tmp_path, kept)
+    points = self_check("ex1", None, cells=ran, saved=saved)
+    out = capsys.readouterr().out
+    grader = grade_submission(saved, [c for c in PUBLIC if c.exercise == "ex1"], timeout=10)
+    assert points == grader.score == 0  # the check cell and the grader agree
+    assert f"Warning: {named}." in out
+    assert f"The cells run in this kernel score {PUBLIC_POINTS['ex1']:g} / " in out
+    if case == "helper deleted after running":  # one numbering: the saved file's cell 2
+        assert "cell 2" in out and "cell 1," not in out
+
+
+def test_a_saved_notebook_like_the_kernel_is_graded_without_a_warning(tmp_path, capsys):
+    saved = _saved(tmp_path, [HELPER, USES_HELPER])
+    assert self_check("ex1", None, cells=[HELPER, USES_HELPER], saved=saved) == PUBLIC_POINTS["ex1"]
+    out = capsys.readouterr().out
+    assert "Warning" not in out and "All public tests passed" in out

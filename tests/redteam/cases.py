@@ -177,7 +177,7 @@ pytest.approx = lambda *a, **k: Anything()
 def compute_optimal(C, ratios=None):
     return pytest.approx(0), pytest.approx(0), pytest.approx(0), pytest.approx(0)
 '''},
-         lost=("ex2",), message="expected a number"),
+         lost=("ex2",), message="expected a tuple of 4 numbers"),
     Case("always_equal_float.py",
          "returns a float subclass that compares equal to everything",
          replace={"ex3": '''
