@@ -339,7 +339,8 @@ def pick_from_folder(folder: Path):
 def status(report, student: Student | None = None) -> str:
     """What happened to one student, in a few words (the row's ``status``): ``graded``,
     ``missing``, ``unreadable: ...``, ``several files: ...``, ``too large``, ``timed out``,
-    ``not run`` (nothing in the file could run) or ``grader error``."""
+    ``not attempted (still the stub)``, ``not run`` (nothing in the file could run) or
+    ``grader error``."""
     if report.grader_errors:
         return "grader error"
     if student is not None and student.chosen is None:
@@ -357,6 +358,10 @@ def status(report, student: Student | None = None) -> str:
         return "timed out"
     if student is not None and student.others:
         return "several files: " + several_files(student)
+    from .reports import STUB_STATUS, is_stub
+
+    if is_stub(report):  # it ran: every function still raises NotImplementedError
+        return STUB_STATUS
     return "not run" if report.problems and report.score == 0 else "graded"
 
 
@@ -538,6 +543,7 @@ def report_record(report) -> dict:
     """Everything needed to write a report again: what :func:`report_from_record` reads."""
     return {"submission": report.submission, "problems": list(report.problems),
             "notes": list(report.notes), "isolation": report.isolation,
+            "problem_causes": dict(report.problem_causes),
             "seconds": round(report.seconds, 3), "grader_errors": list(report.grader_errors),
             "results": [[c.name, bool(r.passed), r.feedback, bool(r.not_implemented),
                          r.got, r.mistake, bool(r.own_loss)] for c, r in report.results]}
@@ -558,6 +564,7 @@ def report_from_record(record: dict, checks):
     report.results = [(by_name[r[0]], Result(*r[1:7])) for r in results]  # got, mistake, own_loss: 4-6
     report.problems = list(record.get("problems", []))
     report.notes = list(record.get("notes", []))
+    report.problem_causes = dict(record.get("problem_causes", {}))
     report.isolation = record.get("isolation")
     report.seconds = float(record.get("seconds", 0.0))
     report.grader_errors = list(record.get("grader_errors", []))

@@ -32,6 +32,9 @@ class SubmissionReport:
     isolation: str | None = None
     seconds: float = 0.0
     grader_errors: list = field(default_factory=list)  # not the student's fault
+    #: problem (a cell that did not run) -> the student's function in which its error was
+    #: raised: then that function's failed test, not the cell, is what to fix first
+    problem_causes: dict = field(default_factory=dict)
 
     @property
     def score(self) -> float:
@@ -52,7 +55,8 @@ class SubmissionReport:
                 continue
             tests = [{"name": c.name, "passed": bool(r.passed),
                       "points": float(c.points if r.passed else 0), "max_points": float(c.points),
-                      "feedback": r.feedback, "hidden": bool(c.hidden)} for c, r in group]
+                      "feedback": r.feedback, "hidden": bool(c.hidden),
+                      "mistake": r.mistake, "answer": r.got} for c, r in group]
             out.append({"id": exercise.id, "name": exercise.title, "function": exercise.function,
                         "score": sum(t["points"] for t in tests),
                         "max_score": sum(t["max_points"] for t in tests), "tests": tests})
@@ -103,6 +107,10 @@ def grade_submission(path, checks, *, timeout: float = 10.0, isolation: str = "a
                     report.grader_errors.append(f"{check.name}: {type(exc).__name__}: {exc}")
                 report.results.append((check, result))
             report.problems += sandbox.problems
+            for problem in sandbox.problems:
+                inside = function_at(sandbox.submission, problem)
+                if inside:
+                    report.problem_causes[problem] = inside
             if sandbox.gave_up:
                 report.problems.append(sandbox.gave_up)
     except Exception as exc:  # the sandbox could not be built, or worse: this file's row says so

@@ -15,8 +15,9 @@ The grades CSV (``--csv``) has one row per student, in this column order:
 ``status``
     what happened (:func:`autograde.classrun.status`): ``graded``, ``missing`` (nothing
     submitted), ``unreadable: submitted a .pdf (...)``, ``several files: graded final.ipynb
-    (the newest notebook); also sent scratch.py``, ``too large``, ``timed out``, ``not run``
-    (nothing in the file could run) or ``grader error``;
+    (the newest notebook); also sent scratch.py``, ``too large``, ``timed out``, ``not
+    attempted (still the stub)`` (the untouched template: it ran, every function still raises
+    NotImplementedError), ``not run`` (nothing in the file could run) or ``grader error``;
 ``submission``
     the graded file, as the student named it (relative to the class folder, never an
     absolute path).
@@ -96,11 +97,33 @@ def student_text(report: SubmissionReport, include_hidden: bool = True) -> str:
     if report.notes:
         lines += [f"Note: {n}." for n in report.notes]
         lines.append("")
-    first = problems[0] if problems and any(not r.passed for _, r in results) else None
-    lines.append(format_report(results, first_problem=first))
+    lines.append(format_report(results, first_problem=_fix_first(report, results, problems)))
     if not include_hidden and any(c.hidden for c, _ in report.results):
         lines.append("Hidden tests are graded too; their results appear when grades are published.")
     return "\n".join(lines)
+
+
+def _fix_first(report: SubmissionReport, results, problems) -> str | None:
+    """What to fix first where something did not run: the first cell that did not run, unless
+    its error was raised inside one of the exercise functions that fails a test (a plot cell
+    calling a broken ``chinchilla_loss``): then that test, the cause, naming the cell too."""
+    from tests.grading import EXERCISE_BY_ID
+    from tests.grading.report import _short
+
+    if not problems or all(r.passed for _, r in results):
+        return None
+    raw = report.problems[0]
+    inside = report.problem_causes.get(raw)
+    failed = [(c, r) for c, r in results if not r.passed and c.function == inside]
+    if not failed:
+        return problems[0]
+    check, result = failed[0]
+    place = raw.split(" (`")[0].split(" raised")[0]  # "cell 2"
+    lines = result.feedback.splitlines() or [""]
+    why = [line for line in lines[1:] if line.startswith("Why:")]
+    return (f"{_short(EXERCISE_BY_ID[check.exercise].title)}, {check.name}: "
+            + "\n  ".join(lines[:1] + why)
+            + f"\n  (The same error in `{inside}` stopped {place}: fix `{inside}` first.)")
 
 
 #: What the sandbox lets submitted code import (autograde.sandbox.ALLOWED_PACKAGES).
@@ -178,7 +201,14 @@ def status(report: SubmissionReport) -> str:
         return "missing"
     if report.grader_errors:
         return "grader error"
+    if is_stub(report):
+        return STUB_STATUS
     return "not run" if report.problems and report.score == 0 else "graded"
+
+
+#: The status of the untouched template: it ran, and every function still raises
+#: NotImplementedError (not "not run", which is for a file of which nothing could run).
+STUB_STATUS = "not attempted (still the stub)"
 
 
 def missing_report(student_id: str, name: str, why: str, checks) -> SubmissionReport:

@@ -45,7 +45,7 @@ VARIANTS = {  # name: (source, the status its row starts with)
     "bandwidth_gb": (REFERENCE.replace("/ (bandwidth_tb_s * 1e12)", "/ (bandwidth_tb_s * 1e9)", 1),
                      "graded"),
     "template": ("".join(f"def {f}(*args):\n    raise NotImplementedError\n\n\n" for f in FUNCTIONS),
-                 "graded"),
+                 "not attempted (still the stub)"),
     "syntax_error": ("def chinchilla_loss(N, D:\n    return 0\n", "not run"),
 }
 WRONG_TYPES = (".pdf", ".docx", ".ipynb.txt")

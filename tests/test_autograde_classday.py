@@ -127,7 +127,7 @@ def test_every_student_gets_one_row_with_a_status_that_explains_it(folders):
               "draft": ("100", "several files: graded draft/exercises_v2.py (the newest script)"),
               "pdf": ("0", "unreadable: submitted a .pdf (a .ipynb, .py or .md is graded)"),
               "txt": ("0", "unreadable: submitted a .ipynb.txt"),
-              "stub": ("0", "graded"), "nobody": ("0", "missing"),
+              "stub": ("0", "not attempted (still the stub)"), "nobody": ("0", "missing"),
               "hoarder": ("100", "several files: graded hoarder/09-exercises.py"),
               "jos\\xe9": ("100", "graded"), "deep": ("100", "graded")}
     for sid, (score, status) in expect.items():

@@ -143,3 +143,44 @@ def test_a_dict_where_a_tuple_is_asked_says_so_in_plain_words(tmp_path):
     assert "returned a dict; expected a tuple of 4 numbers" in first.feedback, first.feedback
     assert "builtins" not in first.feedback
     assert first.got == "compute_optimal(1e+21) -> returned a dict" and first.mistake is None
+
+
+def test_a_swapped_exponent_loss_with_a_201_point_grid_loses_the_default_grid_tests(tmp_path):
+    path = _with(tmp_path, "swapped201.py", {
+        "chinchilla_loss": """
+            def chinchilla_loss(N, D):
+                return 1.69 + 406.0 / N**0.28 + 410.0 / D**0.34
+            """,
+        "compute_optimal": HONEST_SEARCH.replace("np.logspace(-1, 3.3, 200)", "np.logspace(-1, 3.3, 201)")})
+    report = grade_submission(path, only({"ex1", "ex2"}), timeout=5)
+    ex2 = {c.name: r for c, r in report.results if c.exercise == "ex2"}
+    default_grid = ("ex2_grid_minimum", "ex2_several_budgets", "ex2_hidden_budgets")
+    assert not any(ex2[name].passed for name in default_grid), \
+        {n: ex2[n].feedback for n in default_grid if ex2[n].passed}
+    assert ex2["ex2_custom_ratios"].passed and ex2["ex2_hidden_ratios"].passed  # its search is right
+    earned = sum(c.points for c, r in report.results if c.exercise == "ex2" and r.passed)
+    assert earned <= 20 - 9
+
+
+def test_no_absolute_path_of_the_grading_machine_in_the_csv(tmp_path, monkeypatch):
+    """Loose files named by absolute paths, from another working directory."""
+    import contextlib
+    import csv
+    import io
+
+    from autograde.cli import main
+
+    (tmp_path / "deep" / "inside").mkdir(parents=True)
+    files = [tmp_path / "deep" / "inside" / "alice.py", tmp_path / "bob.py"]
+    for f in files:
+        f.write_text(REFERENCE)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert main([str(f) for f in files] + ["--public-only", "--timeout", "5",
+                                               "--csv", str(tmp_path / "grades.csv")]) == 0
+    text = (tmp_path / "grades.csv").read_text()
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert sorted(r["submission"] for r in rows) == ["alice.py", "bob.py"]
+    assert str(tmp_path) not in text and "/tmp" not in text and str(ROOT) not in text

@@ -35,6 +35,17 @@ def hidden_not_run(results: Sequence[tuple[Check, Result]]) -> list[dict]:
             if h["name"] not in ran]
 
 
+def _why_once(feedback: str, test: str, shown: dict) -> str:
+    """``feedback`` with a "Why:" line already given under an earlier test replaced by a
+    pointer to it (one explanation of one mistake, however many tests it fails)."""
+    lines = []
+    for line in feedback.splitlines():
+        if line.startswith("Why: ") and shown.setdefault(line, test) != test:
+            line = f"Why: the same mistake as under {shown[line]} above."
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def score(results: Sequence[tuple[Check, Result]]) -> tuple[float, float]:
     earned = sum(c.points for c, r in results if r.passed)
     possible = sum(c.points for c, _ in results)
@@ -52,6 +63,7 @@ def format_report(results: Sequence[tuple[Check, Result]], first_problem: str | 
     order += [type("X", (), {"id": k, "title": k})() for k in by_exercise
               if k not in {e.id for e in EXERCISES}]
     not_implemented: list[str] = []
+    why_shown: dict = {}  # each "Why:" paragraph in full once, under the first test that has it
     fix_first: str | None = None  # from the earliest exercise with a failure
     for exercise in order:
         group = by_exercise[exercise.id]
@@ -81,7 +93,7 @@ def format_report(results: Sequence[tuple[Check, Result]], first_problem: str | 
             got = check.points if result.passed else 0
             lines.append(f"  {mark} {check.name:<{width}}  {fmt_points(got)}/{fmt_points(check.points)}{tag}")
             if not result.passed:
-                lines.append(_indent(result.feedback, "      "))
+                lines.append(_indent(_why_once(result.feedback, check.name, why_shown), "      "))
                 if fix_first is None:
                     feedback = result.feedback.splitlines() or [""]
                     why = [line for line in feedback[1:] if line.startswith("Why:")]

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from tests.grading import grade_callable, load_checks, local_call
+from tests.grading import grade_callable, independent, load_checks, local_call
 from tests.grading.explain import WHY
 from tests.grading.mistakes import _comm
 
@@ -66,3 +66,81 @@ def test_a_missing_tp_term_is_not_called_a_term_not_multiplied_by_layers(mistake
     if says == "ex4_tp_missing":
         assert "there is no TP term" in feedback["ex4_tp_volume"]
         assert "does not change when num_layers" not in feedback["ex4_tp_volume"]
+
+
+def test_the_tp_diagnosis_is_a_structured_field_and_survives_a_second_slip():
+    """Left out with another slip besides (the DP factor): still "no TP term", never "not
+    multiplied by num_layers", in the feedback and in the result's ``mistake`` alike."""
+    for mistake, says in ((_comm(tp_allreduces=0), "ex4_tp_missing"),
+                          (_comm(tp_allreduces=0, dp_bytes_per_param=2.0), "ex4_tp_missing"),
+                          (_comm(per_layer=False), "ex4_tp_not_per_layer"),
+                          (_comm(per_layer=False, dp_bytes_per_param=2.0), "ex4_tp_not_per_layer")):
+        result = {c.name: r for c, r in _grade({"communication_time_per_step": mistake}, 0, "ex4")}
+        tp = result["ex4_tp_volume"]
+        assert tp.mistake == says and WHY[says] in tp.feedback, (says, tp)
+        other = "ex4_tp_not_per_layer" if says == "ex4_tp_missing" else "ex4_tp_missing"
+        assert all(r.mistake != other and WHY[other] not in r.feedback for r in result.values())
+
+
+# ------------------------------------------------------------ every wrong answer classified
+
+def test_every_wrong_answer_carries_its_value_and_a_known_mistake_or_none():
+    from tests.grading.mistakes import MISTAKES
+
+    for m in MISTAKES:
+        functions = dict(independent.FUNCTIONS, **{m.function: m.impl})
+        results = _grade(functions, 0)
+        failed = [(c, r) for c, r in results if not r.passed]
+        assert failed, m.id
+        for c, r in failed:
+            assert r.mistake is None or r.mistake in WHY, (m.id, c.name, r.mistake)
+            assert r.mistake is None or WHY[r.mistake] in r.feedback  # what the student read
+            assert r.got and r.got.startswith(c.function + "("), (m.id, c.name, r.got)
+        assert any(r.mistake == m.id for _, r in failed), f"{m.id} is never named"
+
+
+def test_the_class_report_lists_known_mistakes_and_the_commonest_other_answers():
+    from autograde.grade import SubmissionReport
+    from autograde.reports import class_report_html, misconceptions, wrong_answers
+    from tests.grading.mistakes import MISTAKE_BY_ID
+
+    def as_report(name, **replaced):
+        functions = dict(independent.FUNCTIONS, **replaced)
+        return SubmissionReport(submission=name, student_id=name, results=_grade(functions, 0))
+
+    swapped = MISTAKE_BY_ID["ex1_swapped_exponents"].impl
+    reports = [as_report("a", chinchilla_loss=swapped), as_report("b", chinchilla_loss=swapped),
+               as_report("c", chinchilla_loss=lambda N, D: 2.5),
+               as_report("d", chinchilla_loss=lambda N, D: 2.5),
+               as_report("e", chinchilla_loss=lambda N, D: 9.0), as_report("f")]
+    assert misconceptions(reports[0]) == {"ex1_swapped_exponents"} and not misconceptions(reports[2])
+    gpt3 = wrong_answers(reports)["ex1_gpt3"]
+    assert gpt3["failed"] == 5 and gpt3["known"] == {"ex1_swapped_exponents": 2} and gpt3["other"] == 3
+    assert gpt3["values"] == [("chinchilla_loss(1.75e+11, 3e+11) -> 2.5", 2),
+                              ("chinchilla_loss(1.75e+11, 3e+11) -> 9", 1)]
+    html = class_report_html(reports)
+    assert 'id="wrong-answers"' in html and "chinchilla_loss(1.75e+11, 3e+11) -&gt; 2.5</code>: 2" in html
+
+
+def test_each_student_has_own_hidden_inputs_the_same_every_time():
+    from tests.grading import for_student, student_seed
+
+    def inputs(student):
+        seen = {}
+        for check in for_student(load_checks(seed=7), student):
+            if check.hidden:
+                args = []
+
+                def spy(*a, _args=args, _f=independent.FUNCTIONS[check.function]):
+                    _args.append(a)
+                    return _f(*a)
+                check.run(local_call(spy))
+                seen[check.name] = repr(args)
+        return seen
+
+    alice, bob, again = inputs("alice"), inputs("bob"), inputs("alice")
+    assert alice == again and set(alice) == set(bob) and len(alice) >= 5
+    assert all(alice[name] != bob[name] for name in alice), "each hidden check differs"
+    assert student_seed(7, "alice") != student_seed(7, "bob") != student_seed(8, "bob")
+    public = [c for c in for_student(load_checks(seed=7), "alice") if not c.hidden]
+    assert [c.name for c in public] == [c.name for c in load_checks(seed=7) if not c.hidden]
