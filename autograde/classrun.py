@@ -546,7 +546,7 @@ def report_record(report) -> dict:
             "problem_causes": dict(report.problem_causes),
             "seconds": round(report.seconds, 3), "grader_errors": list(report.grader_errors),
             "results": [[c.name, bool(r.passed), r.feedback, bool(r.not_implemented),
-                         r.got, r.mistake, bool(r.own_loss)] for c, r in report.results]}
+                         r.got, r.mistake, r.own_loss] for c, r in report.results]}
 
 
 def report_from_record(record: dict, checks):

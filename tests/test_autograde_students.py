@@ -114,7 +114,7 @@ def test_a_chosen_minimum_earns_no_search_points_and_an_honest_search_keeps_them
                      compute_optimal=namespace["compute_optimal"])
     checks = only({"ex1", "ex2"})
     in_process = grade_callable(lambda name: local_call(functions[name]), checks)
-    assert any(r.passed and r.own_loss for c, r in in_process if c.name in SEARCH), \
+    assert any(r.passed and r.own_loss == "far" for c, r in in_process if c.name in SEARCH), \
         "the attack no longer passes the fallback alone: this test shows nothing"
 
     attack = grade_submission(_with(tmp_path, "chosen.py", CHOSEN_MINIMUM), checks, timeout=5)
@@ -184,3 +184,19 @@ def test_no_absolute_path_of_the_grading_machine_in_the_csv(tmp_path, monkeypatc
     rows = list(csv.DictReader(io.StringIO(text)))
     assert sorted(r["submission"] for r in rows) == ["alice.py", "bob.py"]
     assert str(tmp_path) not in text and "/tmp" not in text and str(ROOT) not in text
+
+
+def test_a_search_on_its_own_copy_of_a_mistyped_loss_keeps_exercise_2(tmp_path):
+    """The loss typed twice with the same slip (in chinchilla_loss and inside compute_optimal,
+    as the reference solution writes it out again): substituting the exercise's loss changes
+    nothing, but the loss is a slip of the exercise's, so the search's points stay."""
+    mistyped = "1.69 + 406.0 / N**0.34 + 410.0 / D**0.27"
+    path = _with(tmp_path, "inline.py", {
+        "chinchilla_loss": f"def chinchilla_loss(N, D):\n    return {mistyped}\n",
+        "compute_optimal": HONEST_SEARCH.replace("chinchilla_loss(N, grid * N)",
+                                                 f"(lambda N, D: {mistyped})(N, grid * N)")})
+    report = grade_submission(path, only({"ex1", "ex2"}), timeout=5)
+    ex2 = [(c, r) for c, r in report.results if c.exercise == "ex2"]
+    assert all(r.passed for _, r in ex2), [r.feedback for _, r in ex2 if not r.passed]
+    assert any(r.own_loss == "slip" for _, r in ex2)
+    assert sum(c.points for c, r in report.results if c.exercise == "ex1" and r.passed) < 10

@@ -48,8 +48,10 @@ class Result:
     #: feedback's "Why:" explains, or None ("other").
     mistake: str | None = None
     #: Passed only because the answer is the best point under the student's own (different)
-    #: chinchilla_loss (Exercise 2); autograde.grade then also grades it with the exercise's.
-    own_loss: bool = False
+    #: chinchilla_loss (Exercise 2): "slip" when that loss is near the exercise's (a mistyped
+    #: constant, swapped exponents), "far" when not; autograde.grade then also grades the
+    #: search with the exercise's loss, and a "far" pass counts only if that passes too.
+    own_loss: str = ""
 
 
 @dataclass(frozen=True)

@@ -126,6 +126,36 @@ def _is_the_exercise_loss(loss_call, rng) -> bool:
     return True
 
 
+#: A loss within this relative difference of the exercise's (at random points), and falling
+#: in N and in D, is "a slip" of Exercise 1 (swapped exponents are about 40% off at the
+#: smallest sizes); anything else is "far".
+SLIP_REL = 0.5
+
+
+def own_loss_kind(call) -> str:
+    """"slip" if the student's chinchilla_loss is near the exercise's and falls in N and in D
+    at 16 fresh random points (nothing to recognise), else "far" (see Result.own_loss)."""
+    cache = call.__dict__
+    if "_own_kind" not in cache:
+        loss_call, kind = other_call(call, "chinchilla_loss"), "slip"
+        E, A, B, alpha, beta = EXERCISE_LOSS
+        rng = random.Random()
+        for _ in range(16) if loss_call is not None else ():
+            N, D = 10 ** rng.uniform(6, 13), 10 ** rng.uniform(8, 15)
+            try:
+                here, more_n, more_d = (loss_call(N, D), loss_call(1.5 * N, D), loss_call(N, 1.5 * D))
+            except SubmissionError:
+                kind = "far"
+                break
+            expected = E + A / N ** alpha + B / D ** beta
+            if not (all(type(v) is float and math.isfinite(v) for v in (here, more_n, more_d))
+                    and abs(here - expected) <= SLIP_REL * expected and more_n < here and more_d < here):
+                kind = "far"
+                break
+        cache["_own_kind"] = kind if loss_call is not None else "far"
+    return cache["_own_kind"]
+
+
 def own_loss_answer(call, C: float, ratios=None, num: int | None = None):
     """The grid's best (N, D, r, loss) under the student's own ``chinchilla_loss``; None when
     it is not available (e.g. it raises). ``num``: another size of the default grid."""
@@ -229,7 +259,7 @@ def judge_four_numbers(call, probes) -> Result:
             return failed
         return Result(True, f"{fmt_call(FUNCTION, probes[0].args)} returned four positive "
                             "numbers (N, D, ratio, loss), near your own loss's best point.",
-                      own_loss=True)
+                      own_loss=own_loss_kind(call))
     return Result(True, f"{fmt_call(FUNCTION, probes[0].args)} returned four positive numbers "
                         "(N, D, ratio, loss).")
 
@@ -296,7 +326,7 @@ def judge_custom_ratios(call, probes) -> Result:
         return Result(False, with_why(text, why, "search exactly the `ratios` you are given, "
                                                  "in any order, and keep the lowest loss."))
     text = "The search used the `ratios` passed in (any order, best first, last or alone) and kept the best."
-    return Result(True, "\n".join([text] + [n for n in notes if n]), own_loss=bool(notes))
+    return Result(True, "\n".join([text] + [n for n in notes if n]), own_loss=own_loss_kind(call) if notes else "")
 
 
 def judge_values(call, probes) -> Result:
@@ -332,7 +362,7 @@ def judge_values(call, probes) -> Result:
         return result
     text = (f"All {len(probes)} calls of `{FUNCTION}` gave the grid's best point." if len(probes) > 1
             else f"{fmt_call(FUNCTION, probes[0].args)} returned the grid's best point.")
-    return Result(True, "\n".join([text] + notes), own_loss=bool(notes))
+    return Result(True, "\n".join([text] + notes), own_loss=own_loss_kind(call) if notes else "")
 
 
 def public_checks():
