@@ -200,3 +200,58 @@ def test_a_search_on_its_own_copy_of_a_mistyped_loss_keeps_exercise_2(tmp_path):
     assert all(r.passed for _, r in ex2), [r.feedback for _, r in ex2 if not r.passed]
     assert any(r.own_loss == "slip" for _, r in ex2)
     assert sum(c.points for c, r in report.results if c.exercise == "ex1" and r.passed) < 10
+
+
+# ------------------------------------------------------------------ the report's wording
+
+def test_one_why_per_mistake_and_fix_first_names_the_cause_not_the_cell_it_stopped(tmp_path):
+    """A math.pow loss fails the array test and stops a plot cell that calls it: Fix first
+    points at the loss (its test), not at the plot cell; its Why is given once."""
+    import json
+
+    from autograde.reports import student_text
+
+    loss = ("import math\n\ndef chinchilla_loss(N, D):\n"
+            "    return 1.69 + 406.0 / math.pow(N, 0.28) + 410.0 / math.pow(D, 0.34)\n")
+    plot = "import numpy as np\nlosses = chinchilla_loss(np.logspace(6, 12, 5), 1.4e12)\n"
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps({"cells": [
+        {"cell_type": "code", "metadata": {}, "source": c, "outputs": [], "execution_count": None}
+        for c in (loss, plot)], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    report = grade_submission(path, only({"ex1"}), timeout=5)
+    text = student_text(report)
+    assert report.problems and report.problems[0].startswith("cell 2")
+    fix = text.split("Fix first: ", 1)[1]
+    assert fix.startswith("Exercise 1, ex1_gpt3") and "stopped cell 2: fix `chinchilla_loss` first" in fix
+    whys = [line.strip() for line in text.split("Fix first: ")[0].splitlines() if line.strip().startswith("Why:")]
+    assert sum("exponents swapped" in w for w in whys) == 1  # in full once, then pointers
+    pointers = [w for w in whys if w.startswith("Why: the same mistake as under")]
+    assert len(pointers) >= 2 and set(pointers) == {"Why: the same mistake as under ex1_gpt3 above."}
+
+
+def test_an_untouched_stub_is_not_attempted_even_when_a_cell_did_not_run():
+    from autograde.grade import SubmissionReport
+    from autograde.reports import STUB_STATUS, status
+    from tests.grading import Result
+
+    checks = only({"ex1"})
+    report = SubmissionReport(submission="x.ipynb", problems=["cell 5 (`plot(...)`) raised NotImplementedError"],
+                              results=[(c, Result(False, "Not implemented yet", True)) for c in checks])
+    assert status(report) == STUB_STATUS == "not attempted (still the stub)"
+    report.results[0] = (checks[0], Result(False, "wrong"))
+    assert status(report) == "not run"
+
+
+def test_gradescope_passes_the_submitting_students_id(tmp_path, monkeypatch):
+    import json
+
+    from autograde.gradescope import gradescope_student
+
+    (tmp_path / "submission").mkdir()
+    monkeypatch.delenv("GRADESCOPE_STUDENT", raising=False)
+    assert gradescope_student(tmp_path / "submission") == ""
+    (tmp_path / "submission_metadata.json").write_text(json.dumps(
+        {"id": 1, "users": [{"email": "a@example.com", "id": 1234, "name": "A"}]}))
+    assert gradescope_student(tmp_path / "submission") == "1234"
+    from autograde import classrun
+    assert classrun._takes_student()  # the class run and Gradescope pass student= through
