@@ -128,25 +128,25 @@ def saved_notebook(namespace: Mapping | None = None) -> Path | None:
     namespace = namespace or {}
     named = [namespace.get("__session__"), namespace.get("__vsc_ipynb_file__"),
              os.environ.get("JPY_SESSION_NAME")]
+    here = Path.cwd()
     for name in named:
         if isinstance(name, str) and name:
-            path = Path(name)
-            if path.suffix in (".ipynb", ".md") and path.is_file():
-                return path
-    here = Path.cwd()
-    found = []
-    for path in sorted(here.glob("*.ipynb")) + sorted(here.glob("*.md")):
+            for path in (Path(name), here / Path(name).name):  # the server's path may be relative
+                if path.suffix in (".ipynb", ".md") and path.is_file():
+                    return path
+
+    def has_checks(path: Path) -> bool:
         try:
             with path.open(encoding="utf-8", errors="replace") as f:
-                if "self_check(" in f.read(4_000_000):
-                    found.append(path)
+                return "self_check(" in f.read(4_000_000)
         except OSError:
-            continue
-    for path in found:
-        if path.name == "09-exercises.ipynb":
-            return path
-    notebooks = [p for p in found if p.suffix == ".ipynb"] or found
-    return max(notebooks, key=lambda p: p.stat().st_mtime) if notebooks else None
+            return False
+
+    if has_checks(here / "09-exercises.ipynb"):
+        return here / "09-exercises.ipynb"
+    found = [p for p in sorted(here.glob("*.ipynb")) if has_checks(p)] or \
+        [p for p in sorted(here.glob("*.md")) if has_checks(p)]
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
 def _defs(sources) -> dict:

@@ -299,3 +299,17 @@ def test_a_saved_notebook_like_the_kernel_is_graded_without_a_warning(tmp_path, 
     assert self_check("ex1", None, cells=[HELPER, USES_HELPER], saved=saved) == PUBLIC_POINTS["ex1"]
     out = capsys.readouterr().out
     assert "Warning" not in out and "All public tests passed" in out
+
+
+def test_the_saved_notebook_is_found_from_the_session_or_beside_the_kernel(tmp_path, monkeypatch):
+    from tests.grading.selfcheck import saved_notebook
+
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert saved_notebook({}) is None
+    (tmp_path / "notes.ipynb").write_text("{}")  # no check cells: not the exercises
+    mine = _saved(tmp_path, ['self_check("ex1", chinchilla_loss)']).rename(tmp_path / "smith_hw.ipynb")
+    assert saved_notebook({}) == mine
+    assert saved_notebook({"__session__": "some/server/path/notes.ipynb"}) == tmp_path / "notes.ipynb"
+    monkeypatch.setenv("JPY_SESSION_NAME", str(mine))
+    assert saved_notebook({}) == mine
