@@ -312,6 +312,14 @@ def other_troubles(report: SubmissionReport) -> set:
     return found
 
 
+def _explain(mistake: str) -> str:
+    """What the feedback told a student about this mistake: its "Why:" paragraph, or what a
+    mistake recognised by its form means (tests.grading.explain.PATTERNS)."""
+    from tests.grading.explain import WHY, pattern_text
+
+    return WHY.get(mistake) or pattern_text(mistake) or ""
+
+
 def _title(mistake: str) -> str:
     exercise, _, rest = mistake.partition("_")
     return f"Exercise {exercise[2:]}: {rest.replace('_', ' ')}"
@@ -352,7 +360,6 @@ def class_report_html(reports, seed: int | None = None, pairs=None) -> str:
     from html import escape
 
     from tests.grading import EXERCISES
-    from tests.grading.explain import WHY
 
     graded = [r for r in reports if not r.missing]
     n = len(reports)
@@ -390,7 +397,7 @@ def class_report_html(reports, seed: int | None = None, pairs=None) -> str:
         top = known[0]
         out.append(f'<p class="lead" id="most-common">Most common misconception: '
                    f"<strong>{escape(_title(top))}</strong>, made by {counts[top]} of {n} "
-                   f"students. The feedback told them: {escape(WHY[top])}</p>")
+                   f"students. The feedback told them: {escape(_explain(top))}</p>")
     else:
         out.append('<p class="lead" id="most-common">No known misconception was recognised.</p>')
     out.append('<h2>Scores per exercise</h2><div class="exercises">')
@@ -413,7 +420,7 @@ def class_report_html(reports, seed: int | None = None, pairs=None) -> str:
     for m in known:
         names = ", ".join(escape(x) for x in sorted(who[m]))
         out.append(f"<tr><td>{escape(_title(m))}</td><td>{counts[m]}</td>"
-                   f"<td>{escape(WHY[m])}<details><summary>who</summary>{names}</details></td></tr>")
+                   f"<td>{escape(_explain(m))}<details><summary>who</summary>{names}</details></td></tr>")
     out.append("</table><h2>Other difficulties</h2><table><tr><th>what</th><th>students</th></tr>")
     for m in others:
         names = ", ".join(escape(x) for x in sorted(who[m]))

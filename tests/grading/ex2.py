@@ -14,7 +14,7 @@ import math
 
 from .core import Result, SubmissionError
 from .framework import (
-    attempt, collect, fmt_call, fmt_pair, fmt_value, gate, make_check, other_call, recognise,
+    attempt, collect, fmt_call, fmt_pair, fmt_value, gate, make_check, other_call, pattern, recognise,
     recognise_derived, same, values_match, with_why,
 )
 
@@ -220,6 +220,7 @@ def _more_about_failure(call, probe, result: Result) -> Result:
             if any(same(value[2], r) for r in grid) and not any(same(value[2], r) for r in logspace(*GRID)):
                 own = own_loss_answer(call, C, None, num)
                 if own is not None and same(own, value):
+                    pattern(FUNCTION, "ex2_grid_size")
                     return Result(False, result.feedback.split("\n")[0] + (
                         f"\nYour ratio {fmt_value(value[2])} is the best point of a grid of {num} "
                         f"ratios: your grid has {num} points, and the exercise's grid has 200. Use "
@@ -323,6 +324,7 @@ def judge_custom_ratios(call, probes) -> Result:
                     f"among those passed in is {fmt_value(expected)}.")
             if same(given[-1], expected) and len(given) > 1:
                 text += " It is the last one in the list: does your loop reach the last ratio?"
+                pattern(FUNCTION, "ex2_skips_last_ratio")
         return Result(False, with_why(text, why, "search exactly the `ratios` you are given, "
                                                  "in any order, and keep the lowest loss."))
     text = "The search used the `ratios` passed in (any order, best first, last or alone) and kept the best."
@@ -357,6 +359,7 @@ def judge_values(call, probes) -> Result:
                                                    "keep a point only when its loss is lower.")
         if (type(value) is list and len(value) == 4 and len(probe.args) > 1 and "Why:" not in result.feedback
                 and len(probe.args[1]) > 1 and same(expected[2], probe.args[1][-1])):
+            pattern(FUNCTION, "ex2_skips_last_ratio")
             return Result(False, result.feedback + "\nThe best ratio is the last one in the "
                                                    "list: does your loop reach the last ratio?")
         return result

@@ -98,3 +98,24 @@ WHY = {
         "you divided bytes by the bandwidth in TB/s: convert it to bytes/s first "
         "(bandwidth_tb_s * 1e12)."),
 }
+
+#: Wrong answers a check recognises by their form rather than by a planted wrong
+#: implementation (so no value of WHY): the id a failed Result carries as ``mistake``, and
+#: what it means, for the class report. Ids start with the exercise's.
+PATTERNS = {
+    "returned_none": "returned None: the function prints its answer (or forgets `return`)",
+    "wrong_type": "returned something other than numbers (a dict, a string, a boolean...)",
+    "wrong_shape": "returned the right kind of numbers in the wrong shape (1-element arrays, "
+                   "too many or too few values)",
+    "almost_right": "within 0.1% of the right value: a mistyped or rounded constant",
+    "ex2_grid_size": "searched a default grid with another number of points than 200",
+    "ex2_skips_last_ratio": "the loop over the ratios stops before the last one",
+}
+
+
+def pattern_text(mistake: str) -> str | None:
+    """What a PATTERNS id (with or without its exercise prefix) means, or None."""
+    if mistake in PATTERNS:
+        return PATTERNS[mistake]
+    _, _, rest = mistake.partition("_")
+    return PATTERNS.get(rest)

@@ -218,6 +218,8 @@ def call_failure(function: str, args: Sequence, outcome: dict, expected=None) ->
     if kind == "not_plain":
         text = outcome.get('message', 'returned something that is not a number')
         text = text.replace("a builtins.", "a ")  # "a builtins.dict": Python's name for a dict
+        text = text.replace("returned a NoneType", "returned None")
+        pattern(function, "returned_none" if "returned None" in text else "wrong_type")
         if expected is not None and ", expected " in text:
             head, _, tail = text.partition(", expected ")
             hint = tail[tail.index(" ("):] if " (" in tail else ""  # "(did you forget `return`?)"
@@ -239,6 +241,18 @@ def why_of(mistake_id: str) -> Why | None:
     why = Why(text)
     why.mistake = mistake_id
     return why
+
+
+def pattern(function: str, kind: str) -> None:
+    """Note that the running check recognised a wrong answer by its form
+    (:data:`tests.grading.explain.PATTERNS`): its Result's ``mistake`` unless a known
+    mistake's "Why:" is given."""
+    seen = _SEEN.get()
+    if seen is not None:
+        from .core import EXERCISES
+
+        exercise = next((e.id for e in EXERCISES if e.function == function), "")
+        seen["pattern"] = kind if kind.startswith("ex") else f"{exercise}_{kind}"
 
 
 #: What one running check has seen: the last answer of the checked function and the last
@@ -294,6 +308,7 @@ def value_mismatch(function: str, probe: Probe, student: dict, hint: str | None 
         text = f"{where} {fmt_outcome(student)}, but it should raise {probe.expected['raises']}."
     elif shape_problem(where, got, expected) is not None:
         # The cause is the type or shape: say so, without the algorithm's hint.
+        pattern(function, "wrong_type" if type(got) is str else "wrong_shape")
         return Result(False, shape_problem(where, got, expected))
     else:
         g, e = fmt_pair(got, expected)
@@ -304,6 +319,7 @@ def value_mismatch(function: str, probe: Probe, student: dict, hint: str | None 
                 text += f" Close: a relative difference of {rel_err:.1e}."
                 if recognise(student, probe) is None:
                     text += " Check every constant, and do not round."
+                    pattern(function, "almost_right")
             elif got != 0:
                 text += f" That is {got / expected:.4g} times the expected value."
     return Result(False, with_why(text, recognise(student, probe), hint))
@@ -413,7 +429,7 @@ def make_check(exercise: str, name: str, points: float, function: str,
     cached: list[list[Probe]] = []
 
     def run(call) -> Result:
-        seen = {"got": None, "why": None}
+        seen = {"got": None, "why": None, "pattern": None}
         token = _SEEN.set(seen)
         try:
             if not cached:
@@ -428,7 +444,7 @@ def make_check(exercise: str, name: str, points: float, function: str,
         if result.passed or result.not_implemented:
             return result
         why = seen["why"]  # the diagnosis, where the feedback still gives it
-        mistake = why.mistake if isinstance(why, Why) and why in result.feedback else None
+        mistake = why.mistake if isinstance(why, Why) and why in result.feedback else seen["pattern"]
         return replace(result, got=seen["got"], mistake=mistake)
 
     return Check(exercise=exercise, name=name, points=points, hidden=hidden,
@@ -443,7 +459,8 @@ def _watched(call, function: str, seen: dict):
             value = call(*args)
         except SubmissionError as err:
             kind = f"raised {err.exception_type}" if err.kind == "raised" else \
-                err.message.replace("a builtins.", "a ").split(",")[0] if err.kind == "not_plain" \
+                err.message.replace("a builtins.", "a ").replace("a NoneType", "None").split(",")[0] \
+                if err.kind == "not_plain" \
                 else err.kind
             seen["got"] = f"{fmt_call(function, args)} -> {kind}"
             raise
@@ -473,6 +490,7 @@ def collect(call, function: str, probes: Sequence[Probe], want: str = "number"):
         expected = probe.expected.get("value")
         if want in ("number", "positive") and type(value) is not float:
             text = shape_problem(where, value, expected) if type(expected) is float else None
+            pattern(function, "wrong_type" if type(value) is str else "wrong_shape")
             return None, Result(False, text or f"{where} returned {fmt_value(value)}; expected "
                                                "a single finite number.")
         if want == "positive" and not (is_number(value) and value > 0):
@@ -485,6 +503,7 @@ def collect(call, function: str, probes: Sequence[Probe], want: str = "number"):
                 recognise(student, probe)))
         if want == "numbers" and not (type(value) is list and all(is_number(v) for v in value)):
             text = shape_problem(where, value, expected) if type(expected) is list else None
+            pattern(function, "wrong_type" if type(value) is str else "wrong_shape")
             return None, Result(False, text or f"{where} returned {fmt_value(value)}; expected "
                                                "a list (or tuple, or array) of finite numbers.")
         values.append(value)
