@@ -142,7 +142,7 @@ def test_a_dict_where_a_tuple_is_asked_says_so_in_plain_words(tmp_path):
     first = feedback["ex2_returns_four_numbers"]
     assert "returned a dict; expected a tuple of 4 numbers" in first.feedback, first.feedback
     assert "builtins" not in first.feedback
-    assert first.got == "compute_optimal(1e+21) -> returned a dict" and first.mistake is None
+    assert first.got == "compute_optimal(1e+21) -> returned a dict" and first.mistake == "ex2_wrong_type"
 
 
 def test_a_swapped_exponent_loss_with_a_201_point_grid_loses_the_default_grid_tests(tmp_path):
