@@ -176,8 +176,9 @@ def _regrade_exercise_2(path, checks, report, **options) -> None:
     and keep, test by test, the better of the two: a mistake in Exercise 1 costs points in
     Exercise 1 only. A test that passed only under the student's own loss (``own_loss``: the
     answer is that loss's best grid point) counts if the search passes with the exercise's
-    loss too, or if that loss is a slip of the exercise's (near it, falling in N and D:
-    ``"slip"``; a search that uses its own copy of the mistyped loss). A loss far from the
+    loss too, or, where the answer did not change with the exercise's loss in place (the
+    search uses its own copy of the loss), if that loss is a slip of the exercise's (near
+    it, falling in N and D: ``"slip"``). A loss far from the
     exercise's everywhere whose minimum the student placed where the answer is (with no
     search at all) earns nothing here.
     The same in the student release (the check cells, ``python -m autograde``) as for the
@@ -206,8 +207,9 @@ def _regrade_exercise_2(path, checks, report, **options) -> None:
         elif again_r.passed:
             used = True
             results.append((c, dataclasses.replace(again_r, feedback=REGRADE_NOTE + "\n" + again_r.feedback)))
-        elif first.passed and first.own_loss == "slip":  # a search on its own copy of a
-            results.append((c, first))  # mistyped loss: the fair reading of "one slip"
+        elif first.passed and first.own_loss == "slip" and first.got == again_r.got:
+            results.append((c, first))  # the same answer with either loss: a search on its own
+            # copy of a mistyped loss, which substitution cannot reach ("one slip", fairly)
         elif first.passed:  # paid only because the student's own loss put its minimum there
             results.append((c, dataclasses.replace(again_r, feedback=OWN_LOSS_REFUSED + "\n" + again_r.feedback)))
         else:

@@ -41,8 +41,8 @@ class Result:
     passed: bool
     feedback: str
     not_implemented: bool = False  # the function still raises NotImplementedError
-    #: For a wrong answer: the last call of the checked function and what it gave, as
-    #: ``"f(args) -> value"`` (the class report lists the most common ones).
+    #: The last call of the checked function and what it gave, as ``"f(args) -> value"``
+    #: (the class report lists the most common wrong ones).
     got: str | None = None
     #: For a wrong answer: the known mistake (a key of tests.grading.explain.WHY) that the
     #: feedback's "Why:" explains, or None ("other").

@@ -14,7 +14,7 @@ import math
 
 from .core import Result, SubmissionError
 from .framework import (
-    attempt, collect, fmt_call, fmt_pair, fmt_value, gate, make_check, other_call, pattern, recognise,
+    attempt, collect, fmt_call, fmt_pair, fmt_value, gate, keep_answer, make_check, other_call, pattern, recognise,
     recognise_derived, same, values_match, with_why,
 )
 
@@ -127,9 +127,9 @@ def _is_the_exercise_loss(loss_call, rng) -> bool:
 
 
 #: A loss within this relative difference of the exercise's (at random points), and falling
-#: in N and in D, is "a slip" of Exercise 1 (swapped exponents are about 40% off at the
-#: smallest sizes); anything else is "far".
-SLIP_REL = 0.5
+#: in N and in D, is "a slip" of Exercise 1 (swapped exponents are up to 80% off at the
+#: sizes tried); anything else is "far".
+SLIP_REL = 1.0
 
 
 def own_loss_kind(call) -> str:
@@ -141,7 +141,7 @@ def own_loss_kind(call) -> str:
         E, A, B, alpha, beta = EXERCISE_LOSS
         rng = random.Random()
         for _ in range(16) if loss_call is not None else ():
-            N, D = 10 ** rng.uniform(6, 13), 10 ** rng.uniform(8, 15)
+            N, D = 10 ** rng.uniform(7, 13), 10 ** rng.uniform(8, 15)
             try:
                 here, more_n, more_d = (loss_call(N, D), loss_call(1.5 * N, D), loss_call(N, 1.5 * D))
             except SubmissionError:
@@ -258,6 +258,7 @@ def judge_four_numbers(call, probes) -> Result:
         failed = gate(FUNCTION, probes, values, what, alternatives=own)
         if failed:
             return failed
+        keep_answer()
         return Result(True, f"{fmt_call(FUNCTION, probes[0].args)} returned four positive "
                             "numbers (N, D, ratio, loss), near your own loss's best point.",
                       own_loss=own_loss_kind(call))
@@ -313,6 +314,7 @@ def judge_custom_ratios(call, probes) -> Result:
             continue
         own = own_loss_answer(call, *_own_args(probe))
         if own is not None and same(got, own[2]):
+            keep_answer()
             notes.append(_own_note(call, probe, value) or "")
             continue
         why = recognise_derived(got, [probe], _ratio, expected)
@@ -343,6 +345,7 @@ def judge_values(call, probes) -> Result:
         student = attempt(call, probe.args)
         note = _own_note(call, probe, student["value"]) if "value" in student else None
         if note:
+            keep_answer()
             notes.append(note)
             continue
         result = _more_about_failure(call, probe, result)

@@ -255,6 +255,14 @@ def pattern(function: str, kind: str) -> None:
         seen["pattern"] = kind if kind.startswith("ex") else f"{exercise}_{kind}"
 
 
+def keep_answer() -> None:
+    """Make the last answer seen the one a passing Result carries (the first probe that
+    passed only under the student's own loss, which autograde.grade compares)."""
+    seen = _SEEN.get()
+    if seen is not None and not seen.get("kept"):
+        seen["kept"] = seen["got"]
+
+
 #: What one running check has seen: the last answer of the checked function and the last
 #: diagnosis given (make_check attaches both to a failed Result).
 _SEEN: contextvars.ContextVar = contextvars.ContextVar("grading_seen", default=None)
@@ -441,8 +449,10 @@ def make_check(exercise: str, name: str, points: float, function: str,
                                  "Please tell your instructor.")
         finally:
             _SEEN.reset(token)
-        if result.passed or result.not_implemented:
+        if result.not_implemented:
             return result
+        if result.passed:
+            return replace(result, got=seen.get("kept") or seen["got"])
         why = seen["why"]  # the diagnosis, where the feedback still gives it
         mistake = why.mistake if isinstance(why, Why) and why in result.feedback else seen["pattern"]
         return replace(result, got=seen["got"], mistake=mistake)
