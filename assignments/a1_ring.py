@@ -47,6 +47,19 @@ TITLES = {
     "p2p": "built from send/recv only (no built-in collective)",
 }
 
+#: The known mistakes, by name, and words that only their feedback holds (the class report
+#: counts how many students made each).
+MISTAKES = {
+    "the ring sends the whole buffer at a step": "sends the whole buffer at a step",
+    "mean not divided by the world size": "the mean is the sum: divide",
+    "mean divided twice": "divided by the world size twice",
+    "sizes not a multiple of the world size": "which is not a multiple of the world",
+    "wrong chunk sent or received at a step": "check which chunk each step sends",
+    "result returned but not reduced in place": "leaves the tensor unchanged: reduce in place",
+    "a deadlock (a rank hung in a blocking call)": " hung in ",
+    "a built-in collective instead of send/recv": "the ring must be built from send/recv",
+}
+
 
 def divisible_sizes(n: int) -> list:
     return [n * 256, n * 37]
@@ -154,6 +167,7 @@ def grade(get_function, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, qui
         payloads = [payload({"ops": [op for _, _, op in todo]}, [row[r] for row in data]) for r in range(n)]
         group = run_ranks(n, _rank_main(get_function, quiet), payloads, limits, isolate=isolate,
                           prepare=warm_up)
+        report.isolated = group.isolated and report.isolated is not False
         if group.sockets:
             cheats.append(f"net: opened a socket to {group.sockets[0].split(': ', 1)[1]} (rank "
                           f"{group.sockets[0].split(':')[0].split()[-1]}): only its own ranks may be reached")

@@ -39,6 +39,7 @@ class Report:
     name: str
     tests: list = field(default_factory=list)
     wall_s: float = 0.0
+    isolated: bool | None = None  # every group of ranks had its own namespaces (None: not run)
 
     @property
     def score(self) -> float:
@@ -193,3 +194,37 @@ def warm_up() -> None:
 def built_in_collectives(calls: dict) -> list:
     """The built-in collectives among a counter's ``calls`` (everything but send/recv)."""
     return sorted(name for name in calls if name not in ("send", "recv"))
+
+
+# ----------------------------------------------------------------------------- the registry
+
+def grader(assignment: str):
+    """The grader module of a registered assignment (``assignments.ASSIGNMENTS``); it has
+    ``NAME`` and ``grade_file(path, **options) -> Report``. Unknown id: ValueError naming
+    the known ones."""
+    import importlib
+
+    from . import ASSIGNMENTS
+
+    if assignment not in ASSIGNMENTS:
+        raise ValueError(f"no assignment {assignment!r}; the course has {', '.join(sorted(ASSIGNMENTS))}")
+    return importlib.import_module(ASSIGNMENTS[assignment][0])
+
+
+def max_points(assignment: str) -> float:
+    """Points an assignment is worth: its grader's ``POINTS`` (part -> points), summed;
+    0.0 for a grader that does not say (the rows then take it from a graded report)."""
+    points = getattr(grader(assignment), "POINTS", None)
+    return float(sum(points.values())) if isinstance(points, dict) else 0.0
+
+
+def reference_submission(assignment: str, folder) -> Path:
+    """A file holding the assignment's reference answer, as a student would submit it: what
+    the grader module's own ``reference_submission(folder)`` writes where it has one, else
+    the master notebook (whose solution cell is the answer)."""
+    from . import ASSIGNMENTS
+
+    module = grader(assignment)
+    if hasattr(module, "reference_submission"):
+        return Path(module.reference_submission(Path(folder)))
+    return Path(__file__).resolve().parents[1] / ASSIGNMENTS[assignment][1]

@@ -210,9 +210,9 @@ def write_csv(path, reports) -> None:
 # ----------------------------------------------------------------------------- class report
 
 def misconceptions(report: SubmissionReport) -> set:
-    """The known mistakes (ids of tests.grading.explain.WHY) that the feedback recognised."""
-    from tests.grading.explain import WHY
-
+    """The known mistakes (ids of tests.grading.explain.WHY, or of an assignment's
+    ``known_mistakes``) that the feedback recognised."""
+    WHY = known_mistakes([report])
     feedback = "\n".join(r.feedback for _, r in report.results if not r.passed)
     return {mistake for mistake, why in WHY.items() if why in feedback}
 
@@ -236,7 +236,33 @@ def other_troubles(report: SubmissionReport) -> set:
     return found
 
 
+def known_mistakes(reports) -> dict:
+    """Mistake id -> the words its feedback holds: the exercises' (tests.grading.explain.WHY)
+    and those of the assignments graded (a report's ``known_mistakes``)."""
+    from tests.grading.explain import WHY
+
+    table = dict(WHY)
+    for r in reports:
+        table.update(getattr(r, "known_mistakes", None) or {})
+    return table
+
+
+def sections(reports) -> list:
+    """``(id, title, max points)`` of what the reports grade: the four exercises, or an
+    assignment (from the reports' own ``exercises()``)."""
+    from tests.grading import EXERCISES
+
+    found = {}
+    for r in reports:
+        for e in r.exercises():
+            found.setdefault(e["id"], (e["id"], e["name"], e["max_score"]))
+    ours = [(e.id, e.title, e.max_points) for e in EXERCISES]
+    return ours if not found or set(found) <= {e[0] for e in ours} else list(found.values())
+
+
 def _title(mistake: str) -> str:
+    if not (mistake[:2] == "ex" and mistake[2:3].isdigit()):
+        return mistake  # an assignment's mistakes are named in words
     exercise, _, rest = mistake.partition("_")
     return f"Exercise {exercise[2:]}: {rest.replace('_', ' ')}"
 
@@ -275,8 +301,10 @@ def class_report_html(reports, seed: int | None = None, pairs=None) -> str:
     made each known mistake, most common first (what to re-teach)."""
     from html import escape
 
-    from tests.grading import EXERCISES
-    from tests.grading.explain import WHY
+    from types import SimpleNamespace
+
+    EXERCISES = [SimpleNamespace(id=i, title=t, max_points=m) for i, t, m in sections(reports)]
+    WHY = known_mistakes(reports)
 
     graded = [r for r in reports if not r.missing]
     n = len(reports)
