@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -275,6 +276,28 @@ def grade_file(path, **kwargs) -> Report:
         report = Report(NAME, [Test(t, p, False, problem) for t, p in zip(TITLES.values(), POINTS.values())])
         return report
     return grade(lambda: load_function(sources, FUNCTION), **kwargs)
+
+
+def reference_source() -> str:
+    """The reference answer as a student would submit it: the ring the labs run
+    (``labs.collectives.ring_all_reduce`` and the ``RingStats`` it counts with), written out
+    as a .py file. The master notebook's solution cell calls that same function."""
+    import inspect
+
+    from labs import collectives
+
+    return ("import torch\nimport torch.distributed as dist\n\n\n"
+            + inspect.getsource(collectives.RingStats) + "\n\n"
+            + inspect.getsource(collectives.ring_all_reduce))
+
+
+def reference_submission(folder) -> Path:
+    """:func:`reference_source` saved as ``folder/a1_reference.py`` (for the bundle's and
+    the tests' reference runs)."""
+    path = Path(folder) / "a1_reference.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(reference_source(), encoding="utf-8")
+    return path
 
 
 def self_check(function, world_sizes=WORLD_SIZES, seeds=SEEDS[:1]) -> float:
