@@ -38,6 +38,12 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing import Pipe, RawArray
 from multiprocessing.connection import wait
+import platform
+
+# Imported here, in the grader: a rank that has dropped to an unprivileged uid may not be
+# able to read the course's files any more (run_autograder makes them private).
+from .confined.kernel import PR_SET_NO_NEW_PRIVS, SetupError, load_libc
+from .confined.seccomp import SECCOMP_ARCH, install_seccomp
 
 CLONE_NEWNET = 0x40000000
 CLONE_NEWPID = 0x20000000
@@ -239,11 +245,6 @@ def _install_seccomp() -> bool:
     no table for this machine (the namespaces still stand)."""
     if not sys.platform.startswith("linux"):
         return True
-    from autograde.confined.kernel import PR_SET_NO_NEW_PRIVS, SetupError, load_libc
-    from autograde.confined.seccomp import SECCOMP_ARCH, install_seccomp
-
-    import platform
-
     if platform.machine() not in SECCOMP_ARCH:
         return True
     libc = load_libc()
@@ -256,8 +257,9 @@ def _install_seccomp() -> bool:
 
 
 def _rank(rank, world_size, rank_main, conn, status, port, limits, drop_ids, prepare) -> None:
-    """The body of one rank process; never returns."""
-    code = 0
+    """The body of one rank process; never returns. A process the student's code forks
+    from it and that returns here ends here too, without speaking for the rank."""
+    code, me = 0, os.getpid()
     try:
         import faulthandler
 
@@ -303,11 +305,13 @@ def _rank(rank, world_size, rank_main, conn, status, port, limits, drop_ids, pre
     except BaseException as exc:  # the grader reads why, one line
         code = 1
         try:
-            conn.send_bytes(json.dumps({"crash": f"{type(exc).__name__}: {exc}"[:500]}).encode())
+            if os.getpid() == me:
+                conn.send_bytes(json.dumps({"crash": f"{type(exc).__name__}: {exc}"[:500]}).encode())
         except Exception:
             pass
     finally:
-        status[rank * SLOTS + 2] = 1.0
+        if os.getpid() == me:  # only the rank itself says it has finished
+            status[rank * SLOTS + 2] = 1.0
         try:
             sys.stdout.flush()
             sys.stderr.flush()
