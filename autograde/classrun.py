@@ -627,17 +627,20 @@ def read_journal(path) -> tuple[dict, dict]:
 
 # ----------------------------------------------------------------------------- assignments
 
-def _assignment_check(assignment: str, name: str, points: float):
+def _assignment_check(title: str, name: str, points: float):
+    """A part of an assignment as the reports read a check: its group is the assignment's
+    title (which the per-test text prints), its points the part's."""
     from tests.grading import Check
 
-    return Check(assignment, name, float(points), False, assignment, run=lambda call: None)
+    return Check(title, name, float(points), False, title, run=lambda call: None)
 
 
 def assignment_checks(assignment: str) -> list:
     """The one row a student with nothing gradable gets for an assignment: 0 of its points."""
     from assignments.common import grader, max_points
 
-    return [_assignment_check(assignment, grader(assignment).NAME, max_points(assignment))]
+    title = grader(assignment).NAME
+    return [_assignment_check(title, title, max_points(assignment))]
 
 
 @dataclass
@@ -680,7 +683,7 @@ def grade_assignment(path, assignment: str, label: str | None = None):
         # The untouched stub: nothing earned and some part says so (the class report counts
         # such rows apart from work that scored 0).
         stub = graded.score == 0 and any("not implemented yet" in (t.feedback or "") for t in graded.tests)
-        report.results = [(_assignment_check(assignment, t.name, t.max_points),
+        report.results = [(_assignment_check(module.NAME, t.name, t.max_points),
                            Result(bool(t.passed), t.feedback or "", stub)) for t in graded.tests]
         isolated = getattr(graded, "isolated", None)
         report.isolation = {True: "namespaces", False: "none"}.get(isolated, "ranks")
