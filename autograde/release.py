@@ -100,6 +100,17 @@ kit its four graded functions (`chinchilla_loss`, `compute_optimal`, `memory_per
 exercise. The chapters use the library's own functions, except *The Chinchilla correction*,
 whose grid-search figures are Exercise 2's results: its cells that call `compute_optimal`
 stop there until you have written it (the book's outputs are kept for reading).
+
+## The assignments
+
+`assignments/` holds one notebook per assignment, in which you write distributed training
+code that runs on real processes (torch's gloo backend, on the CPU). Each has a self-check
+cell that runs the grader's own checks; your instructor says how to hand it in.
+Assignment 1's `ring_all_reduce` is also the ring the labs run: in this kit,
+`labs/collectives.py` holds a stub in its place, which your answer can replace. Until then
+Lab 1 leaves its ring checks out, Labs 2 and 4 need their built-in all-reduce options
+(`--allreduce builtin`, `--comm builtin`), and the data x tensor parallel grid of Lab 5
+(`python -m labs.grid3d`) needs the ring.
 """
 
 
