@@ -110,7 +110,7 @@ Assignment 1's `ring_all_reduce` is also the ring the labs run: in this kit,
 `labs/collectives.py` holds a stub in its place, which your answer can replace. Until then
 Lab 1 leaves its ring checks out, Labs 2 and 4 need their built-in all-reduce options
 (`--allreduce builtin`, `--comm builtin`), and the data x tensor parallel grid of Lab 5
-(`python -m labs.grid3d`) needs the ring.
+(`labs/grid3d.py`) needs the ring.
 """
 
 
