@@ -103,7 +103,7 @@ def ring_all_reduce(tensor: torch.Tensor, stats: RingStats | None = None, group=
         stats.bytes_sent += send.numel() * send.element_size()
         stats.steps += 1
 
-    for s in range(n - 1):  # reduce-scatter (none when n == 1)
+    for s in range(n - 1):  # reduce-scatter
         exchange(chunks[(r - s) % n], incoming)
         chunks[(r - s - 1) % n].add_(incoming)
     for s in range(n - 1):  # all-gather
