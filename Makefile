@@ -81,7 +81,7 @@ student-release: $(STAMP)
 	$(PY) -m autograde.release student --out _build/student-release
 
 gradescope: $(STAMP)
-	$(PY) -m autograde.release gradescope --out _build/gradescope
+	$(PY) -m autograde.release gradescope --out _build/gradescope $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT))
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_build.py

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -45,6 +46,19 @@ TITLES = {
     "mean": "op='mean'",
     "traffic": "bytes each rank sends = 2(n-1)/n of the buffer",
     "p2p": "built from send/recv only (no built-in collective)",
+}
+
+#: The known mistakes, by name, and words that only their feedback holds (the class report
+#: counts how many students made each).
+MISTAKES = {
+    "the ring sends the whole buffer at a step": "sends the whole buffer at a step",
+    "mean not divided by the world size": "the mean is the sum: divide",
+    "mean divided twice": "divided by the world size twice",
+    "sizes not a multiple of the world size": "which is not a multiple of the world",
+    "wrong chunk sent or received at a step": "check which chunk each step sends",
+    "result returned but not reduced in place": "leaves the tensor unchanged: reduce in place",
+    "a deadlock (a rank hung in a blocking call)": " hung in ",
+    "a built-in collective instead of send/recv": "the ring must be built from send/recv",
 }
 
 
@@ -154,6 +168,7 @@ def grade(get_function, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, qui
         payloads = [payload({"ops": [op for _, _, op in todo]}, [row[r] for row in data]) for r in range(n)]
         group = run_ranks(n, _rank_main(get_function, quiet), payloads, limits, isolate=isolate,
                           prepare=warm_up)
+        report.isolated = group.isolated and report.isolated is not False
         if group.sockets:
             cheats.append(f"net: opened a socket to {group.sockets[0].split(': ', 1)[1]} (rank "
                           f"{group.sockets[0].split(':')[0].split()[-1]}): only its own ranks may be reached")
@@ -261,6 +276,28 @@ def grade_file(path, **kwargs) -> Report:
         report = Report(NAME, [Test(t, p, False, problem) for t, p in zip(TITLES.values(), POINTS.values())])
         return report
     return grade(lambda: load_function(sources, FUNCTION), **kwargs)
+
+
+def reference_source() -> str:
+    """The reference answer as a student would submit it: the ring the labs run
+    (``labs.collectives.ring_all_reduce`` and the ``RingStats`` it counts with), written out
+    as a .py file. The master notebook's solution cell calls that same function."""
+    import inspect
+
+    from labs import collectives
+
+    return ("import torch\nimport torch.distributed as dist\n\n\n"
+            + inspect.getsource(collectives.RingStats) + "\n\n"
+            + inspect.getsource(collectives.ring_all_reduce))
+
+
+def reference_submission(folder) -> Path:
+    """:func:`reference_source` saved as ``folder/a1_reference.py`` (for the bundle's and
+    the tests' reference runs)."""
+    path = Path(folder) / "a1_reference.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(reference_source(), encoding="utf-8")
+    return path
 
 
 def self_check(function, world_sizes=WORLD_SIZES, seeds=SEEDS[:1]) -> float:

@@ -39,6 +39,7 @@ class Report:
     name: str
     tests: list = field(default_factory=list)
     wall_s: float = 0.0
+    isolated: bool | None = None  # every group of ranks had its own namespaces (None: not run)
 
     @property
     def score(self) -> float:
@@ -151,10 +152,19 @@ def traffic_counter():
     import torch
     from labs.training import _COLLECTIVES, CollectiveCounter, _nbytes
 
+    # CollectiveCounter's own method, without the dynamo.disable wrapper torch put on it.
+    count_collective = getattr(CollectiveCounter.__torch_dispatch__, "__wrapped__",
+                               CollectiveCounter.__torch_dispatch__)
     c10d = torch.ops.c10d
     p2p = {c10d.send: "send", c10d.recv_: "recv"}
 
     class TrafficCounter(CollectiveCounter):
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            # torch wraps a mode's __torch_dispatch__ in dynamo.disable, which imports
+            # torch._dynamo (1.5 s) on first use; a grader's rank never compiles.
+            return False
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             name = p2p.get(func._overloadpacket)
             if name is not None:
@@ -164,7 +174,7 @@ def traffic_counter():
                 other = str(func._overloadpacket).split(".")[-1].rstrip("_")  # allgather_, ...
                 if other not in ("barrier", "monitored_barrier"):
                     self.calls[other] = self.calls.get(other, 0) + 1
-            return super().__torch_dispatch__(func, types, args, kwargs)
+            return count_collective(self, func, types, args, kwargs)
 
     return TrafficCounter()
 
@@ -184,3 +194,37 @@ def warm_up() -> None:
 def built_in_collectives(calls: dict) -> list:
     """The built-in collectives among a counter's ``calls`` (everything but send/recv)."""
     return sorted(name for name in calls if name not in ("send", "recv"))
+
+
+# ----------------------------------------------------------------------------- the registry
+
+def grader(assignment: str):
+    """The grader module of a registered assignment (``assignments.ASSIGNMENTS``); it has
+    ``NAME`` and ``grade_file(path, **options) -> Report``. Unknown id: ValueError naming
+    the known ones."""
+    import importlib
+
+    from . import ASSIGNMENTS
+
+    if assignment not in ASSIGNMENTS:
+        raise ValueError(f"no assignment {assignment!r}; the course has {', '.join(sorted(ASSIGNMENTS))}")
+    return importlib.import_module(ASSIGNMENTS[assignment][0])
+
+
+def max_points(assignment: str) -> float:
+    """Points an assignment is worth: its grader's ``POINTS`` (part -> points), summed;
+    0.0 for a grader that does not say (the rows then take it from a graded report)."""
+    points = getattr(grader(assignment), "POINTS", None)
+    return float(sum(points.values())) if isinstance(points, dict) else 0.0
+
+
+def reference_submission(assignment: str, folder) -> Path:
+    """A file holding the assignment's reference answer, as a student would submit it: what
+    the grader module's own ``reference_submission(folder)`` writes where it has one, else
+    the master notebook (whose solution cell is the answer)."""
+    from . import ASSIGNMENTS
+
+    module = grader(assignment)
+    if hasattr(module, "reference_submission"):
+        return Path(module.reference_submission(Path(folder)))
+    return Path(__file__).resolve().parents[1] / ASSIGNMENTS[assignment][1]

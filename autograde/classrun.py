@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import textsafe
-from .grade import grade_submission
+from .grade import SubmissionReport, grade_submission
 from .submission import SUFFIXES, read_submission
 
 #: Files that configure Python or pytest rather than answer exercises. They are never graded
@@ -629,3 +629,73 @@ def read_journal(path) -> tuple[dict, dict]:
     if header is None:
         raise ValueError(f"--resume: the journal {display(str(path))} is empty")
     return header, done
+
+
+# ----------------------------------------------------------------------------- assignments
+
+def _assignment_check(title: str, name: str, points: float):
+    """A part of an assignment as the reports read a check: its group is the assignment's
+    title (which the per-test text prints), its points the part's."""
+    from tests.grading import Check
+
+    return Check(title, name, float(points), False, title, run=lambda call: None)
+
+
+def assignment_checks(assignment: str) -> list:
+    """The one row a student with nothing gradable gets for an assignment: 0 of its points."""
+    from assignments.common import grader, max_points
+
+    title = grader(assignment).NAME
+    return [_assignment_check(title, title, max_points(assignment))]
+
+
+@dataclass
+class AssignmentReport(SubmissionReport):
+    """An assignment's :class:`assignments.common.Report` as the class run's reports read a
+    :class:`~autograde.grade.SubmissionReport`: one ``exercises()`` entry, the assignment,
+    whose tests are its parts (the CSV gets one column, ``a1``; the table and the class
+    report one section)."""
+
+    assignment: str = ""
+    title: str = ""
+    known_mistakes: dict = field(default_factory=dict)  # the grader's MISTAKES: name -> words
+
+    def exercises(self) -> list:
+        tests = [{"name": c.name, "passed": bool(r.passed),
+                  "points": float(c.points if r.passed else 0), "max_points": float(c.points),
+                  "feedback": r.feedback, "hidden": False} for c, r in self.results]
+        return [{"id": self.assignment, "name": self.title, "function": self.assignment,
+                 "score": sum(t["points"] for t in tests),
+                 "max_score": sum(t["max_points"] for t in tests), "tests": tests}]
+
+
+def grade_assignment(path, assignment: str, label: str | None = None):
+    """Grade one file as ``assignment`` (its grader's ``grade_file``) and return it as a class
+    run's report; never raises for anything the submission does (a grader failure is this
+    file's "grader error")."""
+    import time
+
+    from tests.grading import Result
+
+    from assignments.common import grader
+
+    started = time.monotonic()
+    module = grader(assignment)
+    report = AssignmentReport(submission=textsafe.file_name(label or str(path)),
+                              assignment=assignment, title=module.NAME,
+                              known_mistakes=dict(getattr(module, "MISTAKES", {})))
+    try:
+        graded = module.grade_file(Path(path))
+        # The untouched stub: nothing earned and some part says so (the class report counts
+        # such rows apart from work that scored 0).
+        stub = graded.score == 0 and any("not implemented yet" in (t.feedback or "") for t in graded.tests)
+        report.results = [(_assignment_check(module.NAME, t.name, t.max_points),
+                           Result(bool(t.passed), t.feedback or "", stub)) for t in graded.tests]
+        isolated = getattr(graded, "isolated", None)
+        report.isolation = {True: "namespaces", False: "none"}.get(isolated, "ranks")
+    except Exception as exc:  # the grader's fault, not the student's: this row says so
+        report.grader_errors.append(f"{type(exc).__name__}: {textsafe.printable(exc)}")
+        report.results = [(c, Result(False, "Not graded: the grader failed on this file. Please "
+                                            "tell your instructor.")) for c in assignment_checks(assignment)]
+    report.seconds = time.monotonic() - started
+    return report

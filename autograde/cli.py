@@ -97,7 +97,16 @@ def parse_args(argv):
     parser.add_argument("--isolation", default="auto", choices=ISOLATION_MODES,
                         help="sandbox strength; auto takes the strongest the system allows")
     parser.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    parser.add_argument("--assignment", metavar="ID", default=None,
+                        help="grade the submissions as this assignment (a1, ...: "
+                             "assignments.ASSIGNMENTS) instead of the exercises")
     args = parser.parse_args(argv)
+    if args.assignment is not None:
+        from assignments import ASSIGNMENTS
+
+        if args.assignment not in ASSIGNMENTS:
+            parser.error(f"--assignment: no assignment {args.assignment!r} (the course has "
+                         f"{', '.join(sorted(ASSIGNMENTS))})")
     if not args.submissions and not args.roster:
         parser.error("give at least one SUBMISSION (a file or a folder), or --roster")
     if args.jobs < 1:
@@ -195,7 +204,10 @@ class Run:
                 if old and old[0] == digest and not old[1].get("grader_errors"):
                     report = classrun.report_from_record(old[1], self.checks)
                 reused = report is not None
-                if not reused:
+                if not reused and self.args.assignment:
+                    report = classrun.grade_assignment(student.chosen, self.args.assignment,
+                                                       label=student.shown)
+                elif not reused:
                     report = classrun.grade_student(student.chosen, self.checks,
                                                     student.student_id, label=student.shown,
                                                     **self.options())
@@ -343,11 +355,14 @@ def main(argv=None) -> int:
         from .sandbox import prestart, protect_grader_memory, stop_all
 
         stop_all(False)
-        prestart(args.isolation)  # the sandbox's template process starts while we import
-        from tests.grading import load_checks
+        if args.assignment:  # graded by its own multi-rank sandbox: no exercise checks
+            checks = classrun.assignment_checks(args.assignment)
+        else:
+            prestart(args.isolation)  # the sandbox's template process starts while we import
+            from tests.grading import load_checks
 
-        protect_grader_memory()
-        checks = load_checks(include_hidden=not args.public_only, seed=seed)
+            protect_grader_memory()
+            checks = load_checks(include_hidden=not args.public_only, seed=seed)
         journal = None
         if journal_path is not None:
             journal = classrun.Journal(journal_path, {"seed": seed}, keep=done if args.resume else None)

@@ -9,6 +9,9 @@ functions, then the exercises notebook by name, then the newest), and the feedba
 and the others. Always writes results.json;
 exits 0 whatever the score, 3 if the grader itself failed (results.json then says so), so
 that Gradescope reports an autograder failure instead of a silent zero.
+
+``--assignment ID`` grades the submission as that assignment (``assignments.ASSIGNMENTS``)
+instead of the exercises; the bundle built with ``make gradescope ASSIGNMENT=ID`` passes it.
 """
 from __future__ import annotations
 
@@ -59,6 +62,7 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--hidden-visibility", default="after_published", choices=VISIBILITIES)
+    parser.add_argument("--assignment", default=None, metavar="ID")
     args = parser.parse_args(argv)
     try:
         return grade(args)
@@ -73,7 +77,42 @@ def main(argv=None) -> int:
         return 3
 
 
+def no_submission(args, what: str) -> int:
+    import json
+
+    write_atomically(args.results, json.dumps({
+        "score": 0.0, "tests": [], "output_format": "text",
+        "output": "No notebook (.ipynb), .py file or paired .md was found in your "
+                  f"submission. Upload your {what}."}) + "\n")
+    print("no submission found", file=sys.stderr)
+    return 0
+
+
+def grade_assignment(args) -> int:
+    """An assignment's submission: its grader (multi-rank sandbox), every part visible."""
+    from assignments.common import grader
+
+    module = grader(args.assignment)  # an unknown id fails here: results.json says so
+    path, note = pick_submission(args.submission_dir)
+    if path is None:
+        return no_submission(args, f"notebook for {module.NAME}")
+    report = classrun.grade_assignment(path, args.assignment,
+                                       label=textsafe.file_name(path.relative_to(args.submission_dir)))
+    if note:
+        report.notes.insert(0, note.rstrip("."))
+    write_gradescope(args.results, report, "visible", extra={"assignment": args.assignment})
+    if report.grader_errors:
+        for error in report.grader_errors:
+            print(f"autograde: grader error: {error}", file=sys.stderr)
+        return 3
+    print(f"{report.submission}: {report.score:g}/{report.max_score:g} "
+          f"({args.assignment}, ranks: {report.isolation}, {report.seconds:.2f} s)")
+    return 0
+
+
 def grade(args) -> int:
+    if args.assignment:
+        return grade_assignment(args)
     from .sandbox import prestart, protect_grader_memory
 
     prestart()
@@ -82,14 +121,7 @@ def grade(args) -> int:
     protect_grader_memory()
     path, note = pick_submission(args.submission_dir)
     if path is None:
-        import json
-
-        write_atomically(args.results, json.dumps({
-            "score": 0.0, "tests": [], "output_format": "text",
-            "output": "No notebook (.ipynb), .py file or paired .md was found in your "
-                      "submission. Upload your exercises notebook (09-exercises.ipynb)."}) + "\n")
-        print("no submission found", file=sys.stderr)
-        return 0
+        return no_submission(args, "exercises notebook (09-exercises.ipynb)")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     checks = load_checks(include_hidden=True, seed=seed)
     report = classrun.grade_student(path, checks, gradescope_student(args.submission_dir),

@@ -100,6 +100,17 @@ kit its four graded functions (`chinchilla_loss`, `compute_optimal`, `memory_per
 exercise. The chapters use the library's own functions, except *The Chinchilla correction*,
 whose grid-search figures are Exercise 2's results: its cells that call `compute_optimal`
 stop there until you have written it (the book's outputs are kept for reading).
+
+## The assignments
+
+`assignments/` holds one notebook per assignment, in which you write distributed training
+code that runs on real processes (torch's gloo backend, on the CPU). Each has a self-check
+cell that runs the grader's own checks; your instructor says how to hand it in.
+Assignment 1's `ring_all_reduce` is also the ring the labs run: in this kit,
+`labs/collectives.py` holds a stub in its place, which your answer can replace. Until then
+Lab 1 leaves its ring checks out, Labs 2 and 4 need their built-in all-reduce options
+(`--allreduce builtin`, `--comm builtin`), and the data x tensor parallel grid of Lab 5
+(`labs/grid3d.py`) needs the ring.
 """
 
 
@@ -177,6 +188,7 @@ def build_student(out: Path) -> None:
         target = out / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, target)
+    strip_marked_modules(out)  # assignments' answers inside the course's modules
     for rel, functions in STUBBED.items():
         target = out / rel
         target.write_text(stub_functions((ROOT / rel).read_text(encoding="utf-8"), functions, rel),
@@ -199,6 +211,23 @@ def build_student(out: Path) -> None:
                         str(ROOT / master), "--out", str(out / Path(master).parent)],
                        check=True, capture_output=True, cwd=ROOT)
     verify_student(out)
+
+
+def strip_marked_modules(out: Path) -> list:
+    """In every ``.py`` of the release, replace each worked solution between the markers
+    (an assignment's reference answer that a lab runs: Lab 1's ``ring_all_reduce`` is
+    Assignment 1's) by a ``raise NotImplementedError``, as the student notebooks are made
+    (``tools/student_notebook.strip_solutions``). Returns the files changed."""
+    from tools.student_notebook import BEGIN, strip_solutions
+
+    changed = []
+    for path in sorted(Path(out).rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if any(line.strip() == BEGIN for line in text.splitlines()):
+            stub, _, _ = strip_solutions(text, path.relative_to(out).as_posix())
+            path.write_text(stub + "\n", encoding="utf-8")
+            changed.append(path.relative_to(out).as_posix())
+    return changed
 
 
 VERIFY_STUDENT = r"""
@@ -292,11 +321,14 @@ def gradescope_files() -> list:
     return sorted(set(files))
 
 
-def build_gradescope(out: Path, verify: bool = True) -> Path:
+def build_gradescope(out: Path, verify: bool = True, assignment: str | None = None) -> Path:
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     archive = out / "autograder.zip"
     requirements = "".join(line + "\n" for line in pinned_requirements())
+    extra = assignment_bundle(assignment) if assignment else {}
+    if extra:
+        requirements = extra.pop("requirements-autograder.txt")
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
         for name in ("setup.sh", "run_autograder"):
             info = zipfile.ZipInfo(name, date_time=(2024, 1, 1, 0, 0, 0))
@@ -304,15 +336,65 @@ def build_gradescope(out: Path, verify: bool = True) -> Path:
             z.writestr(info, (BUNDLE / name).read_bytes(), zipfile.ZIP_DEFLATED)
         z.writestr(zipfile.ZipInfo("requirements-autograder.txt", (2024, 1, 1, 0, 0, 0)),
                    requirements, zipfile.ZIP_DEFLATED)
-        for rel in gradescope_files():
+        for rel in gradescope_files() + sorted(extra):
             info = zipfile.ZipInfo(rel, date_time=(2024, 1, 1, 0, 0, 0))
             info.external_attr = 0o100644 << 16
-            z.writestr(info, (ROOT / rel).read_bytes(), zipfile.ZIP_DEFLATED)
-    if verify:
+            z.writestr(info, extra[rel] if rel in extra else (ROOT / rel).read_bytes(),
+                       zipfile.ZIP_DEFLATED)
+    if verify and assignment:
+        verify_assignment_bundle(archive, assignment)
+    elif verify:
         results = run_bundle(archive, REFERENCE)
         if results["score"] != sum(t["max_score"] for t in results["tests"]):
             raise SystemExit(f"release: the bundle gave the reference {results['score']}")
     return archive
+
+
+# ----------------------------------------------------------------------------- an assignment's bundle
+
+#: What grading an assignment imports besides the exercises' grader: torch (its CPU build,
+#: installed by setup.sh from PyTorch's index) and the course's packages below.
+ASSIGNMENT_FOLDERS = ("assignments", "labs")
+
+
+def assignment_bundle(assignment: str) -> dict:
+    """The files an assignment's bundle adds, ``{path in the zip: bytes}``: the grader's
+    packages (``.py`` only: no master notebook), ``assignment`` (its id, which
+    ``run_autograder`` passes on), ``torch-version`` (the pin ``setup.sh`` installs from
+    PyTorch's CPU index) and the requirements with torch's own dependencies pinned."""
+    from assignments.common import grader
+
+    grader(assignment)  # an unknown id: a clear error before anything is written
+    files = {p.relative_to(ROOT).as_posix(): p.read_bytes() for folder in ASSIGNMENT_FOLDERS
+             for p in sorted((ROOT / folder).glob("*.py"))}
+    torch_pin = importlib.metadata.version("torch").split("+")[0]  # 2.13.0+cpu -> 2.13.0
+    pins = [p for p in pinned_requirements(GRADESCOPE_PACKAGES + ("torch",))
+            if not p.lower().startswith("torch==")]
+    files.update({"assignment": assignment.encode() + b"\n",
+                  "torch-version": torch_pin.encode() + b"\n",
+                  "requirements-autograder.txt": "".join(p + "\n" for p in pins)})
+    return files
+
+
+def verify_assignment_bundle(archive: Path, assignment: str) -> dict:
+    """The bundle, run as Gradescope runs it, gives the reference full marks and the
+    student's untouched notebook zero."""
+    from assignments import ASSIGNMENTS
+    from assignments.common import reference_submission
+
+    from tools.student_notebook import write_student_version
+
+    with tempfile.TemporaryDirectory(prefix="autograder-ref-") as tmp:
+        reference = reference_submission(assignment, Path(tmp))
+        good = run_bundle(archive, reference)
+        stub, _ = write_student_version(ROOT / ASSIGNMENTS[assignment][1], Path(tmp) / "stub")
+        bad = run_bundle(archive, stub)
+    full = sum(t["max_score"] for t in good["tests"])
+    if not good["tests"] or good["score"] != full:
+        raise SystemExit(f"release: the {assignment} bundle gave the reference {good['score']}/{full}")
+    if bad["score"] != 0:
+        raise SystemExit(f"release: the {assignment} bundle gave the untouched notebook {bad['score']}")
+    return {"reference": good, "stub": bad}
 
 
 def run_bundle(archive: Path, submission: Path, python: str = sys.executable) -> dict:
@@ -344,13 +426,16 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--no-verify", action="store_true",
                         help="gradescope: skip running the bundle on the reference")
+    parser.add_argument("--assignment", metavar="ID", default=None,
+                        help="gradescope: a bundle that grades this assignment (a1, ...) "
+                             "instead of the exercises")
     args = parser.parse_args(argv)
     if args.what == "student":
         build_student(args.out)
         print(f"Student release written to {args.out} (checked: public tests and grader run "
               "there; solutions/ holds stubs for the graded functions).")
     else:
-        archive = build_gradescope(args.out, verify=not args.no_verify)
+        archive = build_gradescope(args.out, verify=not args.no_verify, assignment=args.assignment)
         print(f"Gradescope autograder written to {archive}"
               + ("" if args.no_verify else " (checked: it gives the reference full marks)."))
     return 0

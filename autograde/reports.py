@@ -241,8 +241,14 @@ def write_csv(path, reports) -> None:
 
 def misconceptions(report: SubmissionReport) -> set:
     """The known mistakes (ids of tests.grading.explain.WHY) that the feedback explained, from
-    each failed test's structured ``mistake`` field (never from the feedback's text)."""
-    return {r.mistake for _, r in report.results if not r.passed and r.mistake}
+    each failed test's structured ``mistake`` field (never from the feedback's text); for an
+    assignment's report, the ids of its own ``known_mistakes`` whose words its feedback holds."""
+    found = {r.mistake for _, r in report.results if not r.passed and getattr(r, "mistake", None)}
+    table = getattr(report, "known_mistakes", None) or {}
+    if table:
+        feedback = "\n".join(r.feedback for _, r in report.results if not r.passed)
+        found |= {mistake for mistake, why in table.items() if why in feedback}
+    return found
 
 
 def wrong_answers(reports) -> dict:
@@ -312,15 +318,42 @@ def other_troubles(report: SubmissionReport) -> set:
     return found
 
 
-def _explain(mistake: str) -> str:
-    """What the feedback told a student about this mistake: its "Why:" paragraph, or what a
-    mistake recognised by its form means (tests.grading.explain.PATTERNS)."""
+def _explain(mistake: str, table: dict | None = None) -> str:
+    """What the feedback told a student about this mistake: its "Why:" paragraph (from
+    ``table``, an assignment's mistakes, first), or what a mistake recognised by its form means
+    (tests.grading.explain.PATTERNS)."""
     from tests.grading.explain import WHY, pattern_text
 
-    return WHY.get(mistake) or pattern_text(mistake) or ""
+    return (table or {}).get(mistake) or WHY.get(mistake) or pattern_text(mistake) or ""
+
+
+def known_mistakes(reports) -> dict:
+    """Mistake id -> the words its feedback holds: the exercises' (tests.grading.explain.WHY)
+    and those of the assignments graded (a report's ``known_mistakes``)."""
+    from tests.grading.explain import WHY
+
+    table = dict(WHY)
+    for r in reports:
+        table.update(getattr(r, "known_mistakes", None) or {})
+    return table
+
+
+def sections(reports) -> list:
+    """``(id, title, max points)`` of what the reports grade: the four exercises, or an
+    assignment (from the reports' own ``exercises()``)."""
+    from tests.grading import EXERCISES
+
+    found = {}
+    for r in reports:
+        for e in r.exercises():
+            found.setdefault(e["id"], (e["id"], e["name"], e["max_score"]))
+    ours = [(e.id, e.title, e.max_points) for e in EXERCISES]
+    return ours if not found or set(found) <= {e[0] for e in ours} else list(found.values())
 
 
 def _title(mistake: str) -> str:
+    if not (mistake[:2] == "ex" and mistake[2:3].isdigit()):
+        return mistake  # an assignment's mistakes are named in words
     exercise, _, rest = mistake.partition("_")
     return f"Exercise {exercise[2:]}: {rest.replace('_', ' ')}"
 
@@ -359,7 +392,10 @@ def class_report_html(reports, seed: int | None = None, pairs=None) -> str:
     made each known mistake, most common first (what to re-teach)."""
     from html import escape
 
-    from tests.grading import EXERCISES
+    from types import SimpleNamespace
+
+    EXERCISES = [SimpleNamespace(id=i, title=t, max_points=m) for i, t, m in sections(reports)]
+    WHY = known_mistakes(reports)
 
     graded = [r for r in reports if not r.missing]
     n = len(reports)
@@ -397,7 +433,7 @@ def class_report_html(reports, seed: int | None = None, pairs=None) -> str:
         top = known[0]
         out.append(f'<p class="lead" id="most-common">Most common misconception: '
                    f"<strong>{escape(_title(top))}</strong>, made by {counts[top]} of {n} "
-                   f"students. The feedback told them: {escape(_explain(top))}</p>")
+                   f"students. The feedback told them: {escape(_explain(top, WHY))}</p>")
     else:
         out.append('<p class="lead" id="most-common">No known misconception was recognised.</p>')
     out.append('<h2>Scores per exercise</h2><div class="exercises">')
@@ -420,7 +456,7 @@ def class_report_html(reports, seed: int | None = None, pairs=None) -> str:
     for m in known:
         names = ", ".join(escape(x) for x in sorted(who[m]))
         out.append(f"<tr><td>{escape(_title(m))}</td><td>{counts[m]}</td>"
-                   f"<td>{escape(_explain(m))}<details><summary>who</summary>{names}</details></td></tr>")
+                   f"<td>{escape(_explain(m, WHY))}<details><summary>who</summary>{names}</details></td></tr>")
     out.append("</table><h2>Other difficulties</h2><table><tr><th>what</th><th>students</th></tr>")
     for m in others:
         names = ", ".join(escape(x) for x in sorted(who[m]))

@@ -43,10 +43,13 @@ def test_a_rank_that_forks_sleeps_and_keeps_a_socket_leaves_nothing(isolated):
 
     def main(rank, n, data, report):
         if os.fork() == 0:  # a daemon holding a listening socket, then sleeping forever
-            os.setsid()
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            s.listen()
+            try:  # (the system-call filter refuses both: it sleeps all the same)
+                os.setsid()
+                s = socket.socket()
+                s.bind(("127.0.0.1", 0))
+                s.listen()
+            except PermissionError:
+                pass
             os.execv("/bin/sleep", ["sleep", marker])
         report({"forked": True})
         time.sleep(1000)
@@ -73,33 +76,44 @@ def test_a_deadlock_is_named_by_rank_and_call(isolated):
 def test_two_groups_at_once_cannot_see_each_other(isolated):
     """Group A listens on a port of its loopback; group B, at the same time, tries to connect
     to that port and finds nothing. Both also use the same rendezvous port, which only works
-    because each has a loopback of its own."""
-    port = 41234
+    because each has a loopback of its own. (The sockets are made in ``prepare``, which runs
+    before the system-call filter that refuses new sockets to student code.)"""
+    import torch.distributed as dist
 
-    def listener(rank, n, data, report):
-        if rank == 0:
+    port, state = 41234, {}
+
+    def listen():
+        if dist.get_rank() == 0:
             s = socket.socket()
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind(("127.0.0.1", port))
             s.listen()
-            report({"listening": True})
+            state["socket"] = s  # stays open while the rank sleeps
+
+    def probe():
+        if dist.get_rank() == 0:
+            time.sleep(1)
+            state["reached"] = False
+            for _ in range(10):
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                    state["reached"] = True
+                except OSError:
+                    time.sleep(0.1)
+
+    def listener(rank, n, data, report):
+        if rank == 0:
+            report({"listening": "socket" in state})
             time.sleep(3)
 
     def prober(rank, n, data, report):
         if rank == 0:
-            time.sleep(1)
-            reached = False
-            for _ in range(10):
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                    reached = True
-                except OSError:
-                    time.sleep(0.1)
-            report({"reached": reached})
+            report({"reached": state["reached"]})
 
     results = {}
-    threads = [threading.Thread(target=lambda k=k, f=f: results.__setitem__(k, run_ranks(2, f, [b"", b""], Limits(wall_s=20))))
-               for k, f in (("a", listener), ("b", prober))]
+    threads = [threading.Thread(target=lambda k=k, f=f, p=p: results.__setitem__(
+        k, run_ranks(2, f, [b"", b""], Limits(wall_s=20), prepare=p)))
+               for k, f, p in (("a", listener, listen), ("b", prober, probe))]
     for t in threads:
         t.start()
     for t in threads:
@@ -108,3 +122,26 @@ def test_two_groups_at_once_cannot_see_each_other(isolated):
     assert results["a"].messages[0] == [{"listening": True}]
     assert results["b"].messages[0] == [{"reached": False}]
     assert results["a"].isolated and results["b"].isolated
+
+
+def test_a_rank_runs_under_the_exercises_system_call_filter():
+    """After the rendezvous a rank may not open a socket (gloo's are open already), leave its
+    process group or take a record lock: the confined/ seccomp filter, reused. The ring's
+    own sends still work (the A1 tests grade through it)."""
+    def main(rank, n, data, report):
+        import fcntl
+        import tempfile
+
+        refused = {}
+        for name, attempt in (("socket", lambda: socket.socket()), ("setsid", os.setsid),
+                              ("lock", lambda: fcntl.lockf(tempfile.TemporaryFile(), fcntl.LOCK_EX))):
+            try:
+                attempt()
+                refused[name] = False
+            except PermissionError:
+                refused[name] = True
+        report(refused)
+
+    result = run_ranks(2, main, [b"", b""], Limits(wall_s=20))
+    assert result.ok, result.detail
+    assert result.messages == [[{"socket": True, "setsid": True, "lock": True}]] * 2

@@ -12,9 +12,17 @@ if ! command -v python3.11 >/dev/null 2>&1; then
     apt-get install -y --no-install-recommends python3.11 python3.11-venv
 fi
 python3.11 -m venv /autograder/venv
-/autograder/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check \
-    -r requirements-autograder.txt
+PIP=(/autograder/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check)
+if [ -f torch-version ]; then
+    # An assignment's bundle: torch's CPU build (no CUDA libraries: gloo ranks on the CPU).
+    "${PIP[@]}" "torch==$(cat torch-version)" --index-url https://download.pytorch.org/whl/cpu
+fi
+"${PIP[@]}" -r requirements-autograder.txt
 # Compile the grader once, so that no grading run pays for it.
-/autograder/venv/bin/python -m compileall -q -x '/redteam/' autograde tests solutions
+/autograder/venv/bin/python -m compileall -q -x '/redteam/' autograde tests solutions $(ls -d assignments labs 2>/dev/null)
 # Smoke test: the grader imports, and its sandbox can be built on this image.
-/autograder/venv/bin/python -c "import autograde.sandbox, tests.grading"
+if [ -f assignment ]; then
+    /autograder/venv/bin/python -c "import assignments.common as c, torch.distributed; c.grader('$(cat assignment)')"
+else
+    /autograder/venv/bin/python -c "import autograde.sandbox, tests.grading"
+fi

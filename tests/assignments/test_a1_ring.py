@@ -1,5 +1,6 @@
-"""Assignment 1 (ring all-reduce), graded as the autograder grades it: the reference from the
-master notebook earns every point; the student's stub earns 0 saying so; each planted
+"""Assignment 1 (ring all-reduce), graded as the autograder grades it: the reference (the
+ring the labs run, ``labs.collectives.ring_all_reduce``, which the master notebook calls)
+earns every point; the student's stub earns 0 saying so; each planted
 mistake loses points with feedback that names it; a built-in collective or a socket to the
 outside scores 0."""
 from __future__ import annotations
@@ -18,11 +19,12 @@ pytestmark = pytest.mark.slow
 
 
 def reference_source() -> str:
-    """The master notebook's text: the reference is its solution cell."""
-    return MASTER.read_text(encoding="utf-8")
+    """The reference as a submitted .py: Lab 1's ring, so the mutants below are planted in
+    the one implementation the labs run."""
+    return a1_ring.reference_source()
 
 
-def grade_source(tmp_path, source: str, name="submission.md", **kwargs):
+def grade_source(tmp_path, source: str, name="submission.py", **kwargs):
     path = tmp_path / name
     path.write_text(source, encoding="utf-8")
     return a1_ring.grade_file(path, seeds=(0,), **kwargs)
@@ -34,7 +36,8 @@ def mutate(source: str, old: str, new: str) -> str:
 
 
 def test_reference_scores_full_marks_at_two_world_sizes_and_three_seeds(tmp_path):
-    report = a1_ring.grade_file(MASTER, world_sizes=(2, 4), seeds=(0, 1, 2), salt=7)
+    report = a1_ring.grade_file(a1_ring.reference_submission(tmp_path), world_sizes=(2, 4),
+                                seeds=(0, 1, 2), salt=7)
     assert report.score == report.max_score == 10, report.text()
 
 
@@ -57,11 +60,11 @@ MUTANTS = {
     "sizes not divisible by n": ("pad = (-flat.numel()) % n", "pad = 0", 2, "not a multiple of the world size"),
     "wrong chunk in the all-gather": ("exchange(chunks[(r + 1 - s) % n], chunks[(r - s) % n])",
                                       "exchange(chunks[(r - s) % n], chunks[(r - s - 1) % n])", 3, "chunk"),
-    "built-in collective": ("    n, r = dist.get_world_size(), dist.get_rank()\n",
-                            "    n, r = dist.get_world_size(), dist.get_rank()\n    dist.all_reduce(tensor)\n"
+    "built-in collective": ("    r = dist.get_rank(group)\n",
+                            "    r = dist.get_rank(group)\n    dist.all_reduce(tensor)\n"
                             "    tensor.div_(n) if op == 'mean' else None\n    return tensor\n", 10, "all_reduce"),
     "deadlock: blocking receive first": (
-        "        for request in dist.batch_isend_irecv(ops):\n            request.wait()",
+        "        for req in dist.batch_isend_irecv(ops):\n            req.wait()",
         "        dist.recv(recv, left)\n        dist.send(send, right)", 10, "hung in recv after"),
 }
 
@@ -79,8 +82,8 @@ def test_each_planted_mistake_loses_points_and_is_named(tmp_path, name):
 
 
 def test_a_socket_to_the_outside_scores_zero(tmp_path):
-    source = mutate(reference_source(), "    n, r = dist.get_world_size(), dist.get_rank()\n",
-                    "    n, r = dist.get_world_size(), dist.get_rank()\n    import socket\n"
+    source = mutate(reference_source(), "    r = dist.get_rank(group)\n",
+                    "    r = dist.get_rank(group)\n    import socket\n"
                     "    try:\n        socket.create_connection(('192.0.2.1', 80), timeout=0.2)\n"
                     "    except OSError:\n        pass\n")
     report = grade_source(tmp_path, source, world_sizes=(2,))
@@ -88,20 +91,15 @@ def test_a_socket_to_the_outside_scores_zero(tmp_path):
     assert "socket" in report.text() and "192.0.2.1" in report.text()
 
 
-def lab_ring():
-    """Lab 1's ring (``labs.collectives.ring_all_reduce``), with the mean the assignment asks."""
-    import torch.distributed as dist
+def test_the_master_notebook_calls_the_labs_ring_and_its_student_version_does_not():
+    """One implementation: the master's solution cell runs the labs' ring (so its self-check
+    output is the labs' ring graded), and the student's version of it holds a stub."""
+    import jupytext
 
-    from labs.collectives import ring_all_reduce
+    from tools.student_notebook import BEGIN, END, strip_solutions
 
-    def ring(tensor, op="sum"):
-        ring_all_reduce(tensor)
-        return tensor.div_(dist.get_world_size()) if op == "mean" else tensor
-    return ring
-
-
-def test_lab_1s_ring_passes_the_assignments_grader():
-    """The lab's ring and the assignment's reference are held to the same checks, so that
-    neither can drift from what the other teaches."""
-    report = a1_ring.grade(lab_ring, world_sizes=(2, 4), seeds=(0,))
-    assert report.score == report.max_score, report.text()
+    cell = next(c.source for c in jupytext.read(MASTER).cells if BEGIN in c.source)
+    region = cell.split(BEGIN, 1)[1].split(END, 1)[0]
+    assert "from labs.collectives import ring_all_reduce" in region
+    stub, regions, _ = strip_solutions(cell)
+    assert regions == 1 and "labs.collectives" not in stub and "NotImplementedError" in stub
