@@ -134,62 +134,52 @@ def summary(rows) -> dict:
 # --------------------------------------------------------------------------- the rank's side
 
 
-def _step_timer(ctx, step, repeats):
-    """``(least, median)`` seconds of ``step()`` over ``repeats`` timed runs after one
-    warm-up, each the slowest rank's time."""
+def _timed(step) -> float:
+    """Seconds ``step()`` takes on this rank, every rank starting together."""
+    import torch.distributed as dist
+
+    dist.barrier()
+    t0 = time.perf_counter()
+    step()
+    return time.perf_counter() - t0
+
+
+def _slowest(times: list) -> list:
+    """Each entry the largest over ranks (a step lasts as long as its slowest rank)."""
     import torch
     import torch.distributed as dist
 
-    step()
-    times = []
-    for _ in range(repeats):
-        dist.barrier()
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
     t = torch.tensor(times, dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    times = t.tolist()
-    return min(times), statistics.median(times)
+    return t.tolist()
 
 
-def _matmul_rate(repeats) -> float:
-    import torch
-
-    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
-    a @ b
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(4):
-            a @ b
-        best = min(best, (time.perf_counter() - t0) / 4)
-    return 2 * 1024**3 / best
+MATMUL = 1024  # the micro-benchmark's square matmul
+RING_ELEMENTS = (256, 1 << 20)  # fp32 elements: 1 KiB and 4 MiB
 
 
-def _ring_time(ctx, elements, repeats) -> float:
+def micro_benchmarks():
+    """``{name: step}``: the matmul and the ring all-reduce at two sizes, timed like the runs."""
     import torch
 
     from .collectives import ring_all_reduce
 
-    x = torch.ones(elements)
-    return _step_timer(ctx, lambda: ring_all_reduce(x.clone()), repeats)[0]
+    a, b = torch.randn(MATMUL, MATMUL), torch.randn(MATMUL, MATMUL)
+    small, large = (torch.ones(k) for k in RING_ELEMENTS)
+    return {"matmul": lambda: a @ b, "ring small": lambda: ring_all_reduce(small.clone()),
+            "ring large": lambda: ring_all_reduce(large.clone())}
 
 
-def calibrate(ctx, repeats: int) -> dict:
-    """The micro-benchmarks: matmul rate (the slowest rank's best), ring all-reduce at two sizes."""
-    import torch
-    import torch.distributed as dist
-
-    rate = torch.tensor([_matmul_rate(repeats)], dtype=torch.float64)
-    dist.all_reduce(rate, op=dist.ReduceOp.MIN)
+def calibration_from(ctx, seconds: dict) -> dict:
+    """The machine's constants from the micro-benchmarks' least times: matmul rate, and the
+    ring's latency per step and bandwidth from ``t = 2 (n-1) alpha + 2 (n-1)/n B / beta``."""
     n = ctx.world_size
-    small, large = 256, 1 << 20  # fp32 elements: 1 KiB and 4 MiB
-    t_small, t_large = _ring_time(ctx, small, 4 * repeats), _ring_time(ctx, large, repeats)
+    small, large = RING_ELEMENTS
+    t_small, t_large = seconds["ring small"], seconds["ring large"]
     steps, factor = 2 * (n - 1), 2 * (n - 1) / n
     bandwidth = factor * 4 * (large - small) / (t_large - t_small)
     latency = max(0.0, (t_small - factor * 4 * small / bandwidth) / steps)
-    return {"matmul_flops_per_s": float(rate.item()), "matmul_shape": [1024, 1024, 1024],
+    return {"matmul_flops_per_s": 2 * MATMUL**3 / seconds["matmul"], "matmul_shape": [MATMUL] * 3,
             "ring_bytes": [4 * small, 4 * large], "ring_seconds": [t_small, t_large],
             "bandwidth_bytes_per_s": bandwidth, "latency_s": latency}
 
@@ -294,7 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_common_args(parser, LAB)
     g = parser.add_argument_group("runs")
     g.add_argument("--quick", action="store_true", help="one tiny configuration per strategy (seconds)")
-    g.add_argument("--repeats", type=int, default=5, help="timed steps per configuration (the least disturbed counts)")
+    g.add_argument("--repeats", type=int, default=9,
+                   help="rounds: every configuration is timed once per round, in turn (the least disturbed counts)")
     return parser
 
 
@@ -316,12 +307,24 @@ def worker(ctx, args) -> dict:
     corpus = load_corpus()
     vocab = padded_vocab(corpus.vocab_size)
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    cal = calibrate(ctx, args.repeats)
+    steps = micro_benchmarks()
+    configs = run_configs(args.quick)
+    for run in configs:
+        steps[run["name"]] = _make_step(ctx, run, corpus, vocab)
+    for step in steps.values():  # warm-up
+        step()
+    # Round-robin: whatever else the machine runs disturbs every configuration alike.
+    times = {name: [] for name in steps}
+    for _ in range(args.repeats):
+        for name, step in steps.items():
+            times[name].append(_timed(step))
+    times = {name: _slowest(t) for name, t in times.items()}
+    cal = calibration_from(ctx, {k: min(times[k]) for k in ("matmul", "ring small", "ring large")})
     ctx.log(f"matmul {cal['matmul_flops_per_s'] / 1e9:.3g} GFLOP/s per core; ring all-reduce: "
             f"latency {cal['latency_s'] * 1e6:.3g} us per step, bandwidth {cal['bandwidth_bytes_per_s'] / 1e9:.3g} GB/s")
     runs = []
-    for run in run_configs(args.quick):
-        best, med = _step_timer(ctx, _make_step(ctx, run, corpus, vocab), args.repeats)
+    for run in configs:
+        best, med = min(times[run["name"]]), statistics.median(times[run["name"]])
         runs.append({**run, "measured_s": best, "median_s": med})
         ctx.log(f"timing: {run['name']:<16} {best * 1e3:8.2f} ms (median {med * 1e3:.2f})")
     info = machine()

@@ -577,13 +577,16 @@ def cpu_cluster(matmul_flops_per_s, bandwidth, latency_s, cores, memory_gb=1.0) 
     """One CPU core per rank as the "GPU": ``matmul_flops_per_s`` is its peak, gloo's
     ``bandwidth`` (bytes/s per rank and direction) and ``latency_s`` per message on every
     link, and no overlap: a rank's communication (gloo copies, the labs' rings) runs on the
-    core that computes."""
+    core that computes. ``cores`` is checked, not used: more ranks than cores is the
+    user's choice (and the labs warn about it)."""
     core = facts.GPU("CPU core", positive("matmul_flops_per_s", matmul_flops_per_s), "fp32 matmul",
                      positive("memory_gb", memory_gb), "measured")
     bw = positive("bandwidth", bandwidth)
     if not latency_s >= 0:
         raise ValueError(f"latency_s must be >= 0, got {latency_s!r}")
-    return Cluster(core, bw, bw, positive_integer("cores", cores), float(latency_s), overlap=False)
+    positive_integer("cores", cores)
+    # Every rank is on this one machine, so every group is "inside the server": one link.
+    return Cluster(core, bw, bw, 2**31, float(latency_s), overlap=False)
 
 
 def calibrate_cpu(cluster: Cluster, runs) -> Calibration:
