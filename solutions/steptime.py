@@ -75,9 +75,9 @@ The optimizer step and load imbalance between stages are not modelled.
 CPU calibration (:func:`calibrate_cpu`, used by ``labs/predict_vs_measure.py``): five
 constants for one machine. Three are measured by micro-benchmarks: the per-core matmul
 rate (the ``peak``; ``e_max = 1``), and gloo's ``alpha`` and bandwidth from Lab 1's
-ring all-reduce at two sizes. Two are set by two one-process runs of the labs' GPT at
-two widths: (S3)'s ``w0`` and (S10)'s ``c``, solving predicted = measured for both.
-Every other run (DDP, FSDP with several micro-batches, TP, PP) is held out.
+ring all-reduce at two sizes. Two are set by the one-process runs of the labs' GPT
+(several widths, no communication): (S3)'s ``w0`` and (S10)'s ``c``, by least squares.
+Every parallel run (DDP, FSDP with several micro-batches, TP, PP) is held out.
 
 References: kaplan2020scaling, chowdhery2022palm, korthikanti2022reducing,
 narayanan2021megatron, rajbhandari2020zero, zhao2023fsdp, qi2023zerobubble,
@@ -591,23 +591,28 @@ def cpu_cluster(matmul_flops_per_s, bandwidth, latency_s, cores, memory_gb=1.0) 
 
 def calibrate_cpu(cluster: Cluster, runs) -> Calibration:
     """(S3)'s ``w0`` and (S10)'s ``c`` (``e_max = 1``: the peak is the measured matmul
-    rate) from two measured runs ``(shape, layout, global_batch, seconds)`` of different
-    widths: the step is linear in both, ``t = A (1 + w0 / h) + B + (L' + 1) c``, where
-    ``A`` is the compute at the peak and ``B`` the rest, so two runs solve it exactly."""
-    if len(runs) != 2:
-        raise ValueError(f"calibrate_cpu needs exactly two runs, got {len(runs)}")
-    rows = []
+    rate) from measured runs ``(shape, layout, global_batch, seconds)``. The step is linear
+    in both, ``t = A (1 + w0 / h) + B + (L' + 1) m c``, with ``A`` the compute at the peak
+    and ``B`` the rest: two runs of different widths solve it exactly; more are fitted by
+    least squares on the relative error (each run weighted by ``1 / t``)."""
+    import numpy as np
+
+    if len(runs) < 2:
+        raise ValueError(f"calibrate_cpu needs at least two runs, got {len(runs)}")
+    rows, rhs = [], []
     for shape, lay, batch, seconds in runs:
+        t = positive("seconds", seconds)
         base = step_time(shape, lay, cluster, batch, calibration=Calibration(1.0, 0.0, ()))
-        compute = base.breakdown_s["compute"]
         units = (math.ceil(shape.layers / lay.pp) + 1) * base.microbatches
-        rows.append((compute / shape.hidden, units, positive("seconds", seconds) - base.step_s))
-    (a1, u1, r1), (a2, u2, r2) = rows
-    det = a1 * u2 - a2 * u1
-    if abs(det) < 1e-12 * max(abs(a1 * u2), abs(a2 * u1), 1e-300):
-        raise ValueError("calibrate_cpu needs two runs of different widths")
-    w0, c = (r1 * u2 - r2 * u1) / det, (a1 * r2 - a2 * r1) / det
-    return Calibration(1.0, w0, tuple(f"one process, d_model {shape.hidden}" for shape, *_ in runs), c)
+        rows.append([base.breakdown_s["compute"] / shape.hidden / t, units / t])
+        rhs.append((t - base.step_s) / t)
+    a = np.array(rows)
+    if np.linalg.matrix_rank(a / np.abs(a).max(axis=0)) < 2:
+        raise ValueError("calibrate_cpu needs runs of at least two different widths")
+    (w0, c), *_ = np.linalg.lstsq(a, np.array(rhs), rcond=None)
+    names = tuple(f"{shape.layers} layers of width {shape.hidden}, {lay.micro_batch} x {batch // lay.micro_batch}"
+                  for shape, lay, batch, _ in runs)
+    return Calibration(1.0, float(w0), names, float(c))
 
 
 def days_to_train(tokens, tokens_per_s) -> float:

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from labs import launch
-from labs.predict_vs_measure import (CALIBRATION_RUNS, CPU_BOUNDS, REFERENCE, STRATEGIES, model_of, predictions,
+from labs.predict_vs_measure import (CALIBRATION_STRATEGY, CPU_BOUNDS, REFERENCE, STRATEGIES, model_of, predictions,
                                      summary)
 from solutions import steptime
 
@@ -49,12 +49,11 @@ def test_reference_held_out_within_bound(reference):
           f"worst {100 * held['worst']:.1f}%")
     assert held["median"] <= CPU_BOUNDS["median"]
     assert held["worst"] <= CPU_BOUNDS["worst"]
-    # The two calibration runs are solved exactly, and only they set a constant.
-    for r in rows:
-        if r["sets_constant"]:
-            assert r["error"] == pytest.approx(0.0, abs=1e-9)
-    assert sorted(r["name"] for r in rows if r["sets_constant"]) == sorted(CALIBRATION_RUNS)
-    assert held["held_out"] == len(rows) - 2 >= 15
+    # Only the one-process runs set w0 and c (least squares); every parallel run is held out.
+    setting = [r for r in rows if r["sets_constant"]]
+    assert {r["strategy"] for r in setting} == {CALIBRATION_STRATEGY}
+    assert held["held_out"] == len(rows) - len(setting) >= 14
+    assert max(abs(r["error"]) for r in setting) <= 0.25  # the fit itself
 
 
 def test_reference_covers_every_strategy_and_describes_the_machine(reference):
@@ -139,7 +138,15 @@ def test_calibrate_cpu_recovers_its_constants():
         runs.append((shape, lay, b, steptime.step_time(shape, lay, cpu, b, calibration=truth).step_s))
     got = steptime.calibrate_cpu(cpu, runs)
     assert got.w0 == pytest.approx(180.0, rel=1e-9) and got.layer_overhead_s == pytest.approx(7e-4, rel=1e-9)
-    with pytest.raises(ValueError, match="exactly two"):
+    # A third run measured 10% slow: least squares on the relative error moves the constants
+    # but predicts the three within 10%.
+    shape, lay, b, t = runs[1]
+    wide = steptime.Shape(2, 128, 4, 64, vocab=80, params=12 * 2 * 128 * 128, dropout=False)
+    t3 = 1.1 * steptime.step_time(wide, lay, cpu, b, calibration=truth).step_s
+    fit = steptime.calibrate_cpu(cpu, [*runs, (wide, lay, b, t3)])
+    for sh, ly, bb, tt in [*runs, (wide, lay, b, t3)]:
+        assert steptime.step_time(sh, ly, cpu, bb, calibration=fit).step_s == pytest.approx(tt, rel=0.1)
+    with pytest.raises(ValueError, match="at least two"):
         steptime.calibrate_cpu(cpu, runs[:1])
     with pytest.raises(ValueError, match="different widths"):
         steptime.calibrate_cpu(cpu, [runs[0], runs[0]])
@@ -164,7 +171,7 @@ def test_quick_run_end_to_end(tmp_path):
     cal = report["calibration"]
     assert cal["matmul_flops_per_s"] > 1e8 and cal["bandwidth_bytes_per_s"] > 1e6 and cal["latency_s"] >= 0
     rows = predictions(report)["rows"]
-    assert len(report["checks"]) == len(rows) - 2
+    assert len(report["checks"]) == sum(not r["sets_constant"] for r in rows)
     for r in rows:
         assert math.isfinite(r["predicted_s"])
     # The report's checks are the predictions, recomputed here from the report alone.
