@@ -71,8 +71,8 @@ def run_configs(quick: bool = False) -> list[dict]:
     tiny = dict(batch=2)
     calibration = [_run("one", 32, **tiny), _run("one", 256)]
     if quick:
-        return calibration + [_run("ddp", 32, **tiny), _run("fsdp", 32, m=2, **tiny), _run("tp", 32, **tiny),
-                              _run("pp", 32, m=2, **tiny)]
+        return [_run("one", 32, **tiny), _run("one", 64, **tiny), _run("ddp", 32, **tiny),
+                _run("fsdp", 32, m=2, **tiny), _run("tp", 32, **tiny), _run("pp", 32, m=2, **tiny)]
     runs = calibration + [_run("one", d) for d in (64, 128)] + [_run("one", 128, layers=4, batch=4, m=2)]
     runs += [_run("ddp", 32, **tiny)] + [_run("ddp", d) for d in (64, 128, 256)]
     runs += [_run("fsdp", 32, m=2, **tiny)] + [_run("fsdp", 128, batch=4, m=m) for m in (1, 2, 4)]
