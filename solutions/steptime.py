@@ -64,7 +64,7 @@ layout ``tp x cp x pp x dp``, ``v`` model chunks per pipeline stage):
      layer and micro-batch, ``c``, for the work that does not grow with the matrices
      (each operation's dispatch, on a GPU its kernel launch), added to (S3) for every layer
      of the stage and its output layer; a latency ``alpha`` per message (a ring step, a
-     point-to-point send; Hockney's ``alpha + n / beta``), counted per axis; and
+     point-to-point send; Hockney 1994, ``alpha + n / beta``), counted per axis; and
      ``overlap=False`` where a rank's communication runs on the core that computes, so that
      nothing hides behind compute. All three are zero (or on) for the GPU clusters.
 
@@ -81,7 +81,7 @@ Every parallel run (DDP, FSDP with several micro-batches, TP, PP) is held out.
 
 References: kaplan2020scaling, chowdhery2022palm, korthikanti2022reducing,
 narayanan2021megatron, rajbhandari2020zero, zhao2023fsdp, qi2023zerobubble,
-dao2022flashattention, liu2023ring, dubey2024llama3.
+dao2022flashattention, liu2023ring, dubey2024llama3, hockney1994communication.
 """
 from __future__ import annotations
 
