@@ -60,13 +60,28 @@ layout ``tp x cp x pp x dp``, ``v`` model chunks per pipeline stage):
      tokens/s = ``global batch x s / step``; MFU = tokens/s x (S1) / (GPUs x
      peak); HFU likewise with (S2); days = tokens / (tokens/s) / 86,400.
 
+(S10) **Small models** (the labs' CPU runs, :func:`cpu_cluster`): a fixed cost per
+     layer and micro-batch, ``c``, for the work that does not grow with the matrices
+     (each operation's dispatch, on a GPU its kernel launch), added to (S3) for every layer
+     of the stage and its output layer; a latency ``alpha`` per message (a ring step, a
+     point-to-point send; Hockney 1994, ``alpha + n / beta``), counted per axis; and
+     ``overlap=False`` where a rank's communication runs on the core that computes, so that
+     nothing hides behind compute. All three are zero (or on) for the GPU clusters.
+
 Links: NVLink for an axis whose group fits inside one server (8 GPUs), else the
 cluster's network, per GPU and direction (:data:`solutions.facts.INTERCONNECTS`).
-Latency, the optimizer step and load imbalance between stages are not modelled.
+The optimizer step and load imbalance between stages are not modelled.
+
+CPU calibration (:func:`calibrate_cpu`, used by ``labs/predict_vs_measure.py``): five
+constants for one machine. Three are measured by micro-benchmarks: the per-core matmul
+rate (the ``peak``; ``e_max = 1``), and gloo's ``alpha`` and bandwidth from Lab 1's
+ring all-reduce at two sizes. Two are set by the one-process runs of the labs' GPT
+(several widths, no communication): (S3)'s ``w0`` and (S10)'s ``c``, by least squares.
+Every parallel run (DDP, FSDP with several micro-batches, TP, PP) is held out.
 
 References: kaplan2020scaling, chowdhery2022palm, korthikanti2022reducing,
 narayanan2021megatron, rajbhandari2020zero, zhao2023fsdp, qi2023zerobubble,
-dao2022flashattention, liu2023ring, dubey2024llama3.
+dao2022flashattention, liu2023ring, dubey2024llama3, hockney1994communication.
 """
 from __future__ import annotations
 
@@ -102,6 +117,8 @@ __all__ = [
     "StepTime",
     "step_time",
     "days_to_train",
+    "cpu_cluster",
+    "calibrate_cpu",
 ]
 
 RECOMPUTE = ("none", "selective", "full")
@@ -227,6 +244,9 @@ class Cluster:
     nvlink: float
     network: float
     gpus_per_server: int = GPUS_PER_SERVER
+    #: (S10): seconds per message on every link, and whether communication can overlap compute.
+    latency_s: float = 0.0
+    overlap: bool = True
 
 
 @dataclass(frozen=True)
@@ -236,6 +256,8 @@ class Calibration:
     e_max: float
     w0: float
     set_by: tuple
+    #: (S10): fixed seconds per layer and micro-batch (forward and backward together).
+    layer_overhead_s: float = 0.0
 
 
 #: (S3)'s constants. A100: fitted to the two ends of Narayanan et al. 2021
@@ -417,6 +439,8 @@ class StepTime:
     fits: bool
     efficiency: float
     links: dict = field(default_factory=dict)
+    #: (S10): messages per GPU per step on each axis (ring steps, point-to-point sends).
+    messages: dict = field(default_factory=dict)
 
     @property
     def memory_bytes(self) -> float:
@@ -461,17 +485,24 @@ def step_time(shape: Shape, lay: Layout, cluster: Cluster, global_batch: int, co
     flops_mb = (layers_here * layer_hw + 6.0 * shape.vocab * shape.hidden) * tokens_mb / lay.tp
     eta = gemm_efficiency(h, lay.tp, cal)
     rate = eta * cluster.gpu.peak_flops_per_s
-    t_mb = flops_mb / rate
+    t_mb = flops_mb / rate + (layers_here + 1) * cal.layer_overhead_s
     t_fwd = t_mb / (4.0 if lay.recompute == "full" else 3.0)
     t_bwd = t_mb - t_fwd
 
-    links, nbytes, exposed = {}, {}, {}
+    links, nbytes, exposed, messages = {}, {}, {}, {}
+    alpha, hides = cluster.latency_s, cluster.overlap
+
+    def hidden(seconds, behind):
+        """What of ``seconds`` of communication stays exposed behind ``behind`` of compute."""
+        return max(0.0, seconds - behind) if hides else seconds
     # (S4) tensor parallelism
     tp_name, tp_bw = _link(lay.tp, cluster, net)
     links["tp"] = tp_name
     per_layer = communication.tensor_parallel_bytes_per_layer(b, s // lay.cp, h, lay.tp, nb) if lay.tp > 1 else 0.0
-    nbytes["tp"] = per_layer * (1.5 if lay.recompute == "full" else 1.0) * layers_here * m
-    exposed["tp"] = nbytes["tp"] / tp_bw
+    tp_calls = (1.5 if lay.recompute == "full" else 1.0) * layers_here * m
+    nbytes["tp"] = per_layer * tp_calls
+    messages["tp"] = 4 * 2 * (lay.tp - 1) * tp_calls  # 4 ring all-reduces of 2 (t - 1) steps
+    exposed["tp"] = nbytes["tp"] / tp_bw + messages["tp"] * alpha
     # (S5) context parallelism, overlapped with the attention core
     cp_name, cp_bw = _link(lay.tp * lay.cp, cluster, net)
     links["cp"] = cp_name
@@ -479,36 +510,48 @@ def step_time(shape: Shape, lay: Layout, cluster: Cluster, global_batch: int, co
         cp_layer = context.context_parallel_bytes_per_layer(b, s, shape.kv_width // lay.tp or 1, lay.cp, nb)
         core = 12.0 * s * shape.attention_width * tokens_mb / lay.tp / rate / 2  # causal: half the blocks
         nbytes["cp"] = cp_layer * layers_here * m
-        exposed["cp"] = max(0.0, cp_layer / cp_bw - core) * layers_here * m
+        messages["cp"] = 2 * (lay.cp - 1) * layers_here * m  # a ring pass forward, one backward
+        exposed["cp"] = hidden(cp_layer / cp_bw + 2 * (lay.cp - 1) * alpha, core) * layers_here * m
     else:
-        nbytes["cp"] = exposed["cp"] = 0.0
+        nbytes["cp"] = exposed["cp"] = messages["cp"] = 0.0
     # (S6) pipeline sends
     pp_name, pp_bw = _link(lay.gpus, cluster, net)
     links["pp"] = pp_name
     send = b * s * h * nb / (lay.cp * lay.tp)
     nbytes["pp"] = 2 * send * m * lay.virtual_stages if lay.pp > 1 else 0.0
-    exposed["pp"] = 2 * lay.virtual_stages * (lay.pp - 1) * send / pp_bw
+    messages["pp"] = 2 * m * lay.virtual_stages if lay.pp > 1 else 0.0
+    crossings = 2 * lay.virtual_stages * (lay.pp - 1)  # the fill and the drain
+    exposed["pp"] = crossings * (send / pp_bw + alpha)
+    if not hides and lay.pp > 1:  # and every steady-state send of this stage as well
+        exposed["pp"] += nbytes["pp"] / pp_bw + messages["pp"] * alpha
     # (S7) data parallelism / ZeRO over the dp x cp ranks that share the weights
     d = lay.dp * lay.cp
     dp_name, dp_bw = _link(lay.tp * lay.cp * lay.dp, cluster, net)
     links["dp"] = dp_name
     shard = P / (lay.tp * lay.pp) * nb
     ring = (d - 1) / d
+    units = layers_here + 1  # ZeRO-3 gathers layer by layer (and the output layer)
     if d == 1:
-        nbytes["dp"] = exposed["dp"] = 0.0
+        nbytes["dp"] = exposed["dp"] = messages["dp"] = 0.0
     elif lay.zero == 3:
         passes = 2 if defer_grad_sync else 3
         per_mb = passes * shard * ring
         nbytes["dp"] = per_mb * m + (shard * ring if defer_grad_sync else 0.0)
-        exposed["dp"] = m * max(0.0, per_mb / dp_bw - t_mb)
+        msgs_mb = passes * (d - 1) * units
+        messages["dp"] = msgs_mb * m + ((d - 1) * units if defer_grad_sync else 0)
+        exposed["dp"] = m * hidden(per_mb / dp_bw + msgs_mb * alpha, t_mb)
         if defer_grad_sync:
-            exposed["dp"] += max(0.0, shard * ring / dp_bw - t_bwd)
+            exposed["dp"] += hidden(shard * ring / dp_bw + (d - 1) * units * alpha, t_bwd)
     else:
-        reduce = shard * ring * (m if lay.zero == 2 else 1) * (2 if lay.zero == 0 else 1)
+        k = m if lay.zero == 2 else 1
+        reduce = shard * ring * k * (2 if lay.zero == 0 else 1)
         gather = shard * ring if lay.zero in (1, 2) else 0.0
+        reduce_msgs = (d - 1) * k * (2 if lay.zero == 0 else 1)  # one bucket per reduction
+        gather_msgs = (d - 1) if lay.zero in (1, 2) else 0
         nbytes["dp"] = reduce + gather
-        hide = t_bwd * (m if lay.zero == 2 else 1)
-        exposed["dp"] = max(0.0, reduce / dp_bw - hide) + gather / dp_bw
+        messages["dp"] = reduce_msgs + gather_msgs
+        hide = t_bwd * k
+        exposed["dp"] = hidden(reduce / dp_bw + reduce_msgs * alpha, hide) + gather / dp_bw + gather_msgs * alpha
     # (S8) bubble
     bubble = pipeline_bubble_time(lay.pp, m, lay.schedule, t_fwd, t_bwd, lay.virtual_stages)
 
@@ -522,7 +565,54 @@ def step_time(shape: Shape, lay: Layout, cluster: Cluster, global_batch: int, co
     act = activation_bytes(shape, lay, m)
     return StepTime(step, breakdown, nbytes, tps, tps * model_flops_per_token(shape) / peak_all,
                     tps * hardware_flops_per_token(shape, lay.recompute) / peak_all, m, st, act,
-                    st + act <= cluster.gpu.memory_gb * 1e9, eta, links)
+                    st + act <= cluster.gpu.memory_gb * 1e9, eta, links, messages)
+
+
+# --------------------------------------------------------------------------
+# (S10): a CPU machine, calibrated (the labs' own runs)
+# --------------------------------------------------------------------------
+
+
+def cpu_cluster(matmul_flops_per_s, bandwidth, latency_s, cores, memory_gb=1.0) -> Cluster:
+    """One CPU core per rank as the "GPU": ``matmul_flops_per_s`` is its peak, gloo's
+    ``bandwidth`` (bytes/s per rank and direction) and ``latency_s`` per message on every
+    link, and no overlap: a rank's communication (gloo copies, the labs' rings) runs on the
+    core that computes. ``cores`` is checked, not used: more ranks than cores is the
+    user's choice (and the labs warn about it)."""
+    core = facts.GPU("CPU core", positive("matmul_flops_per_s", matmul_flops_per_s), "fp32 matmul",
+                     positive("memory_gb", memory_gb), "measured")
+    bw = positive("bandwidth", bandwidth)
+    if not latency_s >= 0:
+        raise ValueError(f"latency_s must be >= 0, got {latency_s!r}")
+    positive_integer("cores", cores)
+    # Every rank is on this one machine, so every group is "inside the server": one link.
+    return Cluster(core, bw, bw, 2**31, float(latency_s), overlap=False)
+
+
+def calibrate_cpu(cluster: Cluster, runs) -> Calibration:
+    """(S3)'s ``w0`` and (S10)'s ``c`` (``e_max = 1``: the peak is the measured matmul
+    rate) from measured runs ``(shape, layout, global_batch, seconds)``. The step is linear
+    in both, ``t = A (1 + w0 / h) + B + (L' + 1) m c``, with ``A`` the compute at the peak
+    and ``B`` the rest: two runs of different widths solve it exactly; more are fitted by
+    least squares on the relative error (each run weighted by ``1 / t``)."""
+    import numpy as np
+
+    if len(runs) < 2:
+        raise ValueError(f"calibrate_cpu needs at least two runs, got {len(runs)}")
+    rows, rhs = [], []
+    for shape, lay, batch, seconds in runs:
+        t = positive("seconds", seconds)
+        base = step_time(shape, lay, cluster, batch, calibration=Calibration(1.0, 0.0, ()))
+        units = (math.ceil(shape.layers / lay.pp) + 1) * base.microbatches
+        rows.append([base.breakdown_s["compute"] / shape.hidden / t, units / t])
+        rhs.append((t - base.step_s) / t)
+    a = np.array(rows)
+    if np.linalg.matrix_rank(a / np.abs(a).max(axis=0)) < 2:
+        raise ValueError("calibrate_cpu needs runs of at least two different widths")
+    (w0, c), *_ = np.linalg.lstsq(a, np.array(rhs), rcond=None)
+    names = tuple(f"{shape.layers} layers of width {shape.hidden}, {lay.micro_batch} x {batch // lay.micro_batch}"
+                  for shape, lay, batch, _ in runs)
+    return Calibration(1.0, float(w0), names, float(c))
 
 
 def days_to_train(tokens, tokens_per_s) -> float:
