@@ -14,8 +14,9 @@ series back and holds them to it.
 
 Legible on a phone: a phone's text column is about 342 CSS px wide, so a figure ``WIDTH``
 inches wide (``WIDTH * 96`` px at its natural size) is shown at ``342 / (96 WIDTH)`` of it. Its
-smallest text, :data:`MIN_FONT_PT`, is then ``MIN_FONT_PT * 4/3 * 342 / (96 WIDTH)`` px: 10.3 px
-for the defaults below, and 13.3 px on a desktop, where the figure keeps its natural size.
+smallest text, :data:`MIN_FONT_PT`, is then ``MIN_FONT_PT * 4/3 * 342 / (96 WIDTH)`` px: 11.3 px
+for the defaults below (room for labels that stick out of the axes and widen the saved
+figure by up to 10%), and 13.3 px on a desktop, where the figure keeps its natural size.
 Multi-panel figures stack their panels (one per row) at the same width rather than widen.
 Log axes are labelled "100M", "1B", "1e21" in full-size type (matplotlib's default
 :math:`10^{21}` sets the exponent at 0.7 of the size, too small on a phone).
@@ -91,8 +92,8 @@ SERIES["dp"] = re.compile(r"^(data parallel|DP(?![\w-]))", re.I)
 #: A cycle for lines that are not one of the concepts above.
 CYCLE = [OKABE_ITO[k] for k in ("blue", "orange", "green", "vermillion", "purple", "sky", "yellow", "black")]
 
-#: A figure's width in inches: one column on a phone (342 CSS px) at 0.79 of its natural size.
-WIDTH = 4.5
+#: A figure's width in inches: one column on a phone (342 CSS px) at 0.85 of its natural size.
+WIDTH = 4.2
 #: The smallest font size any figure uses (pt); see the module's docstring for the px it gives.
 MIN_FONT_PT = 10.0
 #: Resolution of raster (PNG) figures: at least twice the pixels they are shown with.
@@ -123,6 +124,14 @@ def count_label(x: float) -> str:
             return f"{x / scale:.3g}{unit}"
     mantissa, exponent = f"{x:.0e}".split("e")
     return f"{mantissa}e{int(exponent)}"
+
+
+def bytes_label(x: float) -> str:
+    """A tick label for a size in bytes on a base-2 axis: 512 -> "512 B", 65536 -> "64 KiB"."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(x) >= scale:
+            return f"{x / scale:g} {unit}"
+    return f"{x:g} B"
 
 
 def _install_log_scale() -> None:
@@ -219,8 +228,8 @@ def record_of(data: str | bytes) -> dict | None:
 def use(vector: bool | None = None) -> None:
     """Apply the house style to matplotlib and ask Jupyter for SVG figures.
 
-    ``vector=False`` asks for PNG at ``PNG_DPI`` instead (300 dpi: a 4.5-inch figure is
-    1,350 px, more than twice the width of the book's text column). The labs use it: their
+    ``vector=False`` asks for PNG at ``PNG_DPI`` instead (300 dpi: a 4.2-inch figure is
+    1,260 px, more than twice the width of the book's text column). The labs use it: their
     figures plot measured timings, which change from run to run, and a PNG keeps the stored
     notebook's diff small and is left out of nbval's output comparison, where an SVG's every
     coordinate would be compared. ``vector=None`` (the default) keeps the choice of an earlier
