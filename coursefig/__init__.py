@@ -84,7 +84,7 @@ NAMES = {
 #: figure test holds every series whose label matches one of these to the concept's colour.
 SERIES = {concept: re.compile(rf"^{re.escape(name)}(?![\w-])", re.I) for concept, name in NAMES.items()
           if concept not in ("measured", "predicted")}
-SERIES["gradients"] = re.compile(r"^grad(ient)?s?(?![\w-])", re.I)
+SERIES["gradients"] = re.compile(r"^(gradients|grads)(?![\w-])", re.I)  # not "gradient all-reduce"
 SERIES["optimizer"] = re.compile(r"^optimi[sz]er( state)?(?![\w-])", re.I)
 SERIES["tp"] = re.compile(r"^(tensor parallel|TP(?![\w-]))", re.I)
 SERIES["dp"] = re.compile(r"^(data parallel|DP(?![\w-]))", re.I)
@@ -113,11 +113,11 @@ def size(height: float = 3.1, width: float = WIDTH) -> tuple[float, float]:
 
 def count_label(x: float) -> str:
     """A tick label for a count in full-size type: 1000 -> "1K", 3e8 -> "300M", 1e9 -> "1B",
-    2e12 -> "2T"; beyond a quadrillion, or below 0.01, "1e21" (ML papers' own notation)."""
+    2e12 -> "2T"; beyond a quadrillion, or below 0.0001, "1e21" (ML papers' own notation)."""
     if x == 0 or not math.isfinite(x):
         return f"{x:g}"
     ax = abs(x)
-    if 0.01 <= ax < 1e3:
+    if 1e-4 <= ax < 1e3:
         return f"{x:g}"
     for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if scale <= ax < 1e3 * scale:
