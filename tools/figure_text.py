@@ -24,13 +24,20 @@ _USE_SCALE = re.compile(r'<use [^>]*transform="[^"]*scale\(([\d.]+)\)"')
 _VIEWBOX = re.compile(r'viewBox="[\d.\-]+ [\d.\-]+ ([\d.]+) [\d.]+"')
 
 
+_CSS_SIZE = re.compile(r'font-size\s*[:=]\s*"?([\d.]+)(?:px)?')
+
+
 def svg_font_sizes(svg: str) -> list[float]:
-    """Every text size in a matplotlib SVG, in the SVG's user units (pt as drawn)."""
+    """Every text size in a matplotlib SVG, in the SVG's user units (pt as drawn). An SVG
+    drawn by hand (real ``<text>`` elements, such as the landing page's map) gives the
+    ``font-size`` values of its attributes and style sheet instead."""
     sizes = []
     for block in _TEXT_GROUP.findall(svg):
         for scale in _GROUP_SCALE.findall(block):
             sizes.append(100 * float(scale))
             sizes += [100 * float(scale) * float(k) for k in _USE_SCALE.findall(block)]
+    if not sizes and "<text" in svg:
+        sizes = [float(v) for v in _CSS_SIZE.findall(svg)]
     return sizes
 
 
