@@ -169,9 +169,6 @@ def test_display_equations_fit_a_phone(measurements):
     assert not bad, "\n".join(f"{path}: {v}" for path, v in bad.items())
 
 
-# Known open: the chapter figures are drawn 7-8 in wide with 9-11 pt type (5-9 px at 390 px),
-# and the lab PNGs do not yet record their smallest font size. strict: passing turns it red.
-@pytest.mark.xfail(strict=True, reason="figures not yet redrawn for a phone's column")
 @pytest.mark.parametrize("width", WIDTHS.values(), ids=WIDTHS.keys())
 def test_figure_text_is_legible(measurements, server, width):
     small, unmeasured, count = [], [], 0

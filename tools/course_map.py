@@ -48,7 +48,7 @@ def course_map() -> str:
            'font-family="DejaVu Sans, Helvetica, Arial, sans-serif" role="img">',
            "<title>Map of the course</title>",
            "<style>.h{font-size:21px;font-weight:bold;fill:#222}.b{font-size:19px;fill:#111}"
-           ".s{font-size:16px;fill:#444}</style>"]
+           ".s{font-size:17px;fill:#444}</style>"]
     for heading, (x, boxes) in COLUMNS.items():
         out.append(f'<text class="h" x="{x}" y="26">{heading.replace("&", "&amp;")}</text>')
         for i, (title, subtitle, colour, stripe) in enumerate(boxes):

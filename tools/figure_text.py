@@ -24,13 +24,20 @@ _USE_SCALE = re.compile(r'<use [^>]*transform="[^"]*scale\(([\d.]+)\)"')
 _VIEWBOX = re.compile(r'viewBox="[\d.\-]+ [\d.\-]+ ([\d.]+) [\d.]+"')
 
 
+_CSS_SIZE = re.compile(r'font-size\s*[:=]\s*"?([\d.]+)(?:px)?')
+
+
 def svg_font_sizes(svg: str) -> list[float]:
-    """Every text size in a matplotlib SVG, in the SVG's user units (pt as drawn)."""
+    """Every text size in a matplotlib SVG, in the SVG's user units (pt as drawn). An SVG
+    drawn by hand (real ``<text>`` elements, such as the landing page's map) gives the
+    ``font-size`` values of its attributes and style sheet instead."""
     sizes = []
     for block in _TEXT_GROUP.findall(svg):
         for scale in _GROUP_SCALE.findall(block):
             sizes.append(100 * float(scale))
             sizes += [100 * float(scale) * float(k) for k in _USE_SCALE.findall(block)]
+    if not sizes and "<text" in svg:
+        sizes = [float(v) for v in _CSS_SIZE.findall(svg)]
     return sizes
 
 
@@ -57,3 +64,70 @@ def png_smallest_text_px(path: Path, displayed_width_px: float) -> float | None:
     if smallest_pt is None:
         return None
     return float(smallest_pt) / 72 * dpi * displayed_width_px / natural
+
+
+def _natural_width_px(svg: str) -> float | None:
+    """An SVG's own width in CSS px (matplotlib writes it in pt)."""
+    m = re.search(r'<svg[^>]*\bwidth="([\d.]+)(pt|px)?"', svg)
+    if not m:
+        return None
+    return float(m.group(1)) * (4 / 3 if m.group(2) == "pt" else 1)
+
+
+def notebook_figures(path: Path, columns: tuple[float, ...] = (342.0, 730.0)):
+    """(cell index, kind, [smallest text px shown in each column]) for every figure output of a
+    stored notebook, offline: an image is shown at its natural width or the column's, whichever
+    is smaller (``max-width: 100%``). For quick before/after looks; the site test measures the
+    real pages."""
+    import base64
+    import io
+    import json
+
+    from PIL import Image
+
+    nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    for index, cell in enumerate(nb["cells"]):
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if "image/svg+xml" in data:
+                svg = data["image/svg+xml"]
+                svg = "".join(svg) if isinstance(svg, list) else svg
+                sizes, box, natural = svg_font_sizes(svg), _VIEWBOX.search(svg), _natural_width_px(svg)
+                if not sizes or not box or not natural:
+                    yield index, "svg", [None] * len(columns)
+                    continue
+                yield index, "svg", [min(sizes) * min(natural, c) / float(box.group(1)) for c in columns]
+            elif "image/png" in data:
+                raw = base64.b64decode("".join(data["image/png"]))
+                with Image.open(io.BytesIO(raw)) as image:
+                    smallest_pt, dpi, natural = image.info.get(PNG_KEY), image.info.get("dpi", (72, 72))[0], image.width
+                if smallest_pt is None:
+                    yield index, "png", [None] * len(columns)
+                    continue
+                yield index, "png", [float(smallest_pt) / 72 * dpi * min(natural, c) / natural
+                                     for c in columns]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the smallest text of every figure in the notebooks named, worst first."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="smallest figure text as displayed, from stored notebook outputs")
+    parser.add_argument("notebooks", nargs="+", type=Path)
+    parser.add_argument("--columns", nargs="+", type=float, default=[342.0, 730.0],
+                        help="column widths in CSS px (default: a 390 px phone's and a 1280 px desktop's)")
+    args = parser.parse_args(argv)
+    rows = []
+    for nb in args.notebooks:
+        for index, kind, px in notebook_figures(nb, tuple(args.columns)):
+            rows.append((px[0] if px[0] is not None else -1, f"{nb}", index, kind, px))
+    for _, nb, index, kind, px in sorted(rows):
+        shown = "  ".join("   n/a" if p is None else f"{p:6.1f}" for p in px)
+        print(f"{shown}  {kind}  {nb} cell {index}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main())

@@ -44,11 +44,13 @@ def chinchilla_data() -> dict:
 
     budgets = 10.0 ** CHINCHILLA_LOG10_C
     sets = []
-    for colour, (key, label, short) in zip(coursefig.CYCLE, (
-        ("hoffmann_rounded", "Hoffmann et al. 2022, as printed", "Hoffmann, printed"),
-        ("hoffmann_precise", "Hoffmann et al. 2022, TeX source", "Hoffmann, TeX"),
-        ("epoch_2024", "Epoch AI's 2024 replication", "Epoch AI"),
-    )):
+    # names and colours from coursefig's one table, as in the Chinchilla section's figures
+    for key, label, short in (
+        ("hoffmann_rounded", f"{coursefig.NAMES['hoffmann_rounded']} (2022, as printed)", "Hoffmann, rounded"),
+        ("hoffmann_precise", f"{coursefig.NAMES['hoffmann_precise']} (2022, TeX source)", "Hoffmann, unrounded"),
+        ("epoch_2024", f"{coursefig.NAMES['epoch_2024']} (2024 replication)", coursefig.NAMES["epoch_2024"]),
+    ):
+        colour = coursefig.COLORS[key]
         c = scaling.CONSTANT_SETS[key]
         N, D, ratio, loss = scaling.compute_optimal_closed_form(budgets, c)
         sets.append({
@@ -186,10 +188,9 @@ def pipeline_data() -> dict:
                     "relative": _sig(pipeline.bubble_fraction(p, m, "relative_to_ideal", v)),
                     "peak0": pipeline.peak_in_flight(events, 0),
                 }
-    ok = coursefig.OKABE_ITO
     return {"p": list(PIPELINE_P), "m": list(PIPELINE_M), "t_fwd": T_FWD, "t_bwd": T_BWD,
             "schedules": [[key, label, v] for key, label, _, v in PIPELINE_SCHEDULES], "runs": runs,
-            "colours": {"forward": ok["sky"], "backward": ok["green"]},
+            "colours": {k: coursefig.COLORS[k] for k in ("forward", "backward")},
             "defaults": {"schedule": "1f1b", "p": 4, "m": 8}}
 
 
