@@ -190,3 +190,17 @@ def warm_up() -> None:
 def built_in_collectives(calls: dict) -> list:
     """The built-in collectives among a counter's ``calls`` (everything but send/recv)."""
     return sorted(name for name in calls if name not in ("send", "recv"))
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Compute a baseline in the grader's process with one torch thread: tiny matrices on a
+    shared machine run many times slower with a thread pool fighting for the cores."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
