@@ -46,6 +46,8 @@ NAME = "Assignment 4: tensor-parallel MLP and attention"
 FUNCTIONS = ("CopyToTensorParallel", "ReduceFromTensorParallel", "shard_mlp", "tp_mlp",
              "shard_attention", "tp_attention")
 WORLD_SIZES = (2, 4)
+#: Whole heads per rank: the world size must divide N_HEAD.
+ALLOWED_WORLD_SIZES = (2, 4)
 SEEDS = (0, 1, 2)
 #: The blocks graded: width h, heads, sequence s, micro-batch b (small: CPU ranks).
 D_MODEL, N_HEAD, SEQ, BATCH = 32, 4, 8, 2

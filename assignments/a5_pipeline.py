@@ -45,6 +45,8 @@ from .common import (Report, Test, load_names, one_thread, payload, quiet_stdio,
 NAME = "Assignment 5: a 1F1B pipeline schedule"
 FUNCTIONS = ("one_f_one_b", "pipeline_step")
 WORLD_SIZES = (2, 4)
+#: One stage per rank, the same number of blocks each: the world size must divide n_layer.
+ALLOWED_WORLD_SIZES = (2, 4)
 SEEDS = (0, 1, 2)
 #: The model the run trains one step of (small: CPU ranks); b sequences per micro-batch.
 MODEL = {"vocab_size": 32, "block_size": 8, "n_layer": 4, "n_head": 2, "d_model": 16}
