@@ -419,7 +419,7 @@ def grade(get_functions, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, qu
 
         for c, seed in enumerate(seeds):
             ref = None
-            complete = {}
+            complete, unwritten = {}, False
             for step in ("f", "g", "mlp", "attn"):
                 ms = [got.get((c, step, r)) for r in range(n)]
                 if any(m is None for m in ms):
@@ -431,6 +431,7 @@ def grade(get_functions, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, qu
                 if errors:
                     r, e = errors[0]
                     text = "not implemented yet" if e == "NotImplementedError" else f"rank {r} raised {e}"
+                    unwritten = unwritten or e == "NotImplementedError"
                     for part in ([step] if step in ("f", "g") else [BLOCKS[step][1], step]):
                         note(part, f"seed {seed}: {text}")
                     continue
@@ -454,7 +455,7 @@ def grade(get_functions, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, qu
                 if why:
                     note("comm", f"seed {seed}: {why}")
             else:
-                note("comm", f"seed {seed}: not counted (a block did not run)")
+                note("comm", f"seed {seed}: " + ("not implemented yet" if unwritten else "not counted (a block did not run)"))
         if not group.ok and not any(group.detail in (v or "") for v in first.values()):
             for part in POINTS:
                 if first[part] is None:

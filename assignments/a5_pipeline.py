@@ -345,7 +345,9 @@ def _judge_run(n, m, ms, ref, tol):
     """``(order problem, result problem)`` of one run case (all ranks reported)."""
     where = f"p={n}, m={m}"
     order_problem = result_problem = None
-    errors = [(r, msg["error"]) for r, msg in enumerate(ms) if "error" in msg]
+    # A rank whose peer crashed fails too ("Connection reset by peer"): name the first cause.
+    errors = sorted(((r, msg["error"]) for r, msg in enumerate(ms) if "error" in msg),
+                    key=lambda e: ("Connection" in e[1] or "gloo" in e[1], e[0]))
     if errors:
         r, e = errors[0]
         text = "not implemented yet" if e == "NotImplementedError" else f"rank {r} raised {e}"
