@@ -19,9 +19,9 @@ sys.path.insert(0, str(ROOT))
 from assignments import ASSIGNMENTS  # noqa: E402
 
 
-def one(master: Path) -> float:
+def one(assignment: str, master: Path) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "assignments", "a1", str(master)], cwd=ROOT, check=True,
+    subprocess.run([sys.executable, "-m", "assignments", assignment, str(master)], cwd=ROOT, check=True,
                    capture_output=True)
     return time.perf_counter() - start
 
@@ -34,13 +34,13 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
     master = ROOT / ASSIGNMENTS[args.assignment][1]
-    times = [one(master) for _ in range(args.repeat)]
+    times = [one(args.assignment, master) for _ in range(args.repeat)]
     print(f"{args.assignment}: one submission, cold: median {statistics.median(times):.1f} s "
           f"of {args.repeat} ({', '.join(f'{t:.1f}' for t in times)})")
     if args.class_size:
         start = time.perf_counter()
         with ThreadPoolExecutor(args.jobs) as pool:
-            list(pool.map(lambda _: one(master), range(args.class_size)))
+            list(pool.map(lambda _: one(args.assignment, master), range(args.class_size)))
         print(f"{args.assignment}: a class of {args.class_size} with {args.jobs} jobs: "
               f"{time.perf_counter() - start:.0f} s")
     return 0
