@@ -64,6 +64,18 @@ TITLES = {
     "comm": "one all-reduce forward and one backward per block; bytes = formula",
 }
 BLOCKS = {"mlp": ("mlp.", "mlp_shards"), "attn": ("attn.", "attn_shards")}
+#: The known mistakes, by name, and words that only their feedback holds (for a class
+#: report's count of who made each).
+MISTAKES = {
+    "f and g swapped": "f and g are swapped",
+    "an all-reduce missing (g's, or f's backward)": "the all-reduce is missing",
+    "f missing before the column-parallel linear": "is missing before the column-parallel linear",
+    "row/column split swapped": "row/column split swapped",
+    "heads split wrong": "heads split wrong",
+    "row-parallel bias added before g": "add it once, after g",
+    "not one all-reduce forward and one backward per block": "Megatron's block issues exactly",
+    "a deadlock (a rank hung in a blocking call)": " hung in ",
+}
 
 
 def tolerance() -> float:

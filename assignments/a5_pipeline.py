@@ -63,6 +63,17 @@ TITLES = {
     "run_result": "run: loss and gradients equal one process",
 }
 ORDER_PARTS = ("passes", "agree", "memory", "bubble")
+#: The known mistakes, by name, and words that only their feedback holds (for a class
+#: report's count of who made each).
+MISTAKES = {
+    "GPipe's order (stashes all m micro-batches)": "as GPipe's order does",
+    "more micro-batches in flight than p - stage": "1F1B holds at most",
+    "a backward before its forward": "runs a backward before its forward",
+    "a wrong send order": "(a wrong send order)",
+    "loss not divided by m": "divide each micro-batch's loss by m",
+    "a warm-up of the wrong length (a larger bubble)": "forward passes before the first backward",
+    "a deadlock (a rank hung in a blocking call)": " hung in ",
+}
 
 
 def order_grid() -> list:
@@ -371,7 +382,8 @@ def _judge_run(n, m, ms, ref, tol):
                 elif entry[2] >= 0:
                     order_problem = order_problem or (
                         f"{where}: stage {s} ran micro-batch {i}'s backward pass with micro-batch {entry[2]}'s "
-                        f"gradient: stage {s + 1} sends its gradients in another order than stage {s} receives them")
+                        f"gradient: stage {s + 1} sends its gradients in another order than stage {s} receives them "
+                        "(a wrong send order)")
             order.append((entry[0], i))
         executed.append(order)
     for s, msg in enumerate(ms):

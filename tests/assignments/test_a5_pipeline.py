@@ -74,3 +74,15 @@ def test_each_planted_mistake_loses_points_and_is_named(tmp_path, name):
     report = a5_pipeline.grade_file(path, world_sizes=(2,), seeds=(0,), limits=Limits(wall_s=30, stall_s=1.5))
     assert report.score <= report.max_score - lost, report.text()
     assert words in report.text(), report.text()
+
+
+def test_every_known_mistake_is_named_by_some_feedback_the_grader_writes():
+    """The class report counts mistakes by their words: each must occur in the grader's text."""
+    import inspect
+
+    from assignments import a4_tp
+
+    for module in (a4_tp, a5_pipeline):
+        text = inspect.getsource(module).replace('"\n', "").replace('                        "', "")
+        for name, words in module.MISTAKES.items():
+            assert words.strip() in text or words == " hung in ", (module.__name__, name)
