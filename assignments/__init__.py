@@ -6,4 +6,6 @@ the reference solution."""
 #: id -> (grader module, notebook master)
 ASSIGNMENTS = {
     "a1": ("assignments.a1_ring", "assignments/a1-ring-allreduce.md"),
+    "a4": ("assignments.a4_tp", "assignments/a4-tensor-parallel.md"),
+    "a5": ("assignments.a5_pipeline", "assignments/a5-pipeline-1f1b.md"),
 }

@@ -31,6 +31,9 @@ def main(argv=None) -> int:
     if args.world_sizes and not all(2 <= n <= 8 for n in args.world_sizes):
         parser.error("--world-sizes: each must be 2 to 8")
     grader = importlib.import_module(ASSIGNMENTS[args.assignment][0])
+    allowed = getattr(grader, "ALLOWED_WORLD_SIZES", None)  # a grader's model may fit only some
+    if args.world_sizes and allowed and not set(args.world_sizes) <= set(allowed):
+        parser.error(f"--world-sizes: {args.assignment} runs at {', '.join(map(str, allowed))} only")
     options = {k: tuple(v) for k, v in (("seeds", args.seeds), ("world_sizes", args.world_sizes)) if v}
     reports = {}
     for path in args.submissions:

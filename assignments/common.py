@@ -85,6 +85,12 @@ def load_function(sources: list, name: str):
     """Run a submission's units in one namespace (inside a rank; a failing unit costs only
     itself, as in the exercises' grader) and return the function ``name``, or raise
     LookupError saying why it is missing."""
+    return load_names(sources, (name,))[name]
+
+
+def load_names(sources: list, names) -> dict:
+    """``{name: object}`` for each of ``names`` (functions or classes), the submission's
+    units run once in one namespace; LookupError naming the first one missing."""
     namespace = {"__name__": "submission"}
     errors = []
     with contextlib.redirect_stdout(io.StringIO()):
@@ -93,11 +99,11 @@ def load_function(sources: list, name: str):
                 exec(compile(source, filename, "exec"), namespace)
             except BaseException as exc:  # noqa: BLE001 - the student's cell, not ours
                 errors.append(f"{filename}: {type(exc).__name__}: {exc}")
-    fn = namespace.get(name)
-    if not callable(fn):
-        more = f" ({errors[0]})" if errors else ""
-        raise LookupError(f"no function `{name}` in the submission{more}")
-    return fn
+    for name in names:
+        if not callable(namespace.get(name)):
+            more = f" ({errors[0]})" if errors else ""
+            raise LookupError(f"no function `{name}` in the submission{more}")
+    return {name: namespace[name] for name in names}
 
 
 def quiet_stdio() -> None:
@@ -228,3 +234,17 @@ def reference_submission(assignment: str, folder) -> Path:
     if hasattr(module, "reference_submission"):
         return Path(module.reference_submission(Path(folder)))
     return Path(__file__).resolve().parents[1] / ASSIGNMENTS[assignment][1]
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Compute a baseline in the grader's process with one torch thread: tiny matrices on a
+    shared machine run many times slower with a thread pool fighting for the cores."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -28,6 +28,7 @@ __all__ = [
     "SCHEDULE_KINDS",
     "INTERLEAVED",
     "pipeline_schedule",
+    "simulate_orders",
     "makespan",
     "idle_fraction",
     "peak_in_flight",
@@ -153,8 +154,20 @@ def pipeline_schedule(p, m, kind="gpipe", t_fwd=1.0, t_bwd=2.0, interleave=1):
     if kind == INTERLEAVED and m % p:
         raise ValueError(f"m must be a multiple of p={p} for the interleaved schedule, got m={m}")
 
-    last = v * p - 1  # the last virtual stage
     orders = [_stage_order(kind, p, m, s, v) for s in range(p)]
+    return simulate_orders(orders, t_fwd, t_bwd, v)
+
+
+def simulate_orders(orders, t_fwd=1.0, t_bwd=2.0, interleave=1):
+    """Run given per-stage orders as :func:`pipeline_schedule` runs its own: ``orders[s]``
+    lists stage ``s``'s passes ``(phase, microbatch[, chunk])``; each pass starts as soon as
+    its stage is free and its dependencies are done (``F(s, i)`` after ``F(s-1, i)``;
+    ``B(s, i)`` after ``B(s+1, i)`` and ``F(s, i)``). Returns the events sorted by start, or
+    raises ``ValueError`` naming the first stage that waits for a pass no order runs in time
+    (a deadlock). Used to check a hand-written schedule against the bubble formula."""
+    p, v = len(orders), interleave
+    last = v * p - 1  # the last virtual stage
+    orders = [[(op[0], op[1], op[2] if len(op) > 2 else 0) for op in order] for order in orders]
     pos = [0] * p  # next op index per stage
     free = [0.0] * p  # time each stage becomes free
     done = {}  # (phase, virtual stage, mb) -> end time
@@ -182,8 +195,11 @@ def pipeline_schedule(p, m, kind="gpipe", t_fwd=1.0, t_bwd=2.0, interleave=1):
                 pos[s] += 1
                 remaining -= 1
                 progressed = True
-        if not progressed:  # pragma: no cover - the orders above never deadlock
-            raise RuntimeError("pipeline schedule deadlocked")
+        if not progressed:
+            s = next(s for s in range(p) if pos[s] < len(orders[s]))
+            phase, i, _ = orders[s][pos[s]]
+            raise ValueError(f"pipeline schedule deadlocked: stage {s} waits to run {phase}({i}), "
+                             "whose inputs no stage produces first")
     events.sort(key=lambda e: (e.start, e.stage))
     return events
 

@@ -182,3 +182,14 @@ def test_small_gpipe_schedule_by_hand():
 def test_pipeline_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_simulate_orders_runs_given_orders_and_names_a_deadlock():
+    from solutions.pipeline import _stage_order, simulate_orders
+
+    for kind in ("gpipe", "1f1b"):
+        orders = [_stage_order(kind, 3, 5, s) for s in range(3)]
+        assert simulate_orders(orders) == pl.pipeline_schedule(3, 5, kind)
+    # Stage 0 wants B(0) before its own F(0) (which B(0) needs): it waits forever.
+    with pytest.raises(ValueError, match="stage 0 waits to run B\\(0\\)"):
+        simulate_orders([[("B", 0), ("F", 0)], [("F", 0), ("B", 0)]])

@@ -1,0 +1,509 @@
+"""Assignment 4's grader: a tensor-parallel MLP and attention block (Megatron).
+
+The student writes (Shoeybi et al. 2019, sec. 3 and Fig. 3):
+
+* ``CopyToTensorParallel`` (``f``) and ``ReduceFromTensorParallel`` (``g``), two
+  ``torch.autograd.Function``: ``f`` is the identity forward and all-reduces the gradient
+  backward; ``g`` all-reduces forward and is the identity backward;
+* ``shard_mlp(params, rank, world_size)`` and ``shard_attention(params, n_head, rank,
+  world_size)``: this rank's part of the unsharded ``labs.model`` MLP and attention
+  parameters (first matrix column-parallel, second row-parallel; whole heads per rank);
+* ``tp_mlp(x, shard)`` and ``tp_attention(x, shard, n_head)``: the block on this rank,
+  ``f`` before the column-parallel linear and ``g`` after the row-parallel one.
+
+Each world size runs as one group of gloo ranks (``autograde.multirank``). The inputs and
+the unsharded blocks are built from the seed (and a salt drawn afresh each grading) on both
+sides; the single-process outputs and gradients are computed here, in the grader's process,
+and each rank reports what the student's code produced. What is compared:
+
+* ``f`` and ``g`` alone, on different inputs per rank: values and gradients exactly what
+  the definitions say, to ``4 n eps32`` of the largest value;
+* each shard against ``labs.tensor_parallel.shard_slicers`` (the lab's own split), exactly;
+* output, input gradient and every shard's gradient against the single-process block, in
+  relative L2 within ``labs.tensor_parallel.TOLERANCE`` (the same sums in another order);
+* per block one all-reduce in the forward pass and one in the backward pass (half of
+  ``solutions.model_parallel.tensor_parallel_collectives_per_layer``: a layer is one attention
+  and one MLP block), counted by the labs' collective counter, and no other collective;
+* the bytes each rank sends for them with a ring, ``allreduce_bytes_per_rank`` of every
+  counted buffer, equal ``solutions.communication.tensor_parallel_bytes_per_layer`` for the
+  two blocks together.
+"""
+from __future__ import annotations
+
+import base64
+import secrets
+import time
+
+import numpy as np
+
+from solutions.communication import allreduce_bytes_per_rank, tensor_parallel_bytes_per_layer
+from solutions.model_parallel import tensor_parallel_collectives_per_layer
+
+from .common import (Report, Test, built_in_collectives, load_names, one_thread, payload, quiet_stdio,
+                     submission_sources, traffic_counter, unpack, warm_up)
+
+NAME = "Assignment 4: tensor-parallel MLP and attention"
+FUNCTIONS = ("CopyToTensorParallel", "ReduceFromTensorParallel", "shard_mlp", "tp_mlp",
+             "shard_attention", "tp_attention")
+WORLD_SIZES = (2, 4)
+#: Whole heads per rank: the world size must divide N_HEAD.
+ALLOWED_WORLD_SIZES = (2, 4)
+SEEDS = (0, 1, 2)
+#: The blocks graded: width h, heads, sequence s, micro-batch b (small: CPU ranks).
+D_MODEL, N_HEAD, SEQ, BATCH = 32, 4, 8, 2
+#: f and g alone: a (4, 8) tensor per rank.
+UNIT_SHAPE = (4, 8)
+POINTS = {"f": 1, "g": 1, "mlp_shards": 1, "mlp": 2, "attn_shards": 1, "attn": 2, "comm": 2}
+TITLES = {
+    "f": "f: identity forward, all-reduce backward",
+    "g": "g: all-reduce forward, identity backward",
+    "mlp_shards": "MLP shards: fc column-parallel, proj row-parallel",
+    "mlp": "MLP: output and gradients equal one process",
+    "attn_shards": "attention shards: whole heads per rank",
+    "attn": "attention: output and gradients equal one process",
+    "comm": "one all-reduce forward and one backward per block; bytes = formula",
+}
+BLOCKS = {"mlp": ("mlp.", "mlp_shards"), "attn": ("attn.", "attn_shards")}
+#: The known mistakes, by name, and words that only their feedback holds (for a class
+#: report's count of who made each).
+MISTAKES = {
+    "f and g swapped": "f and g are swapped",
+    "an all-reduce missing (g's, or f's backward)": "the all-reduce is missing",
+    "f missing before the column-parallel linear": "is missing before the column-parallel linear",
+    "row/column split swapped": "row/column split swapped",
+    "heads split wrong": "heads split wrong",
+    "row-parallel bias added before g": "add it once, after g",
+    "not one all-reduce forward and one backward per block": "Megatron's block issues exactly",
+    "a deadlock (a rank hung in a blocking call)": " hung in ",
+}
+
+
+def tolerance() -> float:
+    """Relative L2 bound for a block against one process (the lab's own bound)."""
+    from labs.tensor_parallel import TOLERANCE
+
+    return TOLERANCE
+
+
+# ----------------------------------------------------------------------------- the cases
+
+def make_case(seed: int, salt: int):
+    """The unsharded blocks and the inputs of one case, the same in every process that
+    builds them: ``(mlp, attention, x, probe)`` (the loss is ``sum(out * probe)``, so every
+    output element has its own gradient)."""
+    import torch
+
+    from labs.model import MLP, CausalSelfAttention, GPTConfig
+
+    cfg = GPTConfig(n_head=N_HEAD, d_model=D_MODEL, block_size=SEQ)
+    with torch.random.fork_rng():
+        torch.manual_seed((seed * 1_000_003 + salt) % 2**31)
+        mlp, attn = MLP(cfg), CausalSelfAttention(cfg)
+        x = torch.randn(BATCH, SEQ, D_MODEL)
+        probe = torch.randn(BATCH, SEQ, D_MODEL)
+    return mlp, attn, x, probe
+
+
+def unit_inputs(seed: int, salt: int, n: int) -> list:
+    """Per rank, ``(u, w)`` for the checks of f and g alone: an input and the weights of
+    the loss ``sum(op(u) * w)``, different on every rank."""
+    rng = np.random.default_rng([seed, salt, n])
+    return [(rng.standard_normal(UNIT_SHAPE).astype(np.float32), rng.standard_normal(UNIT_SHAPE).astype(np.float32))
+            for _ in range(n)]
+
+
+def reference(seed: int, salt: int) -> dict:
+    """Outputs and gradients of the unsharded blocks, in float64 from float32 inputs."""
+    mlp, attn, x, probe = make_case(seed, salt)
+    out = {}
+    for key, module in (("mlp", mlp), ("attn", attn)):
+        xr = x.clone().requires_grad_(True)
+        y = module(xr)
+        (y * probe).sum().backward()
+        prefix = BLOCKS[key][0]
+        out[key] = {"out": y.detach().numpy().astype(np.float64), "x_grad": xr.grad.numpy().astype(np.float64),
+                    "params": {prefix + n: p.detach() for n, p in module.named_parameters()},
+                    "grads": {prefix + n: p.grad.detach() for n, p in module.named_parameters()}}
+    return out
+
+
+def _enc(t) -> dict:
+    """A tensor as a rank reports it: its shape and its float32 bytes, base64."""
+    a = np.ascontiguousarray(t.detach().float().numpy())
+    return {"shape": list(a.shape), "data": base64.b64encode(a.tobytes()).decode()}
+
+
+def _dec(m) -> np.ndarray | None:
+    """A float32 array a rank reported (``{shape, data}``), or None if it is not one."""
+    try:
+        shape = [int(s) for s in m["shape"]]
+        raw = base64.b64decode(m["data"], validate=True)
+        if len(raw) != 4 * int(np.prod(shape, dtype=np.int64)) or len(shape) > 6:
+            return None
+        return np.frombuffer(raw, dtype=np.float32).reshape(shape).astype(np.float64)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+# ----------------------------------------------------------------------------- inside a rank
+
+def _first_communication():
+    """A dispatch mode that records whether the forward pass's first all-reduce comes
+    before its first matrix product (``.first``: 'all_reduce', 'matmul' or None): Megatron's
+    forward all-reduce (g) follows the row-parallel matmul, never precedes the first one."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    aten, c10d = torch.ops.aten, torch.ops.c10d
+    matmuls = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm}
+
+    class First(TorchDispatchMode):
+        first = None
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if self.first is None:
+                if func._overloadpacket in matmuls:
+                    self.first = "matmul"
+                elif func._overloadpacket is c10d.allreduce_:
+                    self.first = "all_reduce"
+            return func(*args, **(kwargs or {}))
+
+    return First()
+
+
+def _rank_main(get_functions, quiet):
+    def main(rank, n, data, report):
+        import torch
+
+        if quiet:
+            quiet_stdio()
+        header, arrays = unpack(data)
+        try:
+            fns = get_functions()
+        except Exception as exc:  # noqa: BLE001
+            report({"missing": str(exc)[:300]})
+            return
+
+        def attempt(case, step, body):
+            try:
+                message = body()
+            except NotImplementedError as exc:
+                message = {"error": "NotImplementedError", "message": str(exc)[:200]}
+            except Exception as exc:  # noqa: BLE001 - the student's code
+                message = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+            report(dict(message, case=case, step=step))
+
+        for case, spec in enumerate(header["cases"]):
+            u_np, w_np = arrays[2 * case].reshape(UNIT_SHAPE), arrays[2 * case + 1].reshape(UNIT_SHAPE)
+
+            def unit(op):
+                def body():
+                    u = torch.from_numpy(u_np.copy()).requires_grad_(True)
+                    with traffic_counter() as fwd:
+                        y = fns[op].apply(u)
+                    with traffic_counter() as bwd:
+                        (y * torch.from_numpy(w_np.copy())).sum().backward()
+                    return {"out": _enc(y), "grad": _enc(u.grad), "calls": [fwd.calls, bwd.calls]}
+                return body
+
+            attempt(case, "f", unit("CopyToTensorParallel"))
+            attempt(case, "g", unit("ReduceFromTensorParallel"))
+            mlp, attn, x, probe = make_case(spec["seed"], header["salt"])
+
+            def block(key, module):
+                def body():
+                    full = {k: p.detach().clone() for k, p in module.named_parameters()}
+                    if key == "mlp":
+                        shard = fns["shard_mlp"](full, rank, n)
+                    else:
+                        shard = fns["shard_attention"](full, N_HEAD, rank, n)
+                    shard = {str(k): v.detach().clone().to(torch.float32).requires_grad_(True) for k, v in shard.items()}
+                    message = {"shards": {k: _enc(v) for k, v in shard.items()}}
+                    xin = x.clone().requires_grad_(True)
+                    try:
+                        with traffic_counter() as fwd, _first_communication() as first:
+                            y = fns["tp_mlp"](xin, shard) if key == "mlp" else fns["tp_attention"](xin, shard, N_HEAD)
+                        with traffic_counter() as bwd:
+                            (y * probe).sum().backward()
+                    except NotImplementedError:
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - the shards are still worth reporting
+                        return dict(message, error=f"{type(exc).__name__}: {str(exc)[:200]}")
+                    message.update(out=_enc(y), x_grad=_enc(xin.grad) if xin.grad is not None else None,
+                                   grads={k: _enc(v.grad) for k, v in shard.items() if v.grad is not None},
+                                   calls=[fwd.calls, bwd.calls], bytes=[fwd.bytes, bwd.bytes], first=first.first)
+                    return message
+                return body
+
+            attempt(case, "mlp", block("mlp", mlp))
+            attempt(case, "attn", block("attn", attn))
+    return main
+
+
+# ----------------------------------------------------------------------------- the grader's side
+
+def _close(got, want, n) -> bool:
+    tol = 4 * n * np.finfo(np.float32).eps * max(1.0, float(np.abs(want).max(initial=0)))
+    return got is not None and got.shape == want.shape and bool(np.all(np.abs(got - want) <= tol))
+
+
+def _rel(got, want) -> float:
+    if got is None or got.shape != want.shape:
+        return float("inf")
+    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
+
+
+def _judge_unit(op, ms, units, n):
+    """One line naming what is wrong with f or g on this case, or None."""
+    total_u = np.sum([u.astype(np.float64) for u, _ in units], axis=0)
+    total_w = np.sum([w.astype(np.float64) for _, w in units], axis=0)
+    for r, m in enumerate(ms):
+        out, grad = _dec(m.get("out") or {}), _dec(m.get("grad") or {})
+        u, w = units[r][0].astype(np.float64), units[r][1].astype(np.float64)
+        if op == "f":
+            fwd_ok, bwd_ok = _close(out, u, n), _close(grad, total_w, n)
+            if fwd_ok and bwd_ok:
+                continue
+            if _close(out, total_u, n) and _close(grad, w, n):
+                return "f and g are swapped: f is the identity forward and all-reduces the gradient backward"
+            if not fwd_ok:
+                return (f"rank {r}: f's forward is not the identity" + (" (it all-reduces: that is g's forward)"
+                                                                        if _close(out, total_u, n) else ""))
+            if _close(grad, w, n):
+                return (f"rank {r}: f's backward returns this rank's own gradient: all-reduce it (every rank "
+                        "used the same input, so its gradient is the sum over ranks); the all-reduce is missing")
+            return f"rank {r}: f's backward is not the sum over ranks of the gradients"
+        fwd_ok, bwd_ok = _close(out, total_u, n), _close(grad, w, n)
+        if fwd_ok and bwd_ok:
+            continue
+        if _close(out, u, n) and _close(grad, total_w, n):
+            return "f and g are swapped: g all-reduces in the forward pass and is the identity backward"
+        if not fwd_ok:
+            return (f"rank {r}: g's forward does not return the sum over ranks"
+                    + (": it returns this rank's own input, the all-reduce is missing" if _close(out, u, n) else ""))
+        if _close(grad, total_w, n):
+            return f"rank {r}: g's backward all-reduces: it must be the identity (that is f's backward)"
+        return f"rank {r}: g's backward is not the identity"
+    return None
+
+
+def _judge_shard(name, got, full, want, n, r):
+    """Why rank ``r``'s shard of ``name`` is not ``want``, or None."""
+    if got is None:
+        return f"{name}: missing from the shard (or not a tensor)"
+    if got.shape == want.shape and np.array_equal(got, want):
+        return None
+    kind = "column-parallel" if name in ("mlp.fc.weight", "mlp.fc.bias", "attn.qkv.weight", "attn.qkv.bias") else (
+        "replicated" if name.endswith("proj.bias") else "row-parallel")
+    if kind == "replicated":
+        return (f"{name}: the row-parallel linear's bias is added once, after g, so every rank holds it whole "
+                f"(got shape {tuple(got.shape)}, want {tuple(want.shape)})")
+    if name.startswith("attn.qkv") and got.shape == want.shape:
+        if np.array_equal(got, np.array_split(full, n, axis=0)[r]):
+            return (f"{name}: heads split wrong: a contiguous 1/{n} of the fused q|k|v rows holds queries of some "
+                    "heads but not their keys and values; take this rank's heads' rows from each of q, k and v")
+        return f"{name}: heads split wrong: this rank's rows are not the q, k and v rows of heads {r * N_HEAD // n}.."
+    other = 1 - (0 if kind == "column-parallel" else 1) if full.ndim == 2 else None
+    if other is not None and got.shape == np.array_split(full, n, axis=other)[r].shape and np.array_equal(
+            got, np.array_split(full, n, axis=other)[r]):
+        return (f"{name}: row/column split swapped: {name.rsplit('.', 2)[-2]} is {kind} (PyTorch stores weight as "
+                f"out x in: column-parallel keeps rows of weight, row-parallel keeps columns)")
+    for k in range(n):
+        if k != r and got.shape == want.shape and full.ndim and np.array_equal(
+                got, np.array_split(full, n, axis=0 if kind == "column-parallel" else full.ndim - 1)[k]):
+            return f"{name}: rank {r} holds rank {k}'s slice"
+    return f"{name}: rank {r}'s shard (shape {tuple(got.shape)}) is not its {kind} part (shape {tuple(want.shape)})"
+
+
+def _judge_block(key, ms, ref, n, slicers):
+    """``(shard problem, block problem)`` for one block on one case."""
+    shard_problem = block_problem = None
+    prefix = BLOCKS[key][0]
+    full = {k: v.numpy().astype(np.float64) for k, v in ref["params"].items()}
+    tol = tolerance()
+    for r, m in enumerate(ms):
+        shards = m.get("shards") or {}
+        for name, param in ref["params"].items():
+            want = slicers[r][name](param).numpy().astype(np.float64)
+            why = _judge_shard(name, _dec(shards.get(name[len(prefix):]) or {}), full[name], want, n, r)
+            if why and not shard_problem:
+                shard_problem = why
+    outs = [_dec(m.get("out") or {}) for m in ms]
+    xgs = [_dec(m.get("x_grad") or {}) for m in ms]
+    errors = [(r, m["error"]) for r, m in enumerate(ms) if "error" in m]
+    if errors:
+        return shard_problem, f"rank {errors[0][0]} raised {errors[0][1]}"
+    for r, (out, xg, m) in enumerate(zip(outs, xgs, ms)):
+        if _rel(out, ref["out"]) > tol and m.get("first") == "all_reduce":
+            return shard_problem, ("the forward pass all-reduces before its first matmul: f and g are swapped "
+                                   "(f, the identity, goes before the column-parallel linear; g, the all-reduce, "
+                                   "after the row-parallel one)")
+        if _rel(out, ref["out"]) > tol:
+            bias = ref["params"][prefix + "proj.bias"].numpy().astype(np.float64)
+            whole = all(o is not None and o.shape == ref["out"].shape for o in outs)
+            if whole and min(_rel(sum(outs), ref["out"]), _rel(sum(outs) - (n - 1) * bias, ref["out"])) <= tol:
+                return shard_problem, ("the output is this rank's partial sum: all-reduce it after the row-parallel "
+                                       "linear (g); the all-reduce is missing")
+            if _rel(out - (n - 1) * bias, ref["out"]) <= tol:
+                return shard_problem, ("the row-parallel bias is added on every rank before the all-reduce, so it "
+                                       f"counts {n} times: add it once, after g")
+            return shard_problem, f"rank {r}: the output differs from one process (relative L2 {_rel(out, ref['out']):.2g})"
+        if _rel(xg, ref["x_grad"]) > tol:
+            if all(g is not None and g.shape == ref["x_grad"].shape for g in xgs) and _rel(sum(xgs), ref["x_grad"]) <= tol:
+                return shard_problem, ("the input's gradient is this rank's partial sum: f (an all-reduce in the "
+                                       "backward pass) is missing before the column-parallel linear")
+            if xg is not None and _rel(xg, n * ref["x_grad"]) <= tol:
+                return shard_problem, f"the input's gradient is {n} times too large: it is all-reduced twice"
+            return shard_problem, f"rank {r}: the input's gradient differs from one process (relative L2 {_rel(xg, ref['x_grad']):.2g})"
+        grads = m.get("grads") or {}
+        for name, g in ref["grads"].items():
+            want = slicers[r][name](g).numpy().astype(np.float64)
+            rel = _rel(_dec(grads.get(name[len(prefix):]) or {}), want)
+            if rel > tol:
+                return shard_problem, f"rank {r}: the gradient of {name}'s shard differs from one process (relative L2 {rel:.2g})"
+    return shard_problem, None
+
+
+def _judge_comm(by_block, n):
+    """Collectives of the two blocks on one case: one all-reduce forward and one backward
+    per block, nothing else, and the ring bytes of the formula."""
+    per_block = {phase: counts["all_reduce"] // 2 for phase, counts in tensor_parallel_collectives_per_layer().items()}
+    sent = {}
+    for key, ms in by_block.items():
+        label = "MLP" if key == "mlp" else "attention"
+        for r, m in enumerate(ms):
+            calls, nbytes = m.get("calls"), m.get("bytes")
+            if not (isinstance(calls, list) and len(calls) == 2 and isinstance(nbytes, list) and len(nbytes) == 2):
+                return f"{label}: rank {r} did not finish its forward and backward pass"
+            for i, phase in enumerate(("forward", "backward")):
+                if not isinstance(calls[i], dict) or not isinstance(nbytes[i], dict):
+                    return f"{label}: rank {r} reported no counts"
+                got = calls[i].get("all_reduce", 0)
+                if got != per_block[phase]:
+                    return (f"{label}: rank {r} issued {got} all-reduce(s) in the {phase} pass; Megatron's block "
+                            f"issues exactly {per_block[phase]} ({'g' if phase == 'forward' else 'f'})")
+                others = [c for c in built_in_collectives(calls[i]) if c != "all_reduce"]
+                if others or calls[i].get("send") or calls[i].get("recv"):
+                    return f"{label}: rank {r} also calls {', '.join(others) or 'send/recv'} in the {phase} pass"
+                if got:
+                    sent[r] = sent.get(r, 0.0) + float(allreduce_bytes_per_rank(float(nbytes[i].get("all_reduce", 0)), n))
+    predicted = float(tensor_parallel_bytes_per_layer(BATCH, SEQ, D_MODEL, n, 4))
+    bad = [(r, b) for r, b in sorted(sent.items()) if abs(b - predicted) > 0.5]
+    if bad:
+        return (f"rank {bad[0][0]} sends {bad[0][1]:,.0f} bytes for the two blocks' all-reduces (a ring sends 2(n-1)/n of each "
+                f"buffer); 8 b s h (n-1)/n fp32 elements = {predicted:,.0f}: all-reduce the b x s x h block output, "
+                "in float32, nothing larger")
+    return None
+
+
+def grade(get_functions, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=True,
+          limits=None, isolate=True) -> Report:
+    """Grade ``get_functions()`` (called inside each rank, returning the six names of
+    ``FUNCTIONS``) at each world size; a Report."""
+    from autograde.multirank import Limits, run_ranks
+    from labs.tensor_parallel import shard_slicers
+
+    limits = limits or Limits(wall_s=40.0, stall_s=5.0)
+    warm_up()
+    started = time.monotonic()
+    report = Report(NAME)
+    verdicts = {p: [] for p in POINTS}  # per world size: None (passed) or the first problem
+    missing = None
+    for n in world_sizes:
+        if N_HEAD % n:
+            raise ValueError(f"world size {n} must divide the {N_HEAD} heads")
+        specs = [{"seed": s} for s in seeds]
+        units = [unit_inputs(s, salt, n) for s in seeds]
+        payloads = [payload({"cases": specs, "salt": salt}, [a for c in units for a in c[r]]) for r in range(n)]
+        group = run_ranks(n, _rank_main(get_functions, quiet), payloads, limits, isolate=isolate, prepare=warm_up)
+        report.isolated = group.isolated and report.isolated is not False
+        got = {}
+        for rank, messages in enumerate(group.messages):
+            for m in messages:
+                if "missing" in m:
+                    missing = m["missing"]
+                if isinstance(m.get("case"), int) and m.get("step") in POINTS:
+                    got[(m["case"], m["step"], rank)] = m
+        slicers = [shard_slicers(D_MODEL, n, r) for r in range(n)]
+        first = {p: None for p in POINTS}
+
+        def note(part, text):
+            first[part] = first[part] or f"n={n}: {text}"
+
+        for c, seed in enumerate(seeds):
+            ref = None
+            complete, unwritten = {}, False
+            for step in ("f", "g", "mlp", "attn"):
+                ms = [got.get((c, step, r)) for r in range(n)]
+                if any(m is None for m in ms):
+                    why = group.detail if not group.ok else "some ranks reported nothing"
+                    for part in ([step] if step in ("f", "g") else [BLOCKS[step][1], step]):
+                        note(part, f"seed {seed}: not finished ({why})")
+                    continue
+                errors = [(r, m["error"]) for r, m in enumerate(ms) if "error" in m and "shards" not in m]
+                if errors:
+                    r, e = errors[0]
+                    text = "not implemented yet" if e == "NotImplementedError" else f"rank {r} raised {e}"
+                    unwritten = unwritten or e == "NotImplementedError"
+                    for part in ([step] if step in ("f", "g") else [BLOCKS[step][1], step]):
+                        note(part, f"seed {seed}: {text}")
+                    continue
+                if step in ("f", "g"):
+                    why = _judge_unit(step, ms, units[c], n)
+                    if why:
+                        note(step, f"seed {seed}: {why}")
+                    continue
+                if ref is None:
+                    with one_thread():
+                        ref = reference(seed, salt)
+                shard_problem, block_problem = _judge_block(step, ms, ref[step], n, slicers)
+                if shard_problem:
+                    note(BLOCKS[step][1], f"seed {seed}: {shard_problem}")
+                if block_problem:
+                    note(step, f"seed {seed}: {block_problem}")
+                if "error" not in ms[0]:
+                    complete[step] = ms
+            if len(complete) == 2:
+                why = _judge_comm(complete, n)
+                if why:
+                    note("comm", f"seed {seed}: {why}")
+            else:
+                note("comm", f"seed {seed}: " + ("not implemented yet" if unwritten else "not counted (a block did not run)"))
+        if not group.ok and not any(group.detail in (v or "") for v in first.values()):
+            for part in POINTS:
+                if first[part] is None:
+                    continue
+                first[part] += f" [{group.detail}]"
+                break
+        for part in POINTS:
+            verdicts[part].append(first[part])
+    for part, points in POINTS.items():
+        problems = [v for v in verdicts[part] if v]
+        report.tests.append(Test(TITLES[part], points, not problems, "\n".join(problems)))
+    if missing:
+        for t in report.tests:
+            t.passed, t.feedback = False, missing
+    report.wall_s = time.monotonic() - started
+    return report
+
+
+def grade_file(path, **kwargs) -> Report:
+    """Grade a submitted notebook or .py file; the inputs are drawn afresh unless ``salt``
+    is given."""
+    kwargs.setdefault("salt", secrets.randbits(32))
+    sources, problem = submission_sources(path)
+    if problem:
+        return Report(NAME, [Test(t, p, False, problem) for t, p in zip(TITLES.values(), POINTS.values())])
+    return grade(lambda: load_names(sources, FUNCTIONS), **kwargs)
+
+
+def self_check(namespace: dict, world_sizes=WORLD_SIZES, seeds=SEEDS[:1]) -> float:
+    """Run the grader on the six names as this notebook defines them (pass ``globals()``);
+    the ranks are forked from this process. Prints the report, returns the score."""
+    absent = [name for name in FUNCTIONS if name not in namespace]
+    if absent:
+        raise NameError(f"define {', '.join(absent)} first (run the cells above)")
+    report = grade(lambda: {name: namespace[name] for name in FUNCTIONS}, world_sizes=world_sizes, seeds=seeds,
+                   quiet=False)
+    print(report.text())
+    return report.score

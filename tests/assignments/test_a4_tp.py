@@ -1,0 +1,102 @@
+"""Assignment 4 (tensor-parallel MLP and attention), graded as the autograder grades it: the
+master's reference earns every point at world sizes 2 and 4 and three seeds; the student's
+stub earns 0 saying so; each planted mistake loses points with feedback that names it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from assignments import a4_tp
+from tools.student_notebook import write_student_version
+
+ROOT = Path(__file__).resolve().parents[2]
+MASTER = ROOT / "assignments" / "a4-tensor-parallel.md"
+
+pytestmark = pytest.mark.slow
+
+
+def mutate(source: str, *pairs) -> str:
+    for old, new in pairs:
+        assert source.count(old) == 1, f"the reference no longer holds {old!r}"
+        source = source.replace(old, new)
+    return source
+
+
+def test_reference_scores_full_marks_at_two_world_sizes_and_three_seeds():
+    report = a4_tp.grade_file(MASTER, world_sizes=(2, 4), seeds=(0, 1, 2), salt=11)
+    assert report.max_score == 10
+    assert report.score == report.max_score, report.text()
+
+
+def test_the_students_stub_scores_zero_and_says_not_implemented(tmp_path):
+    ipynb, _ = write_student_version(MASTER, tmp_path)
+    report = a4_tp.grade_file(ipynb, world_sizes=(2,), seeds=(0,))
+    assert report.score == 0, report.text()
+    assert all("not implemented yet" in t.feedback for t in report.tests), report.text()
+
+
+F_BEFORE_MLP = "    h = CopyToTensorParallel.apply(x)\n    y = F.linear(F.gelu"
+MUTANTS = {
+    # name: (replacements, points lost at least, words the feedback must hold)
+    "f and g swapped": ((
+        (F_BEFORE_MLP, "    h = ReduceFromTensorParallel.apply(x)\n    y = F.linear(F.gelu"),
+        ("    return ReduceFromTensorParallel.apply(y) + shard", "    return CopyToTensorParallel.apply(y) + shard"),
+    ), 2, "f and g are swapped"),
+    "g without its all-reduce": ((("        x = x.contiguous().clone()\n        dist.all_reduce(x)\n",
+                                   "        x = x.contiguous().clone()\n"),), 3, "the all-reduce is missing"),
+    "no f before the MLP": (((F_BEFORE_MLP, "    h = x\n    y = F.linear(F.gelu"),), 2,
+                            "f (an all-reduce in the backward pass) is missing"),
+    "row/column split swapped": ((
+        ('    hidden = params["fc.weight"].shape[0] // world_size\n    rows = slice(rank * hidden, (rank + 1) * hidden)\n'
+         '    return {"fc.weight": params["fc.weight"][rows], "fc.bias": params["fc.bias"][rows],\n'
+         '            "proj.weight": params["proj.weight"][:, rows], "proj.bias": params["proj.bias"]}',
+         '    d = params["fc.weight"].shape[1] // world_size\n    cols = slice(rank * d, (rank + 1) * d)\n'
+         '    return {"fc.weight": params["fc.weight"][:, cols], "fc.bias": params["fc.bias"],\n'
+         '            "proj.weight": params["proj.weight"][cols], "proj.bias": params["proj.bias"]}'),
+    ), 1, "row/column split swapped"),
+    "heads split wrong": ((("        return torch.cat([part[mine] for part in t.split(d)])",
+                            "        return t.chunk(world_size)[rank]"),), 1, "heads split wrong"),
+    "row-parallel bias added before g": ((('    return ReduceFromTensorParallel.apply(y) + shard["proj.bias"]',
+                                           '    return ReduceFromTensorParallel.apply(y + shard["proj.bias"])'),),
+                                         2, "add it once, after g"),
+}
+
+
+@pytest.mark.parametrize("name", list(MUTANTS))
+def test_each_planted_mistake_loses_points_and_is_named(tmp_path, name):
+    pairs, lost, words = MUTANTS[name]
+    path = tmp_path / "submission.md"
+    path.write_text(mutate(MASTER.read_text(encoding="utf-8"), *pairs), encoding="utf-8")
+    report = a4_tp.grade_file(path, world_sizes=(2,), seeds=(0,))
+    assert report.score <= report.max_score - lost, report.text()
+    assert words in report.text(), report.text()
+
+
+def test_the_labs_tensor_parallel_operators_pass_the_graders_f_and_g_checks():
+    """Lab 4's f and g (``labs.tensor_parallel``) and the assignment's reference are held
+    to the same checks: the lab's operators, wrapped to the assignment's signature, with the
+    master's shards and blocks."""
+    import jupytext
+
+    from labs.tensor_parallel import CopyToTensorParallel, ReduceFromTensorParallel, TensorParallelComm
+
+    namespace = {}
+    for cell in jupytext.read(MASTER).cells:
+        if cell.cell_type == "code" and "def tp_mlp" in cell.source:
+            exec(cell.source, namespace)
+
+    def lab(operator):
+        class Wrapped:
+            @staticmethod
+            def apply(x):
+                return operator.apply(x, TensorParallelComm(mode="builtin"))
+        return Wrapped
+
+    def functions():
+        namespace["CopyToTensorParallel"] = lab(CopyToTensorParallel)
+        namespace["ReduceFromTensorParallel"] = lab(ReduceFromTensorParallel)
+        return {name: namespace[name] for name in a4_tp.FUNCTIONS}
+
+    report = a4_tp.grade(functions, world_sizes=(2,), seeds=(0,))
+    assert report.score == report.max_score, report.text()

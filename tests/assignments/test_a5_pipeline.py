@@ -1,0 +1,88 @@
+"""Assignment 5 (a 1F1B schedule by hand), graded as the autograder grades it: the master's
+reference earns every point at world sizes 2 and 4 and three seeds; the student's stub
+earns 0 saying so; each planted mistake loses points with feedback that names it; the
+grader's order checks accept the course's own 1F1B (``solutions.pipeline``) and refuse
+GPipe's."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from assignments import a5_pipeline
+from autograde.multirank import Limits
+from solutions.pipeline import _stage_order
+from tools.student_notebook import write_student_version
+
+ROOT = Path(__file__).resolve().parents[2]
+MASTER = ROOT / "assignments" / "a5-pipeline-1f1b.md"
+
+
+def orders(kind, p, m):
+    return [[(phase, i) for phase, i, _ in _stage_order(kind, p, m, s)] for s in range(p)]
+
+
+def test_the_courses_1f1b_passes_every_order_check_and_gpipe_fails_memory_only():
+    for p, m in a5_pipeline.order_grid():
+        assert a5_pipeline.check_orders(p, m, orders("1f1b", p, m)) == dict.fromkeys(a5_pipeline.ORDER_PARTS), (p, m)
+        verdict = a5_pipeline.check_orders(p, m, orders("gpipe", p, m))
+        assert verdict["passes"] is None and verdict["agree"] is None and verdict["bubble"] is None
+        assert (verdict["memory"] is None) == (m <= 1), (p, m, verdict)
+        if m > 1:
+            assert "GPipe" in verdict["memory"]
+
+
+@pytest.mark.slow
+def test_reference_scores_full_marks_at_two_world_sizes_and_three_seeds():
+    report = a5_pipeline.grade_file(MASTER, world_sizes=(2, 4), seeds=(0, 1, 2), salt=5)
+    assert report.max_score == 10
+    assert report.score == report.max_score, report.text()
+
+
+@pytest.mark.slow
+def test_the_students_stub_scores_zero_and_says_not_implemented(tmp_path):
+    ipynb, _ = write_student_version(MASTER, tmp_path)
+    report = a5_pipeline.grade_file(ipynb, world_sizes=(2,), seeds=(0,))
+    assert report.score == 0, report.text()
+    assert all("not implemented yet" in t.feedback for t in report.tests), report.text()
+
+
+MUTANTS = {
+    # name: (old, new, points lost at least, words the feedback must hold)
+    "GPipe order (stashes all m)": ("    warmup = min(p - stage - 1, m)\n", "    warmup = m\n", 2, "GPipe"),
+    "a backward before its forward": ('        order += [("F", warmup + i), ("B", i)]',
+                                      '        order += [("B", i), ("F", warmup + i)]', 2,
+                                      "backward before its forward"),
+    "stage 0 sends in the wrong order": ("    return order\n    ### END SOLUTION",
+                                         "    if stage == 0 and m > 1:\n        order[0], order[1] = order[1], order[0]\n"
+                                         "    return order\n    ### END SOLUTION", 1, "wrong send order"),
+    "loss not divided by m": ("                out = loss_fn(out, targets[i]) / m",
+                              "                out = loss_fn(out, targets[i])", 3, "divide each micro-batch's loss by m"),
+    "a gradient never sent (deadlock)": ("            if not first:\n                g = received",
+                                         "            if False:\n                g = received", 3, "rank 0 hung in recv"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(MUTANTS))
+def test_each_planted_mistake_loses_points_and_is_named(tmp_path, name):
+    old, new, lost, words = MUTANTS[name]
+    source = MASTER.read_text(encoding="utf-8")
+    assert source.count(old) == 1, f"the reference no longer holds {old!r}"
+    path = tmp_path / "submission.md"
+    path.write_text(source.replace(old, new), encoding="utf-8")
+    report = a5_pipeline.grade_file(path, world_sizes=(2,), seeds=(0,), limits=Limits(wall_s=30, stall_s=1.5))
+    assert report.score <= report.max_score - lost, report.text()
+    assert words in report.text(), report.text()
+
+
+def test_every_known_mistake_is_named_by_some_feedback_the_grader_writes():
+    """The class report counts mistakes by their words: each must occur in the grader's text."""
+    import inspect
+
+    from assignments import a4_tp
+
+    for module in (a4_tp, a5_pipeline):
+        text = inspect.getsource(module).replace('"\n', "").replace('                        "', "")
+        for name, words in module.MISTAKES.items():
+            assert words.strip() in text or words == " hung in ", (module.__name__, name)
