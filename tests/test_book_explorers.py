@@ -230,7 +230,9 @@ def expected_memory(model, gpus, tp, pp, zero, convention, device, recompute, sp
 
 def check_bar(root, want, capacity_gb, case):
     """The bar is drawn to its scale: each segment's width and the GPU's dashed line, read off
-    the tick labels in GB, give the shown figures within a pixel or two."""
+    the tick labels in GB, give the shown figures within a pixel or two (once the segments have
+    finished growing to their new widths)."""
+    root.page.wait_for_function("() => document.getAnimations().length === 0", timeout=5000)
     geometry = root.locator(".bar-wrap").evaluate("""w => {
         const box = r => r.getBoundingClientRect();
         const stack = w.querySelector('.stack');

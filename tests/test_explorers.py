@@ -13,6 +13,7 @@ simulation, so a wrong table fails here even where Chromium is missing.
 """
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import numpy as np
 import pytest
 
 from solutions import communication, facts, memory
-from tests.test_book_explorers import WIDTHS, Visit, choose, number
+from tests.test_book_explorers import WIDTHS, Visit, choose
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "book" / "_ext"))
 import explore  # noqa: E402
@@ -68,6 +69,13 @@ CASES = [("all-reduce", 4, 0), ("all-reduce", 2, 2), ("reduce-scatter", 5, 1), (
          ("all-reduce", 8, 1)]
 
 
+def shown_bytes(text: str) -> float:
+    """'250.0 MB' or '1.333 GB' or '2,800 GB' as bytes."""
+    m = re.fullmatch(r"([\d,]*\.?\d+) (MB|GB)", text)
+    assert m, f"not a byte count: {text!r}"
+    return float(m.group(1).replace(",", "")) * {"MB": 1e6, "GB": 1e9}[m.group(2)]
+
+
 def shown_grid(root, p):
     return root.locator("td.chunk").evaluate_all(
         "cells => cells.map(c => [Number(c.dataset.gpu), Number(c.dataset.chunk), Number(c.dataset.mask), c.textContent])")
@@ -87,16 +95,15 @@ def check_step(visit, kind, p, buffer, k, masks, sends):
             assert text == f"{bin(mask).count('1')}/{p}"
     size = BUFFERS[buffer]
     for r in range(p):
-        sent = number(visit.text(f'td[data-out="sent"][data-gpu="{r}"]'))
-        unit = 1e6 if "MB" in visit.text(f'td[data-out="sent"][data-gpu="{r}"]') else 1e9
-        assert sent * unit == pytest.approx(k * size / p, rel=REL, abs=1), (kind, p, k, r)
+        sent = shown_bytes(visit.text(f'td[data-out="sent"][data-gpu="{r}"]'))
+        assert sent == pytest.approx(k * size / p, rel=REL, abs=1), (kind, p, k, r)
         shown_send = visit.text(f'td[data-out="sends"][data-gpu="{r}"]')
         if k < len(sends):
             assert shown_send == f"chunk {sends[k][r]} \u2192 GPU {(r + 1) % p}", (kind, p, k, r)
         else:
             assert shown_send == "\u2013"
     formula = visit.text('td[data-out="formula"]')
-    assert number(formula) * 1e9 == pytest.approx(FORMULA[kind](size, p), rel=REL), (kind, p)
+    assert shown_bytes(formula) == pytest.approx(FORMULA[kind](size, p), rel=REL), (kind, p)
 
 
 @pytest.mark.site

@@ -331,9 +331,10 @@
     var axis = el("div", { "class": "bar-axis", "aria-hidden": "true", "data-out": "axis" });
     var barWrap = el("div", { "class": "bar-wrap" }, [stack, axis]);
     function drawAxis(scale) {
-      var width = axis.clientWidth || 600, want = width < 500 ? 4 : 7;
+      /* The smallest round step (1, 2, 2.5 or 5 times a power of ten) with at most `want` steps. */
+      var width = axis.clientWidth || 600, want = width < 500 ? 5 : 8;
       var raw = scale / want, mag = Math.pow(10, Math.floor(Math.log10(raw)));
-      var stepGB = [1, 2, 5, 10].map(function (k) { return k * mag; }).find(function (x) { return x >= raw; });
+      var stepGB = [1, 2, 2.5, 5, 10].map(function (k) { return k * mag; }).find(function (x) { return x >= raw; });
       axis.innerHTML = "";
       for (var x = 0; x <= scale + 1e-9; x += stepGB) {
         axis.appendChild(el("span", { "class": "tick", style: "left:" + (100 * x / scale) + "%", "data-gb": x,
