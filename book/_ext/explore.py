@@ -252,7 +252,7 @@ def pipeline_data() -> dict:
 COLLECTIVE_P = tuple(range(2, 9))
 #: (key, label, the ring simulation's steps it consists of)
 COLLECTIVES = (
-    ("all-reduce", "all-reduce (reduce-scatter, then all-gather)", ("reduce-scatter", "all-gather")),
+    ("all-reduce", "all-reduce", ("reduce-scatter", "all-gather")),
     ("reduce-scatter", "reduce-scatter", ("reduce-scatter",)),
     ("all-gather", "all-gather", ("all-gather",)),
 )

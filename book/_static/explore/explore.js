@@ -46,6 +46,14 @@
     if (Math.abs(x) >= 1000) return Math.round(x).toLocaleString("en-US") + " GB";
     return x.toPrecision(4) + " GB";
   }
+  /* 10^e as a round count with a suffix: 100M, 1B, 10B, 1T. */
+  function fmtPower(e) {
+    var units = [[12, "T"], [9, "B"], [6, "M"], [3, "K"], [0, ""]];
+    for (var i = 0; i < units.length; i++) {
+      if (e >= units[i][0]) return String(Math.pow(10, e - units[i][0])) + units[i][1];
+    }
+    return String(Math.pow(10, e));
+  }
   function fmtPct(x) { return (100 * x).toFixed(2) + " %"; }
 
   /* Call fn now and whenever the element's width changes (charts are drawn at their width). */
@@ -207,7 +215,7 @@
                                              "the lowest point of each curve is its compute-optimal size" });
       for (var e = Math.ceil(n0); e <= n1; e++) {
         chart.appendChild(svg("line", { x1: qx(e), x2: qx(e), y1: T, y2: H - B, "class": "grid" }));
-        chart.appendChild(svg("text", { x: qx(e), y: H - B + 16, "text-anchor": "middle", text: fmtCount(Math.pow(10, e)).replace(" ", "") }));
+        chart.appendChild(svg("text", { x: qx(e), y: H - B + 16, "text-anchor": "middle", text: fmtPower(e) }));
       }
       var tick = (l1 - l0) > 0.3 ? 0.1 : (l1 - l0) > 0.12 ? 0.05 : 0.02;
       for (var v = Math.ceil(l0 / tick) * tick; v <= l1 + 1e-9; v += tick) {
@@ -572,6 +580,7 @@
     var phase = el("p", { "class": "phase", "aria-live": "polite", "data-out": "phase" });
     var gridWrap = el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region", "aria-label": "Chunks on each GPU (scrolls sideways)" });
     var bytesWrap = el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region", "aria-label": "Bytes sent (scrolls sideways)" });
+    var gridNote = el("p", { "class": "note", "data-out": "grid-note" });
     var key = "", run = null, cells = [], sendsOut = [], sentOut = [], formulaOut = null;
 
     function build() {
@@ -580,9 +589,10 @@
       run = data.runs[key];
       step.max = String(run.steps.length);
       step.value = "0";
+      var top = el("tr", {}, [el("td", {}), el("th", { scope: "colgroup", colspan: String(p), text: "chunk" }), el("td", {})]);
       var head = el("tr", {}, [el("th", { scope: "col", text: "GPU" })]);
-      for (var c = 0; c < p; c++) head.appendChild(el("th", { scope: "col", text: "chunk " + c }));
-      head.appendChild(el("th", { scope: "col", text: "this step it sends" }));
+      for (var c = 0; c < p; c++) head.appendChild(el("th", { scope: "col", "aria-label": "chunk " + c, text: String(c) }));
+      head.appendChild(el("th", { scope: "col", text: "sends next" }));
       var body = el("tbody");
       cells = []; sendsOut = [];
       for (var r = 0; r < p; r++) {
@@ -599,11 +609,12 @@
       }
       var what = kind.value === "all-gather" ? "\u2713: the GPU has that chunk (a shard of the gathered buffer)." :
         "k/" + p + ": the chunk holds the sum of k GPUs' values; " + p + "/" + p + " is the finished sum.";
+      gridNote.textContent = "Each GPU's buffer, cut into " + p + " chunks. " + what +
+        " A framed cell has just arrived from the GPU before it in the ring; the last column is the chunk each GPU sends in the next step.";
       gridWrap.innerHTML = "";
       gridWrap.appendChild(el("table", { "class": "explorer-ring" }, [
-        el("caption", { text: "Each GPU's buffer, cut into " + p + " chunks. " + what +
-                              " A framed cell has just arrived from the GPU before it in the ring." }),
-        el("thead", {}, [head]), body]));
+        el("caption", { "class": "visually-hidden", text: "Chunks on each GPU" }),
+        el("thead", {}, [top, head]), body]));
       var bbody = el("tbody");
       sentOut = [];
       for (r = 0; r < p; r++) {
@@ -638,7 +649,8 @@
             "chunk " + c + ": the sum of GPU " + names.join(", ");
         }
         var next = s < n ? run.steps[s] : null;
-        sendsOut[r].textContent = next ? "chunk " + next.sends[r] + " \u2192 GPU " + ((r + 1) % p) : "\u2013";
+        sendsOut[r].textContent = next ? "chunk " + next.sends[r] : "\u2013";
+        sendsOut[r].title = next ? "to GPU " + ((r + 1) % p) : "";
         sentOut[r].textContent = fmtBytes(s > 0 ? run.sent[Number(buf.value)][s - 1][r] : 0);
       }
       formulaOut.textContent = fmtBytes(run.formula[Number(buf.value)]);
@@ -663,7 +675,7 @@
     back.addEventListener("click", function () { play.stop(); step.value = String(Math.max(0, Number(step.value) - 1)); show(); });
     fwd.addEventListener("click", function () { play.stop(); step.value = String(Math.min(Number(step.max), Number(step.value) + 1)); show(); });
     reset.addEventListener("click", function () { play.stop(); step.value = "0"; show(); });
-    append(root, [controls, phase, gridWrap, bytesWrap]);
+    append(root, [controls, phase, gridNote, gridWrap, bytesWrap]);
     build();
   }
 
