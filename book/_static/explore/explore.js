@@ -103,6 +103,7 @@
     var label = el("label", { "for": id }, [head, input]);
     return label;
   }
+  function wide(node) { node.classList.add("wide"); return node; }
   function select(name, options, value) {
     var s = el("select", { name: name });
     options.forEach(function (o) {
@@ -316,9 +317,9 @@
       control("Model", model), control("GPUs", gpus), control("Tensor parallel TP", tp),
       control("Pipeline parallel PP", pp),
       el("div", {}, [el("span", {}, ["Data parallel DP = GPUs / (TP \u00d7 PP) = "]), dpOut]),
-      control("ZeRO stage (over DP)", zero), control("Bytes per parameter", conv), control("GPU", device),
-      control("Sequence length", seq, seqNote), control("Micro-batch size", mb),
-      control("Activation recomputation", rc), spLabel,
+      control("ZeRO stage (over DP)", zero), control("GPU", device),
+      control("Sequence length", seq, seqNote), control("Micro-batch size", mb), spLabel,
+      wide(control("Bytes per parameter", conv)), wide(control("Activation recomputation", rc)),
     ]);
 
     var message = el("div", { "class": "message", role: "alert", "data-out": "message" });
