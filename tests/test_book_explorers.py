@@ -14,11 +14,17 @@ from __future__ import annotations
 
 import math
 import re
+import sys
+from pathlib import Path
 from urllib.parse import urlparse
 
+import numpy as np
 import pytest
 
 from solutions import facts, memory, pipeline, scaling
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "book" / "_ext"))
+import explore  # noqa: E402  (the explorers' build-time tables: their readable option labels)
 
 WIDTHS = (1280, 390)
 
@@ -100,6 +106,33 @@ def budget_at(i: int) -> float:
 SETS = ("hoffmann_rounded", "hoffmann_precise", "epoch_2024")
 
 
+def css_rgb(hex_colour: str) -> str:
+    """'#0072B2' as a browser's computed style writes it: 'rgb(0, 114, 178)'."""
+    h = hex_colour.lstrip("#")
+    return "rgb(" + ", ".join(str(int(h[i:i + 2], 16)) for i in (0, 2, 4)) + ")"
+
+
+def check_valley(visit, i, C):
+    """The loss-against-size panel at budget index i: every drawn point is the fit's loss on the
+    iso-FLOP line D = C/(6N), the curve's lowest point is at its compute-optimal N, and the
+    dot marking the floor is that N and its loss."""
+    for key in SETS:
+        c = scaling.CONSTANT_SETS[key]
+        line = visit.root.locator(f'[data-out="valley"] polyline[data-set="{key}"]')
+        log10n = np.array([float(x) for x in line.get_attribute("data-log10n").split()])
+        shown = np.array([float(x) for x in line.get_attribute("data-loss").split()])
+        N = 10.0 ** log10n
+        want = scaling.parametric_loss(N, C / (6 * N), c)
+        np.testing.assert_allclose(shown, want, rtol=1e-4, err_msg=f"{key} at C={C:.3g}")
+        N_opt, _, _, loss_opt = scaling.compute_optimal_closed_form(C, c)
+        # the grid's lowest point lies within one grid step (0.075 decade) of the optimum
+        assert abs(log10n[np.argmin(shown)] - math.log10(N_opt)) <= 0.075 + 1e-9, (key, C)
+        assert shown.min() >= loss_opt - 1e-4, (key, C)  # nothing on the curve beats the optimum
+        dot = visit.root.locator(f'[data-out="valley"] circle.floor[data-set="{key}"]')
+        assert float(dot.get_attribute("data-n")) == pytest.approx(N_opt, rel=REL), (key, C)
+        assert float(dot.get_attribute("data-loss")) == pytest.approx(loss_opt, abs=ABS_LOSS), (key, C)
+
+
 def test_chinchilla_explorer(browser, server, width):
     visit = Visit(browser, server, "chinchilla", width)
     slider = visit.root.locator('input[name="budget"]')
@@ -121,7 +154,15 @@ def test_chinchilla_explorer(browser, server, width):
             assert number(cell("ratio")) == pytest.approx(ratio, rel=REL), (key, C)
             assert number(cell("loss")) == pytest.approx(loss, abs=ABS_LOSS), (key, C)
         checked.append(i)
+        check_valley(visit, i, C)
     assert checked == [0, 40, 52, 90, 89, 73, 0], checked
+    # The legend names every fit, in the colour its curves are drawn with.
+    for key, label, _ in explore.CHINCHILLA_SETS:
+        entry = visit.root.locator(f'[data-out="legend"] [data-set="{key}"]')
+        assert entry.inner_text().strip() == label
+        swatch = entry.locator(".swatch").evaluate("n => getComputedStyle(n).backgroundColor")
+        line = visit.root.locator(f'[data-out="valley"] polyline[data-set="{key}"]').get_attribute("stroke")
+        assert swatch == css_rgb(line), (key, swatch, line)
     for key in SETS:
         c = scaling.CONSTANT_SETS[key]
         for name in ("E", "A", "B", "alpha", "beta"):
@@ -148,20 +189,26 @@ def choose(root, name: str, text: str):
 
 RECOMPUTE_KWARGS = {"none": {}, "selective": {"selective_recompute": True}, "full": {"full_recompute": True}}
 
-#: (model, GPUs, TP, PP, ZeRO stage, convention, GPU, recomputation, sequence parallel)
+#: (model, GPUs, TP, PP, ZeRO stage, convention, GPU, recomputation, sequence parallel,
+#:  sequence length (None: the model's own, which a new model starts at), micro-batch size)
 MEMORY_CASES = [
-    ("Llama 3 405B", 16384, 8, 16, 1, "zero_16", "H100 SXM", "selective", True),
-    ("GPT-3", 1024, 4, 8, 3, "chapter_12", "H200", "none", False),
-    ("Llama 3 8B", 8, 1, 1, 0, "adam8bit_10", "A100 40GB", "full", False),
-    ("Chinchilla", 64, 2, 4, 2, "fp32_accum_20", "A100 80GB", "none", True),
-    ("PaLM", 4096, 8, 16, 3, "fp32_adamw_16", "T4", "selective", False),
+    ("Llama 3 405B", 16384, 8, 16, 1, "zero_16", "H100 SXM", "selective", True, None, 1),
+    ("GPT-3", 1024, 4, 8, 3, "chapter_12", "H200", "none", False, None, 1),
+    ("Llama 3 8B", 8, 1, 1, 0, "adam8bit_10", "A100 40GB", "full", False, None, 1),
+    ("Chinchilla", 64, 2, 4, 2, "fp32_accum_20", "A100 80GB", "none", True, None, 1),
+    ("PaLM", 4096, 8, 16, 3, "fp32_adamw_16", "T4", "selective", False, None, 1),
     # Either side of the limit (99.4 % and 100.6 % of 40 GB): only the byte convention differs.
-    ("Llama 3 8B", 64, 1, 8, 2, "chapter_12", "A100 40GB", "selective", True),
-    ("Llama 3 8B", 64, 1, 8, 2, "zero_16", "A100 40GB", "selective", True),
+    ("Llama 3 8B", 64, 1, 8, 2, "chapter_12", "A100 40GB", "selective", True, None, 1),
+    ("Llama 3 8B", 64, 1, 8, 2, "zero_16", "A100 40GB", "selective", True, None, 1),
+    # The activation controls: longer sequences, bigger micro-batches, each recomputation.
+    ("Llama 3 70B", 64, 8, 1, 1, "zero_16", "H100 SXM", "none", True, 32768, 2),
+    ("Llama 3 70B", 64, 8, 1, 1, "zero_16", "H100 SXM", "selective", True, 32768, 2),
+    ("GPT-3", 1024, 8, 8, 1, "fp32_grads_18", "H200", "full", False, 4096, 8),
+    ("Llama 3 8B", 8, 2, 1, 3, "zero_16", "H100 PCIe", "none", False, 1024, 4),
 ]
 
 
-def expected_memory(model, gpus, tp, pp, zero, convention, device, recompute, sp):
+def expected_memory(model, gpus, tp, pp, zero, convention, device, recompute, sp, seq=None, mb=1):
     """GB per GPU on pipeline stage 0, from solutions: ZeRO over DP on the TP x PP shard, and
     Korthikanti et al.'s activations for ceil(layers / pp) layers times the pp micro-batches
     that 1F1B keeps in flight on the first stage."""
@@ -171,7 +218,7 @@ def expected_memory(model, gpus, tp, pp, zero, convention, device, recompute, sp
     parts = memory.memory_breakdown(arch.params / (tp * pp), strategy, dp, convention)
     state_total = memory.memory_per_gpu_3d(arch.params, tp, pp, dp, zero, convention)
     assert sum(parts.values()) == pytest.approx(state_total, rel=1e-12)
-    act = memory.activation_memory_per_layer(arch.seq_len, 1, arch.d_model, arch.heads, tp=tp,
+    act = memory.activation_memory_per_layer(seq or arch.seq_len, mb, arch.d_model, arch.heads, tp=tp,
                                              sequence_parallel=sp, **RECOMPUTE_KWARGS[recompute])
     act *= math.ceil(arch.layers / pp) * pp
     out = {k: v / 1e9 for k, v in parts.items()}
@@ -181,17 +228,53 @@ def expected_memory(model, gpus, tp, pp, zero, convention, device, recompute, sp
     return out
 
 
+def check_bar(root, want, capacity_gb, case):
+    """The bar is drawn to its scale: each segment's width and the GPU's dashed line, read off
+    the tick labels in GB, give the shown figures within a pixel or two (once the segments have
+    finished growing to their new widths)."""
+    root.page.wait_for_function("() => document.getAnimations().length === 0", timeout=5000)
+    geometry = root.locator(".bar-wrap").evaluate("""w => {
+        const box = r => r.getBoundingClientRect();
+        const stack = w.querySelector('.stack');
+        return {
+            left: box(stack).left, segs: [...stack.querySelectorAll(':scope > span')].map(s => box(s).width),
+            cap: box(stack.querySelector('.capacity')).left,
+            ticks: [...w.querySelectorAll('.bar-axis .tick')].map(t => [Number(t.dataset.gb),
+                     box(t).left + box(t).width / 2, t.textContent]),
+        };
+    }""")
+    ticks = geometry["ticks"]
+    assert len(ticks) >= 3, (case, ticks)
+    (g0, x0, _), (g1, x1, _) = ticks[0], ticks[-1]
+    assert g0 == 0 and x1 > x0
+    px_per_gb = (x1 - x0) / (g1 - g0)
+    for gb, _, label in ticks:  # the labels say what the ticks mark
+        assert float(label.replace(",", "")) == pytest.approx(gb, rel=1e-9)
+    for seg, part in zip(geometry["segs"], ("weights", "grads", "optimizer", "activations")):
+        assert seg == pytest.approx(want[part] * px_per_gb, abs=2.0), (case, part)
+    assert geometry["cap"] - x0 == pytest.approx(capacity_gb * px_per_gb, abs=3.0), case
+
+
 def test_memory_explorer(browser, server, width):
     visit = Visit(browser, server, "memory", width)
     root = visit.root
+    # Options are named for a reader: no code name (an identifier with an underscore) anywhere.
+    for name in ("model", "gpus", "tp", "pp", "zero", "convention", "device", "seq", "micro_batch", "recompute"):
+        labels = root.locator(f'select[name="{name}"] option').all_inner_texts()
+        assert labels and not [x for x in labels if "_" in x], (name, labels)
     for case in MEMORY_CASES:
-        model, gpus, tp, pp, zero, convention, device, recompute, sp = case
+        model, gpus, tp, pp, zero, convention, device, recompute, sp, seq, mb = case
         choose(root, "model", model)
+        arch = facts.ARCHITECTURES[model]
+        assert number(root.locator('select[name="seq"]').evaluate("s => s.selectedOptions[0].text")) == arch.seq_len
+        if seq is not None:
+            choose(root, "seq", f"{seq:,} tokens")
+        choose(root, "micro_batch", f"{mb} sequence")
         choose(root, "gpus", f"{gpus:,}")
         choose(root, "tp", str(tp))
         choose(root, "pp", str(pp))
         choose(root, "zero", f"{zero}:")
-        choose(root, "convention", convention + " ")
+        choose(root, "convention", explore.CONVENTION_LABELS[convention])
         choose(root, "device", device + " (")
         choose(root, "recompute", recompute + ":")
         root.locator('input[name="sp"]').set_checked(sp)
@@ -204,6 +287,8 @@ def test_memory_explorer(browser, server, width):
         fits = root.locator('td[data-out="fits"]')
         assert fits.get_attribute("data-fits") == ("yes" if want["fits"] else "no"), case
         assert visit.text('td[data-out="fits"]').startswith("yes" if want["fits"] else "no"), case
+        check_bar(root, want, facts.GPUS[device].memory_gb, case)
+
     # A layout whose TP x PP does not divide the GPUs: a message, and no figures at all.
     choose(root, "gpus", "24")
     choose(root, "tp", "8")
@@ -287,4 +372,25 @@ def test_pipeline_explorer(browser, server, width):
     choose(root, "m", "8")  # a multiple of p: the timeline comes back
     assert not message.is_visible()
     assert root.locator("g.pass").count() == 2 * 2 * 4 * 8
+    check_play(root, visit, pipeline.pipeline_schedule(4, 8, "interleaved", 1.0, 2.0, interleave=2))
     visit.finish()
+
+
+def check_play(root, visit, events):
+    """Play runs the timeline from the start (it is at its end): passes appear in order of their
+    end time, as many as solutions ends by the time shown; pause holds it there."""
+    play = root.locator('button[name="play"]')
+    step = root.locator('input[name="step"]')
+    assert step.input_value() == step.get_attribute("max")
+    play.click()
+    assert play.get_attribute("aria-pressed") == "true"
+    visit.page.wait_for_function("s => Number(s.value) >= 2", arg=step.element_handle(), timeout=5000)
+    play.click()  # pause
+    assert play.get_attribute("aria-pressed") == "false"
+    held = step.input_value()
+    visit.page.wait_for_timeout(700)
+    assert step.input_value() == held, "pause did not hold the timeline"
+    assert 0 < int(held) < int(step.get_attribute("max"))
+    t = number(visit.text('[data-out="time"]').split("of")[0])
+    finished = sum(e.end <= t + 1e-9 for e in events)
+    assert visit.text('td[data-out="done"]') == f"{finished} of {len(events)}"

@@ -1,6 +1,6 @@
 """Interactive explorers for the book: the numbers come from ``solutions/`` at build time.
 
-The ``explorer`` directive (``{explorer} chinchilla``, ``memory`` or ``pipeline`` in a MyST
+The ``explorer`` directive (``{explorer} chinchilla``, ``memory``, ``pipeline`` or ``collectives`` in a MyST
 page) calls the course's tested functions over a grid of inputs and writes the results into
 the page as JSON. A small script, ``book/_static/explore/explore.js``, draws the controls and
 *looks values up* in that table: it computes no formula of its own, so what the reader sees
@@ -19,10 +19,29 @@ import numpy as np
 from docutils import nodes
 from sphinx.util.docutils import SphinxDirective
 
+import coursefig
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 ASSETS = HERE.parent / "_static" / "explore"
 GB = 1e9
+
+
+def explorer_colours() -> dict:
+    """Every colour the explorers draw with, in one table (taken from ``coursefig`` where the
+    house style names the concept). The browser script receives it with each explorer's data and
+    defines no colour of its own, so a change of the house style reaches every explorer."""
+    named = coursefig.COLORS
+    return {
+        # the three published Chinchilla fits, in the order of CHINCHILLA_SETS
+        "fits": [named[key] for key, _, _ in CHINCHILLA_SETS],
+        # what a GPU holds
+        **{k: named[k] for k in ("weights", "gradients", "optimizer", "activations")},
+        # pipeline passes
+        "forward": named["forward"], "backward": named["backward"],
+        # a chunk of a ring all-reduce (of data-parallel gradients), shaded from empty to complete
+        "chunk": named["dp"],
+    }
 
 
 def _sig(x, digits=6):
@@ -36,31 +55,49 @@ def _sig(x, digits=6):
 
 #: log10 of the compute budgets on the slider, from 1e18 to 1e27 FLOPs in tenths of a decade.
 CHINCHILLA_LOG10_C = np.round(np.arange(180, 271) / 10, 1)
+#: (key, label, short label) of the published fits, in the explorer's order.
+#: Names as in the Chinchilla section's figures (coursefig.NAMES).
+CHINCHILLA_SETS = tuple(
+    (key, f"{coursefig.NAMES[key]} ({when})", short) for key, when, short in (
+        ("hoffmann_rounded", "2022, as printed", "Hoffmann, rounded"),
+        ("hoffmann_precise", "2022, TeX source", "Hoffmann, unrounded"),
+        ("epoch_2024", "2024 replication", coursefig.NAMES["epoch_2024"]),
+    ))
+#: The loss-against-size panel: model sizes in steps of VALLEY_STEP decades, VALLEY_HALF steps
+#: either side of the geometric mean of the three fits' optima at the chosen budget.
+VALLEY_HALF, VALLEY_STEP = 20, 0.075
+
+
+def valley_grid(C_optima) -> np.ndarray:
+    """log10 N of the panel's points for one budget, centred on the fits' optima."""
+    centre = float(np.mean(np.log10(C_optima)))
+    return np.round(centre + VALLEY_STEP * np.arange(-VALLEY_HALF, VALLEY_HALF + 1), 4)
 
 
 def chinchilla_data() -> dict:
-    import coursefig
     from solutions import scaling
 
     budgets = 10.0 ** CHINCHILLA_LOG10_C
     sets = []
-    # names and colours from coursefig's one table, as in the Chinchilla section's figures
-    for key, label, short in (
-        ("hoffmann_rounded", f"{coursefig.NAMES['hoffmann_rounded']} (2022, as printed)", "Hoffmann, rounded"),
-        ("hoffmann_precise", f"{coursefig.NAMES['hoffmann_precise']} (2022, TeX source)", "Hoffmann, unrounded"),
-        ("epoch_2024", f"{coursefig.NAMES['epoch_2024']} (2024 replication)", coursefig.NAMES["epoch_2024"]),
-    ):
-        colour = coursefig.COLORS[key]
+    optima = np.array([scaling.compute_optimal_closed_form(budgets, scaling.CONSTANT_SETS[k])[0]
+                       for k, _, _ in CHINCHILLA_SETS])  # (fit, budget)
+    grids = [valley_grid(optima[:, i]) for i in range(len(budgets))]
+    for colour, (key, label, short) in zip(explorer_colours()["fits"], CHINCHILLA_SETS):
         c = scaling.CONSTANT_SETS[key]
+        # Loss along the iso-FLOP line D = C / (6N) at every budget: the valley whose floor is N_opt.
+        valley = [[_sig(x, 5) for x in scaling.parametric_loss(
+                      10.0 ** g, scaling.iso_flop_tokens(C, 10.0 ** g), c)]
+                  for C, g in zip(budgets, grids)]
         N, D, ratio, loss = scaling.compute_optimal_closed_form(budgets, c)
         sets.append({
             "key": key, "label": label, "short": short, "colour": colour, "cite": c.cite,
             "constants": {f: getattr(c, f) for f in ("E", "A", "B", "alpha", "beta")},
             "a": _sig(scaling.allocation_exponent(c)),
             "N": [_sig(x) for x in N], "D": [_sig(x) for x in D],
-            "ratio": [_sig(x) for x in ratio], "loss": [_sig(x) for x in loss],
+            "ratio": [_sig(x) for x in ratio], "loss": [_sig(x) for x in loss], "valley": valley,
         })
     return {"log10C": [float(x) for x in CHINCHILLA_LOG10_C], "C": [_sig(x) for x in budgets],
+            "valleyLog10N": [[float(x) for x in g] for g in grids],
             "default": int(np.argmin(np.abs(CHINCHILLA_LOG10_C - 23.0))), "sets": sets}
 
 
@@ -71,6 +108,18 @@ def chinchilla_data() -> dict:
 MEMORY_GPUS = (1, 2, 4, 8, 16, 24, 64, 256, 1024, 4096, 16384)
 MEMORY_TP = (1, 2, 4, 8)
 MEMORY_PP = (1, 2, 4, 8, 16)
+#: Sequence lengths (tokens) and micro-batch sizes (sequences) the activation controls offer.
+MEMORY_SEQ = (1024, 2048, 4096, 8192, 16384, 32768)
+MEMORY_MICRO_BATCH = (1, 2, 4, 8)
+#: Readable names of the byte conventions of solutions.memory (their descriptions say more).
+CONVENTION_LABELS = {
+    "chapter_12": "12 bytes: bf16 weights and gradients, fp32 Adam, no master copy",
+    "zero_16": "16 bytes: mixed precision with fp32 master weights (ZeRO's count)",
+    "fp32_grads_18": "18 bytes: as ZeRO's 16, gradients kept in fp32",
+    "fp32_accum_20": "20 bytes: ZeRO's 16 + fp32 gradient accumulation (Megatron-DeepSpeed)",
+    "adam8bit_10": "10 bytes: 8-bit Adam states",
+    "fp32_adamw_16": "16 bytes: everything in fp32 (what the labs store)",
+}
 #: Activation options: (key, label, keyword arguments of activation_memory_per_layer).
 RECOMPUTE = (
     ("none", "none: store every activation", {}),
@@ -81,8 +130,10 @@ RECOMPUTE = (
 ZERO_STRATEGY = {0: "dp", 1: "zero1", 2: "zero2", 3: "zero3"}
 
 
-def stage0_activation_bytes(arch, tp, pp, sequence_parallel, recompute_kwargs) -> float:
-    """Activation bytes on the busiest GPU (pipeline stage 0) for micro-batches of one sequence.
+def stage0_activation_bytes(arch, tp, pp, sequence_parallel, recompute_kwargs,
+                            seq_len=None, micro_batch=1) -> float:
+    """Activation bytes on the busiest GPU (pipeline stage 0) for micro-batches of
+    ``micro_batch`` sequences of ``seq_len`` tokens (default: the model's training length).
 
     Per layer: Korthikanti et al.'s count (``solutions.memory.activation_memory_per_layer``);
     stage 0 holds ``ceil(layers / pp)`` layers and, under 1F1B with at least ``pp``
@@ -91,7 +142,8 @@ def stage0_activation_bytes(arch, tp, pp, sequence_parallel, recompute_kwargs) -
     from solutions import memory
 
     per_layer = memory.activation_memory_per_layer(
-        arch.seq_len, 1, arch.d_model, arch.heads, tp=tp, sequence_parallel=sequence_parallel,
+        seq_len or arch.seq_len, micro_batch, arch.d_model, arch.heads, tp=tp,
+        sequence_parallel=sequence_parallel,
         **recompute_kwargs)
     return per_layer * math.ceil(arch.layers / pp) * _stage0_in_flight(pp)
 
@@ -105,7 +157,6 @@ def _stage0_in_flight(pp) -> int:
 
 
 def memory_data() -> dict:
-    import coursefig
     from solutions import facts, memory
 
     models = list(facts.ARCHITECTURES.values())
@@ -126,7 +177,10 @@ def memory_data() -> dict:
                for z in memory.ZERO_STAGES]
               for conv in conventions]
              for m in models]
-    act = [[[[[_sig(stage0_activation_bytes(m, tp, pp, sp, kw) / GB, 6) for sp in (False, True)]
+    # act[model][tp][pp][recompute][sp][seq][micro-batch], in GB
+    act = [[[[[[[_sig(stage0_activation_bytes(m, tp, pp, sp, kw, s, b) / GB, 5) for b in MEMORY_MICRO_BATCH]
+                for s in MEMORY_SEQ]
+               for sp in (False, True)]
               for _, _, kw in RECOMPUTE]
              for pp in MEMORY_PP]
             for tp in MEMORY_TP]
@@ -134,15 +188,15 @@ def memory_data() -> dict:
     return {
         "models": [{"name": m.name, "params": m.params, "layers": m.layers, "seq_len": m.seq_len,
                     "d_model": m.d_model, "heads": m.heads} for m in models],
-        "conventions": [{"name": c.name, "total": c.total, "weights": c.weights, "grads": c.grads,
+        "conventions": [{"name": c.name, "label": CONVENTION_LABELS[c.name], "total": c.total, "weights": c.weights, "grads": c.grads,
                          "optimizer": c.optimizer, "description": c.description} for c in conventions],
         "gpus": list(MEMORY_GPUS), "tp": list(MEMORY_TP), "pp": list(MEMORY_PP),
-        "zero": list(memory.ZERO_STAGES),
+        "zero": list(memory.ZERO_STAGES), "seq": list(MEMORY_SEQ), "micro_batch": list(MEMORY_MICRO_BATCH),
         "recompute": [[key, label] for key, label, _ in RECOMPUTE],
         "devices": [{"name": d.name, "memory_gb": d.memory_gb} for d in facts.GPUS.values()],
         "layouts": layouts, "state": state, "act": act,
-        "colours": {k: coursefig.COLORS[k] for k in ("weights", "gradients", "optimizer", "activations")},
-        "defaults": {"model": "Llama 3 70B", "gpus": 64, "tp": 8, "pp": 1, "zero": 1,
+        "colours": explorer_colours(),
+        "defaults": {"model": "Llama 3 70B", "gpus": 64, "tp": 8, "pp": 1, "zero": 1, "micro_batch": 1,
                      "convention": "zero_16", "device": "H100 SXM", "recompute": "selective", "sp": True},
     }
 
@@ -163,7 +217,6 @@ T_FWD, T_BWD = 1.0, 2.0
 
 
 def pipeline_data() -> dict:
-    import coursefig
     from solutions import pipeline
 
     runs = {}
@@ -190,16 +243,110 @@ def pipeline_data() -> dict:
                 }
     return {"p": list(PIPELINE_P), "m": list(PIPELINE_M), "t_fwd": T_FWD, "t_bwd": T_BWD,
             "schedules": [[key, label, v] for key, label, _, v in PIPELINE_SCHEDULES], "runs": runs,
-            "colours": {k: coursefig.COLORS[k] for k in ("forward", "backward")},
+            "colours": explorer_colours(),
             "defaults": {"schedule": "1f1b", "p": 4, "m": 8}}
 
 
-BUILDERS = {"chinchilla": chinchilla_data, "memory": memory_data, "pipeline": pipeline_data}
+# --------------------------------------------------------------------------
+# Collectives: a ring all-reduce (reduce-scatter, then all-gather), chunk by chunk
+# --------------------------------------------------------------------------
+
+COLLECTIVE_P = tuple(range(2, 9))
+#: (key, label, the ring simulation's steps it consists of)
+COLLECTIVES = (
+    ("all-reduce", "all-reduce", ("reduce-scatter", "all-gather")),
+    ("reduce-scatter", "reduce-scatter", ("reduce-scatter",)),
+    ("all-gather", "all-gather", ("all-gather",)),
+)
+
+
+def collective_buffers() -> list:
+    """(label, bytes) of the buffer sizes offered: a round gigabyte and the bf16 gradients of
+    two models (``solutions.memory``'s ZeRO convention: 2 bytes of gradient per parameter)."""
+    from solutions import facts, memory
+
+    grad_bytes = memory.BYTE_CONVENTIONS["zero_16"].grads
+    out = [("1 GB", 1e9)]
+    for name in ("Llama 3 8B", "Llama 3 70B"):
+        size = facts.ARCHITECTURES[name].params * grad_bytes
+        out.append((f"{size / GB:,.0f} GB: the bf16 gradients of {name}", size))
+    return out
+
+
+def ring_states(p: int) -> dict:
+    """Every step of ``solutions.communication.simulate_ring_allreduce`` on ``p`` GPUs.
+
+    GPU ``r`` starts with a one-hot buffer (chunk ``c`` holds a 1 in slot ``r``), so each
+    chunk's state says whose contributions it has summed. Returns, per step, the phase, the
+    chunk each GPU sends, a bitmask of contributors for every (GPU, chunk), and the bytes of the
+    chunk each GPU sent as a share of one GPU's buffer (read from the simulated arrays).
+    """
+    from solutions import communication
+
+    start = np.zeros((p, p, p), dtype=np.int64)
+    for r in range(p):
+        start[r, :, r] = 1
+    result = communication.simulate_ring_allreduce(start)
+    weights = 1 << np.arange(p)
+
+    def masks(state):
+        assert state.max() <= 1, "a contribution was counted twice"
+        return [[int(state[r, c] @ weights) for c in range(p)] for r in range(p)]
+
+    steps = []
+    for step in result.steps:
+        share = [step.state[r, step.sends[r]].nbytes / result.buffer_bytes for r in range(p)]
+        steps.append({"phase": step.phase, "sends": list(step.sends), "mask": masks(step.state),
+                      "share": [_sig(x, 12) for x in share]})
+    total = np.sum([st["share"] for st in steps], axis=0)
+    assert np.allclose(total, result.bytes_sent_per_rank / result.buffer_bytes), "bytes disagree"
+    return {"start": masks(start), "steps": steps}
+
+
+def collective_data() -> dict:
+    """For each p, collective and buffer size: the chunk states step by step and the bytes each
+    GPU has sent after each step (the simulation's chunks, summed), with the ring formula's total
+    from ``solutions.communication`` to compare (nccl-tests PERFORMANCE.md)."""
+    from solutions import communication
+
+    formula = {"all-reduce": communication.allreduce_bytes_per_rank,
+               "reduce-scatter": communication.reduce_scatter_bytes_per_rank,
+               "all-gather": communication.allgather_bytes_per_rank}
+    buffers = collective_buffers()
+    runs = {}
+    for p in COLLECTIVE_P:
+        ring = ring_states(p)
+        for key, _, phases in COLLECTIVES:
+            steps = [st for st in ring["steps"] if st["phase"] in phases]
+            # all-gather alone starts where the reduce-scatter ends: GPU r owns chunk (r + 1) % p
+            start = ring["start"] if phases[0] == "reduce-scatter" else ring["steps"][p - 2]["mask"]
+            sent = np.cumsum([st["share"] for st in steps], axis=0)  # (step, GPU), share of buffer
+            if key == "all-gather":  # a chunk is there (all p bits) or not yet (0)
+                full = (1 << p) - 1
+                keep = lambda m: [[x if x == full else 0 for x in row] for row in m]  # noqa: E731
+            else:
+                keep = lambda m: m  # noqa: E731
+            runs[f"{key},{p}"] = {
+                "start": keep(start),
+                "steps": [{"phase": st["phase"], "sends": st["sends"], "mask": keep(st["mask"])}
+                          for st in steps],
+                "sent": [[[_sig(x * size, 6) for x in row] for row in sent] for _, size in buffers],
+                "formula": [_sig(formula[key](size, p), 6) for _, size in buffers],
+            }
+    return {"p": list(COLLECTIVE_P), "collectives": [[k, label] for k, label, _ in COLLECTIVES],
+            "buffers": [label for label, _ in buffers], "runs": runs, "colours": explorer_colours(),
+            "defaults": {"collective": "all-reduce", "p": 4, "buffer": 0}}
+
+
+BUILDERS = {"chinchilla": chinchilla_data, "memory": memory_data, "pipeline": pipeline_data,
+            "collectives": collective_data}
 #: The modules whose change must rebuild an explorer page.
 SOURCES = {
     "chinchilla": ["solutions/scaling.py", "coursefig/__init__.py"],
     "memory": ["solutions/memory.py", "solutions/facts.py", "solutions/pipeline.py", "coursefig/__init__.py"],
     "pipeline": ["solutions/pipeline.py", "coursefig/__init__.py"],
+    "collectives": ["solutions/communication.py", "solutions/memory.py", "solutions/facts.py",
+                    "coursefig/__init__.py"],
 }
 
 

@@ -46,6 +46,14 @@
     if (Math.abs(x) >= 1000) return Math.round(x).toLocaleString("en-US") + " GB";
     return x.toPrecision(4) + " GB";
   }
+  /* 10^e as a round count with a suffix: 100M, 1B, 10B, 1T. */
+  function fmtPower(e) {
+    var units = [[12, "T"], [9, "B"], [6, "M"], [3, "K"], [0, ""]];
+    for (var i = 0; i < units.length; i++) {
+      if (e >= units[i][0]) return String(Math.pow(10, e - units[i][0])) + units[i][1];
+    }
+    return String(Math.pow(10, e));
+  }
   function fmtPct(x) { return (100 * x).toFixed(2) + " %"; }
 
   /* Call fn now and whenever the element's width changes (charts are drawn at their width). */
@@ -59,6 +67,33 @@
     window.addEventListener("resize", check);
   }
 
+  /* A play/pause button that moves a range input one step at a time until its end; pressed at the
+     end, it starts again from 0. `show` redraws after each step. */
+  function player(range, show, ms) {
+    var button = el("button", { type: "button", name: "play", "aria-pressed": "false", text: "\u25b6 play" });
+    var timer = null;
+    function stop() {
+      if (timer !== null) clearInterval(timer);
+      timer = null;
+      button.textContent = "\u25b6 play";
+      button.setAttribute("aria-pressed", "false");
+    }
+    function tick() {
+      if (Number(range.value) >= Number(range.max)) { stop(); return; }
+      range.value = String(Number(range.value) + 1);
+      show();
+      if (Number(range.value) >= Number(range.max)) stop();
+    }
+    button.addEventListener("click", function () {
+      if (timer !== null) { stop(); return; }
+      if (Number(range.value) >= Number(range.max)) { range.value = "0"; show(); }
+      button.textContent = "\u275a\u275a pause";
+      button.setAttribute("aria-pressed", "true");
+      timer = setInterval(tick, ms || 500);
+    });
+    return { button: button, stop: stop };
+  }
+
   var uid = 0;
   function control(labelText, input, readout) {
     var id = "explorer-input-" + (++uid);
@@ -68,6 +103,7 @@
     var label = el("label", { "for": id }, [head, input]);
     return label;
   }
+  function wide(node) { node.classList.add("wide"); return node; }
   function select(name, options, value) {
     var s = el("select", { name: name });
     options.forEach(function (o) {
@@ -152,9 +188,64 @@
       chartBox.appendChild(chart);
     }
 
+    /* Legend: one entry per fit, the same colours as the table's columns and both charts. */
+    var legend = el("div", { "class": "legend", "data-out": "legend" }, data.sets.map(function (s) {
+      return el("span", { "data-set": s.key }, [el("span", { "class": "swatch", style: "background:" + s.colour }), s.label]);
+    }));
+
+    /* The iso-FLOP valley: loss against model size N with D = C/(6N) at the chosen budget,
+       one curve per fit; each curve's floor is that fit's compute-optimal N. */
+    var valleyBox = el("div", { "class": "explorer-chart", "data-out": "valley" });
+    var valleyHead = el("p", { "class": "note", "data-out": "valley-title" });
+    function drawValley(i) {
+      var W = Math.max(300, Math.min(720, valleyBox.clientWidth || 640)), H = W < 500 ? 240 : 270;
+      var L = 50, R = 18, T = 12, B = 40;
+      var g = data.valleyLog10N[i], n0 = g[0], n1 = g[g.length - 1];
+      var lo = Infinity, hi = -Infinity;
+      data.sets.forEach(function (s) {
+        lo = Math.min(lo, s.loss[i]);
+        hi = Math.max(hi, s.valley[i][0], s.valley[i][g.length - 1]);
+      });
+      /* Show the floor of the valley and its walls up to a fixed height above the lowest floor. */
+      hi = Math.min(hi, lo + 0.6);
+      var pad = (hi - lo) * 0.08, l0 = lo - pad, l1 = hi;
+      var qx = function (ln) { return L + (ln - n0) / (n1 - n0) * (W - L - R); };
+      var qy = function (v) { return H - B - (Math.min(v, l1) - l0) / (l1 - l0) * (H - T - B); };
+      var chart = svg("svg", { viewBox: "0 0 " + W + " " + H, width: W, height: H, role: "img",
+                               "aria-label": "Loss against model size N at the chosen compute budget, one curve per fit; " +
+                                             "the lowest point of each curve is its compute-optimal size" });
+      for (var e = Math.ceil(n0); e <= n1; e++) {
+        chart.appendChild(svg("line", { x1: qx(e), x2: qx(e), y1: T, y2: H - B, "class": "grid" }));
+        chart.appendChild(svg("text", { x: qx(e), y: H - B + 16, "text-anchor": "middle", text: fmtPower(e) }));
+      }
+      var tick = (l1 - l0) > 0.3 ? 0.1 : (l1 - l0) > 0.12 ? 0.05 : 0.02;
+      for (var v = Math.ceil(l0 / tick) * tick; v <= l1 + 1e-9; v += tick) {
+        chart.appendChild(svg("line", { x1: L, x2: W - R, y1: qy(v), y2: qy(v), "class": "grid" }));
+        chart.appendChild(svg("text", { x: L - 6, y: qy(v) + 4, "text-anchor": "end", text: v.toFixed(2) }));
+      }
+      chart.appendChild(svg("text", { x: (L + W - R) / 2, y: H - 6, "text-anchor": "middle", text: "model size N (parameters), D = C/(6N)" }));
+      chart.appendChild(svg("text", { x: 12, y: (T + H - B) / 2, "text-anchor": "middle",
+                                      transform: "rotate(-90 12 " + (T + H - B) / 2 + ")", text: "loss" }));
+      data.sets.forEach(function (s) {
+        var pts = g.map(function (ln, k) { return qx(ln).toFixed(1) + "," + qy(s.valley[i][k]).toFixed(1); });
+        chart.appendChild(svg("polyline", { points: pts.join(" "), fill: "none", stroke: s.colour, "stroke-width": 2.5,
+                                            "data-set": s.key, "data-log10n": g.join(" "), "data-loss": s.valley[i].join(" ") }));
+      });
+      data.sets.forEach(function (s) {
+        chart.appendChild(svg("circle", { r: 5, fill: s.colour, stroke: "#ffffff", "stroke-width": 1.5, "class": "floor",
+                                          cx: qx(Math.log10(s.N[i])), cy: qy(s.loss[i]), "data-set": s.key,
+                                          "data-n": s.N[i], "data-loss": s.loss[i] }));
+      });
+      valleyBox.innerHTML = "";
+      valleyBox.appendChild(chart);
+      valleyHead.textContent = "Loss along the iso-FLOP line at C = " + data.C[i].toExponential(2).replace("e+", "e") +
+        " FLOPs: a bigger model sees fewer tokens. Each dot is a fit's compute-optimal N, the floor of its valley.";
+    }
+
     function update() {
       var i = Number(slider.value);
       readout.textContent = data.C[i].toExponential(2).replace("e+", "e") + " FLOPs";
+      drawValley(i);
       data.sets.forEach(function (s) {
         cells[s.key + ":N"].textContent = fmtCount(s.N[i]);
         cells[s.key + ":D"].textContent = fmtCount(s.D[i]);
@@ -182,9 +273,12 @@
       el("thead", {}, [head.cloneNode(true)]), cbody]);
 
     slider.addEventListener("input", update);
-    append(root, [controls, el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region", "aria-label": "Table (scrolls sideways)" }, [table]), chartBox,
+    append(root, [controls, el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region", "aria-label": "Table (scrolls sideways)" }, [table]),
+                  legend, el("p", { "class": "note", text: "Tokens per parameter D/N at the compute-optimal allocation, against the budget." }), chartBox,
+                  valleyHead, valleyBox,
                   el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region", "aria-label": "Table (scrolls sideways)" }, [constTable])]);
     onWidthChange(chartBox, function () { draw(); update(); });
+    onWidthChange(valleyBox, function () { drawValley(Number(slider.value)); });
   }
 
 
@@ -201,12 +295,17 @@
     var zero = select("zero", data.zero.map(function (z, i) {
       return [i, ["0: replicate everything", "1: shard optimizer state", "2: + gradients", "3: + weights (FSDP)"][i]];
     }), d.zero);
-    var conv = select("convention", data.conventions.map(function (c, i) { return [i, c.name + " (" + c.total + " bytes/param)"]; }),
+    var conv = select("convention", data.conventions.map(function (c, i) { return [i, c.label]; }),
                       data.conventions.findIndex(function (c) { return c.name === d.convention; }));
     var device = select("device", data.devices.map(function (g, i) { return [i, g.name + " (" + g.memory_gb + " GB)"]; }),
                         data.devices.findIndex(function (g) { return g.name === d.device; }));
     var rc = select("recompute", data.recompute.map(function (r, i) { return [i, r[1]]; }),
                     data.recompute.findIndex(function (r) { return r[0] === d.recompute; }));
+    var seq = select("seq", data.seq.map(function (x, i) { return [i, x.toLocaleString("en-US") + " tokens"]; }),
+                     data.seq.indexOf(data.models[Number(model.value)].seq_len));
+    var mb = select("micro_batch", data.micro_batch.map(function (x, i) { return [i, x + (x === 1 ? " sequence" : " sequences")]; }),
+                    data.micro_batch.indexOf(d.micro_batch));
+    var seqNote = el("span", { "class": "note", "data-out": "seq-note" });
     var sp = el("input", { type: "checkbox", name: "sp" });
     sp.checked = d.sp;
     var spLabel = el("label", { "class": "checkbox" }, [sp, " sequence parallelism (with TP)"]);
@@ -218,8 +317,9 @@
       control("Model", model), control("GPUs", gpus), control("Tensor parallel TP", tp),
       control("Pipeline parallel PP", pp),
       el("div", {}, [el("span", {}, ["Data parallel DP = GPUs / (TP \u00d7 PP) = "]), dpOut]),
-      control("ZeRO stage (over DP)", zero), control("Bytes per parameter", conv), control("GPU", device),
-      control("Activation recomputation", rc), spLabel,
+      control("ZeRO stage (over DP)", zero), control("GPU", device),
+      control("Sequence length", seq, seqNote), control("Micro-batch size", mb), spLabel,
+      wide(control("Bytes per parameter", conv)), wide(control("Activation recomputation", rc)),
     ]);
 
     var message = el("div", { "class": "message", role: "alert", "data-out": "message" });
@@ -236,13 +336,28 @@
       tbody.appendChild(el("tr", {}, [el("th", {}, [el("span", { "class": "swatch", style: "background:" + data.colours[p[2]] }), p[1]]), vals[p[0]]]));
     });
     stack.appendChild(capacity);
+    /* The bar's scale: ticks in GB at a round step, redrawn when the total or the GPU changes. */
+    var axis = el("div", { "class": "bar-axis", "aria-hidden": "true", "data-out": "axis" });
+    var barWrap = el("div", { "class": "bar-wrap" }, [stack, axis]);
+    function drawAxis(scale) {
+      /* The smallest round step (1, 2, 2.5 or 5 times a power of ten) with at most `want` steps. */
+      var width = axis.clientWidth || 600, want = width < 500 ? 5 : 8;
+      var raw = scale / want, mag = Math.pow(10, Math.floor(Math.log10(raw)));
+      var stepGB = [1, 2, 2.5, 5, 10].map(function (k) { return k * mag; }).find(function (x) { return x >= raw; });
+      axis.innerHTML = "";
+      for (var x = 0; x <= scale + 1e-9; x += stepGB) {
+        axis.appendChild(el("span", { "class": "tick", style: "left:" + (100 * x / scale) + "%", "data-gb": x,
+                                      text: Number(x.toPrecision(6)).toLocaleString("en-US") }));
+      }
+      axis.appendChild(el("span", { "class": "unit", text: "GB" }));
+    }
     var total = el("td", { "data-out": "total" });
     var verdict = el("td", { "data-out": "fits" });
     tbody.appendChild(el("tr", {}, [el("th", { text: "total per GPU" }), total]));
     tbody.appendChild(el("tr", {}, [el("th", { text: "fits in the GPU?" }), verdict]));
     var results = el("div", {}, [
       el("div", { "class": "legend" }, [el("span", {}, ["Busiest GPU (pipeline stage 0); the dashed line is the GPU's memory."])]),
-      stack,
+      barWrap,
       el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region", "aria-label": "Table (scrolls sideways)" }, [el("table", {}, [tbody])]),
       convNote,
     ]);
@@ -252,7 +367,9 @@
       var key = g + "," + data.tp[t] + "," + data.pp[p];
       var layout = data.layouts[key];
       var c = data.conventions[Number(conv.value)];
-      convNote.textContent = c.name + ": " + c.description + ".";
+      convNote.textContent = c.label.split(":")[0] + " per parameter: " + c.description + ".";
+      var own = data.models[m].seq_len;
+      seqNote.textContent = data.seq[Number(seq.value)] === own ? "(the model's training length)" : "(trained at " + own.toLocaleString("en-US") + ")";
       if (!layout) {
         dpOut.textContent = "none";
         message.textContent = "TP \u00d7 PP = " + data.tp[t] + " \u00d7 " + data.pp[p] + " = " + (data.tp[t] * data.pp[p]) +
@@ -266,7 +383,7 @@
       results.hidden = false;
       dpOut.textContent = String(layout[1]);
       var st = data.state[m][Number(conv.value)][Number(zero.value)][layout[0]];
-      var a = data.act[m][t][p][Number(rc.value)][sp.checked ? 1 : 0];
+      var a = data.act[m][t][p][Number(rc.value)][sp.checked ? 1 : 0][Number(seq.value)][Number(mb.value)];
       var v = { weights: st[0], grads: st[1], optimizer: st[2], activations: a };
       var sum = v.weights + v.grads + v.optimizer + v.activations;
       var cap = data.devices[Number(device.value)].memory_gb;
@@ -276,6 +393,7 @@
         vals[q[0]].textContent = fmtGB(v[q[0]]);
       });
       capacity.style.left = (100 * cap / scale) + "%";
+      drawAxis(scale);
       total.textContent = fmtGB(sum);
       var fits = sum <= cap;
       verdict.className = fits ? "verdict-ok" : "verdict-no";
@@ -283,7 +401,12 @@
       verdict.setAttribute("data-fits", fits ? "yes" : "no");
       stack.setAttribute("aria-label", "Memory per GPU: " + parts.map(function (q) { return q[1] + " " + fmtGB(v[q[0]]); }).join(", "));
     }
-    [model, gpus, tp, pp, zero, conv, device, rc, sp].forEach(function (x) { x.addEventListener("change", update); });
+    /* A new model starts at its own training length. */
+    model.addEventListener("change", function () {
+      var i = data.seq.indexOf(data.models[Number(model.value)].seq_len);
+      if (i >= 0) seq.value = String(i);
+    });
+    [model, gpus, tp, pp, zero, conv, device, rc, sp, seq, mb].forEach(function (x) { x.addEventListener("change", update); });
     append(root, [controls, message, results]);
     update();
   }
@@ -305,7 +428,8 @@
     var end = el("button", { type: "button", name: "end", text: "whole step" });
     var stepper = control("Time", step, stepOut);
     stepper.className = "wide";
-    var buttons = el("div", { "class": "buttons wide" }, [back, fwd, end]);
+    var play = player(step, function () { showStep(); }, 450);
+    var buttons = el("div", { "class": "buttons wide" }, [play.button, back, fwd, end]);
     var controls = el("div", { "class": "explorer-controls" }, [
       control("Schedule", sched), control("Pipeline stages p", pSel), control("Micro-batches m", mSel),
       stepper,
@@ -410,17 +534,154 @@
       outs.peak0.textContent = String(run.peak0);
       draw();
     }
-    [sched, pSel, mSel].forEach(function (x) { x.addEventListener("change", update); });
+    [sched, pSel, mSel].forEach(function (x) { x.addEventListener("change", function () { play.stop(); update(); }); });
     step.addEventListener("input", showStep);
-    back.addEventListener("click", function () { step.value = String(Math.max(0, Number(step.value) - 1)); showStep(); });
-    fwd.addEventListener("click", function () { step.value = String(Math.min(Number(step.max), Number(step.value) + 1)); showStep(); });
-    end.addEventListener("click", function () { step.value = step.max; showStep(); });
+    back.addEventListener("click", function () { play.stop(); step.value = String(Math.max(0, Number(step.value) - 1)); showStep(); });
+    fwd.addEventListener("click", function () { play.stop(); step.value = String(Math.min(Number(step.max), Number(step.value) + 1)); showStep(); });
+    end.addEventListener("click", function () { play.stop(); step.value = step.max; showStep(); });
     append(root, [controls, message, results]);
     update();
     onWidthChange(chartBox, draw);
   }
 
-  var EXPLORERS = { chinchilla: chinchilla, memory: memoryExplorer, pipeline: pipelineExplorer };
+  /* ------------------------------------------------------------------ */
+  /* Collective stepper: a ring all-reduce, reduce-scatter or all-gather  */
+  /* ------------------------------------------------------------------ */
+  /* Bytes: four significant digits in GB, or in MB below one gigabyte. */
+  function fmtBytes(x) {
+    if (x === 0) return "0 GB";
+    if (Math.abs(x) < 1e9) return (x / 1e6).toPrecision(4) + " MB";
+    return fmtGB(x / 1e9);
+  }
+  function bitCount(m) { var k = 0; while (m) { k += m & 1; m >>= 1; } return k; }
+  /* A colour between white (share 0) and `hex` (share 1), for a cell's fill. */
+  function mix(hex, share) {
+    var c = [1, 3, 5].map(function (i) { return parseInt(hex.slice(i, i + 2), 16); });
+    return "rgb(" + c.map(function (v) { return Math.round(255 + (v - 255) * share); }).join(",") + ")";
+  }
+
+  function collectiveExplorer(root, data) {
+    var d = data.defaults;
+    var kind = select("collective", data.collectives, d.collective);
+    var pSel = select("p", data.p.map(function (x) { return [x, String(x)]; }), d.p);
+    var buf = select("buffer", data.buffers.map(function (b, i) { return [i, b]; }), d.buffer);
+    var step = el("input", { type: "range", name: "step", min: "0", max: "0", step: "1", value: "0",
+                             "aria-label": "step of the collective" });
+    var stepOut = el("span", { "class": "readout", "data-out": "step" });
+    var back = el("button", { type: "button", name: "back", text: "\u25c0 step back" });
+    var fwd = el("button", { type: "button", name: "forward", text: "step forward \u25b6" });
+    var reset = el("button", { type: "button", name: "start", text: "start again" });
+    var stepper = control("Step", step, stepOut);
+    stepper.className = "wide";
+    var play = player(step, function () { show(); }, 900);
+    var controls = el("div", { "class": "explorer-controls" }, [
+      control("Collective", kind), control("GPUs in the ring p", pSel), control("Buffer on each GPU", buf),
+      stepper, el("div", { "class": "buttons wide" }, [play.button, back, fwd, reset]),
+    ]);
+    var phase = el("p", { "class": "phase", "aria-live": "polite", "data-out": "phase" });
+    var gridWrap = el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region", "aria-label": "Chunks on each GPU (scrolls sideways)" });
+    var bytesWrap = el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region", "aria-label": "Bytes sent (scrolls sideways)" });
+    var gridNote = el("p", { "class": "note", "data-out": "grid-note" });
+    var key = "", run = null, cells = [], sendsOut = [], sentOut = [], formulaOut = null;
+
+    function build() {
+      var p = Number(pSel.value);
+      key = kind.value + "," + p;
+      run = data.runs[key];
+      step.max = String(run.steps.length);
+      step.value = "0";
+      var top = el("tr", {}, [el("td", {}), el("th", { scope: "colgroup", colspan: String(p), text: "chunk" }), el("td", {})]);
+      var head = el("tr", {}, [el("th", { scope: "col", text: "GPU" })]);
+      for (var c = 0; c < p; c++) head.appendChild(el("th", { scope: "col", "aria-label": "chunk " + c, text: String(c) }));
+      head.appendChild(el("th", { scope: "col", text: "sends next" }));
+      var body = el("tbody");
+      cells = []; sendsOut = [];
+      for (var r = 0; r < p; r++) {
+        var tr = el("tr", {}, [el("th", { scope: "row", text: "GPU " + r })]);
+        cells.push([]);
+        for (c = 0; c < p; c++) {
+          var td = el("td", { "class": "chunk", "data-gpu": r, "data-chunk": c });
+          cells[r].push(td);
+          tr.appendChild(td);
+        }
+        sendsOut.push(el("td", { "data-out": "sends", "data-gpu": r }));
+        tr.appendChild(sendsOut[r]);
+        body.appendChild(tr);
+      }
+      var what = kind.value === "all-gather" ? "\u2713: the GPU has that chunk (a shard of the gathered buffer)." :
+        "k/" + p + ": the chunk holds the sum of k GPUs' values; " + p + "/" + p + " is the finished sum.";
+      gridNote.textContent = "Each GPU's buffer, cut into " + p + " chunks. " + what +
+        " A framed cell has just arrived from the GPU before it in the ring; the last column is the chunk each GPU sends in the next step.";
+      gridWrap.innerHTML = "";
+      gridWrap.appendChild(el("table", { "class": "explorer-ring" }, [
+        el("caption", { "class": "visually-hidden", text: "Chunks on each GPU" }),
+        el("thead", {}, [top, head]), body]));
+      var bbody = el("tbody");
+      sentOut = [];
+      for (r = 0; r < p; r++) {
+        sentOut.push(el("td", { "data-out": "sent", "data-gpu": r }));
+        bbody.appendChild(el("tr", {}, [el("th", { scope: "row", text: "GPU " + r + " \u2192 GPU " + ((r + 1) % p) }), sentOut[r]]));
+      }
+      formulaOut = el("td", { "data-out": "formula" });
+      var factor = kind.value === "all-reduce" ? "2(p\u22121)/p" : "(p\u22121)/p";
+      bbody.appendChild(el("tr", { "class": "formula" }, [el("th", { scope: "row", text: "ring formula for the whole collective, " + factor + " \u00d7 buffer" }), formulaOut]));
+      bytesWrap.innerHTML = "";
+      bytesWrap.appendChild(el("table", {}, [el("caption", { text: "Bytes each GPU has sent so far." }), bbody]));
+      show();
+    }
+    function show() {
+      var p = Number(pSel.value), s = Number(step.value), n = run.steps.length, full = (1 << p) - 1;
+      var st = s > 0 ? run.steps[s - 1] : null, masks = st ? st.mask : run.start;
+      var gather = kind.value === "all-gather";
+      for (var r = 0; r < p; r++) {
+        for (var c = 0; c < p; c++) {
+          var m = masks[r][c], k = bitCount(m), td = cells[r][c];
+          td.setAttribute("data-mask", m);
+          td.textContent = gather ? (m ? "\u2713" : "\u2013") : k + "/" + p;
+          var done = m === full;
+          td.style.background = done ? data.colours.chunk : m ? mix(data.colours.chunk, 0.1 + 0.4 * k / p) : "#ffffff";
+          td.style.color = done ? "#ffffff" : m ? "#000000" : "#555555";
+          td.style.fontWeight = done ? "700" : "400";
+          var from = (r - 1 + p) % p;
+          td.classList.toggle("recv", !!st && st.sends[from] === c);
+          var names = [];
+          for (var j = 0; j < p; j++) if (m & (1 << j)) names.push(j);
+          td.title = gather ? (m ? "has chunk " + c : "chunk " + c + " not here yet") :
+            "chunk " + c + ": the sum of GPU " + names.join(", ");
+        }
+        var next = s < n ? run.steps[s] : null;
+        sendsOut[r].textContent = next ? "chunk " + next.sends[r] : "\u2013";
+        sendsOut[r].title = next ? "to GPU " + ((r + 1) % p) : "";
+        sentOut[r].textContent = fmtBytes(s > 0 ? run.sent[Number(buf.value)][s - 1][r] : 0);
+      }
+      formulaOut.textContent = fmtBytes(run.formula[Number(buf.value)]);
+      stepOut.textContent = s + " of " + n;
+      var label = st ? st.phase : null;
+      if (s === 0) {
+        phase.textContent = gather ? "Start: each GPU holds one chunk, its shard; the table shows what each step will send." :
+          "Start: each GPU holds its own values in every chunk; the last column shows what step 1 will send.";
+      } else if (s === n) {
+        phase.textContent = "Done after " + n + " steps: " + (kind.value === "reduce-scatter" ?
+          "each GPU holds one finished chunk of the sum." : "every GPU holds every chunk" +
+          (gather ? "." : " of the sum."));
+      } else {
+        phase.textContent = "Step " + s + " (" + label + "): every GPU sent one chunk to the next GPU, which " +
+          (label === "reduce-scatter" ? "added it to its own copy." : "kept it as its copy.");
+      }
+    }
+    kind.addEventListener("change", function () { play.stop(); build(); });
+    pSel.addEventListener("change", function () { play.stop(); build(); });
+    buf.addEventListener("change", show);
+    step.addEventListener("input", show);
+    back.addEventListener("click", function () { play.stop(); step.value = String(Math.max(0, Number(step.value) - 1)); show(); });
+    fwd.addEventListener("click", function () { play.stop(); step.value = String(Math.min(Number(step.max), Number(step.value) + 1)); show(); });
+    reset.addEventListener("click", function () { play.stop(); step.value = "0"; show(); });
+    append(root, [controls, phase, gridNote, gridWrap, bytesWrap]);
+    build();
+  }
+
+  var EXPLORERS = { chinchilla: chinchilla, memory: memoryExplorer, pipeline: pipelineExplorer,
+                    collectives: collectiveExplorer };
 
   function init() {
     var roots = document.querySelectorAll(".explorer[data-explorer]");
