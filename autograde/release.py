@@ -40,12 +40,33 @@ BUNDLE = Path(__file__).with_name("bundle")
 REFERENCE = ROOT / "tests" / "redteam" / "reference_submission.py"
 EXERCISES_MASTER = "chapters/09-exercises.md"
 
-#: Never in the student release (prefixes of repository paths).
+#: Never in the student release (prefixes of repository paths): the project's tests and
+#: benchmarks, the instructor's material and tools (``tools/mutation.py`` quotes reference
+#: lines of the graded functions), the book's build (its Sphinx extensions and site assets,
+#: the development requirements and configuration), and the masters that ship as student
+#: versions. The release writes its own README and requirements.
 STUDENT_EXCLUDED = (
     "tests/", "benchmarks/", ".ci/", ".github/", "book/instructors.md", "Makefile",
     "autograde/release.py", "autograde/gradescope.py", "autograde/bundle/",
-    "tools/student_notebook.py", "chapters/09-exercises.", "README.md",
+    "autograde/similarity.py",  # the class report's copy check (copydetect)
+    "tools/", "book/_ext/", "book/_static/", "pyproject.toml", "environment.yml",
+    "requirements.in", "requirements.txt",
+    "chapters/09-exercises.", "README.md",
 ) + tuple(master[: -len(".md")] + "." for _, master in ASSIGNMENTS.values())
+
+#: What the release's notebooks and modules import (tests/test_release_kit.py parses them and
+#: checks this list covers every import), plus JupyterLab to open them: distribution names,
+#: pinned to the course's own requirements.txt. No build or test package.
+STUDENT_PACKAGES = (
+    "torch", "numpy", "scipy", "threadpoolctl", "matplotlib", "matplotlib-inline", "cycler",
+    "ipython", "ipykernel", "jupytext",
+)
+#: JupyterLab is not part of the course's development environment: its pin lives here.
+JUPYTERLAB = "jupyterlab==4.6.6"
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+#: The book's glue (myst-nb) only fills the book's prose; the release's chapters use the
+#: course's own stand-in, which computes the values and shows nothing (labs/notebook.py).
+GLUE_IMPORT = ("from myst_nb import glue", "from labs.notebook import glue")
 #: The graded functions of ``solutions/`` (and helpers that exist only for them), which the
 #: student release ships as stubs: file -> {function: exercise number}.
 STUBBED = {
@@ -71,13 +92,29 @@ write code raises `NotImplementedError` until you replace it.
 
 ## Setting up
 
-Python 3.11 to 3.13, then, from this folder:
+Python 3.11 to 3.13. From this folder, in a virtual environment:
 
-    pip install -r requirements.txt
+```sh
+python3 -m venv .venv && . .venv/bin/activate        # Windows: py -m venv .venv, then .venv\\Scripts\\activate
+pip install {torch_pin} --index-url {cpu_index}    # torch's CPU build (see below)
+pip install -r requirements.txt
+jupyter lab
+```
+
+`jupyter lab` opens JupyterLab in your browser, in this folder: open
+`chapters/09-exercises.ipynb` from its file browser.
+
+The second line installs torch's CPU-only build (about 0.2 GB to download). Without it, pip on
+Linux takes PyPI's torch with its CUDA libraries (several GB): skip that line only on a machine
+with an NVIDIA GPU on which you want the labs to use NCCL. The labs run on CPU processes either
+way. `requirements.txt` holds only what the notebooks import and JupyterLab.
+
+On Colab or Kaggle, or with a notebook downloaded on its own, you need none of this: the
+notebook's first cell fetches this kit next to it and installs only what is missing.
 
 ## Working on the exercises
 
-- Open `chapters/09-exercises.ipynb` in Jupyter and work top to bottom. Hints come first;
+- Open `chapters/09-exercises.ipynb` in JupyterLab and work top to bottom. Hints come first;
   run each exercise's check cell as you go. It runs the public tests in the same sandbox as
   the grader (only numpy and the Python standard library can be imported, with a time limit
   per test) and explains what is wrong. The grader adds hidden tests with random inputs
@@ -144,15 +181,52 @@ def stub_functions(source: str, functions: dict, where: str) -> str:
         body = node.body
         has_doc = (isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
                    and isinstance(body[0].value.value, str))
-        start = (body[1].lineno - 1) if has_doc and len(body) > 1 else \
-            (body[0].end_lineno if has_doc else body[0].lineno - 1)
+        start = body[0].lineno - 1
         indent = " " * body[0].col_offset
         number = functions[node.name]
-        lines[start:node.end_lineno] = [
+        # Only the docstring's first paragraph: the rest may spell the answer out as code.
+        summary = first_paragraph(body[0].value.value) if has_doc else ""
+        lines[start:node.end_lineno] = ([f'{indent}"""{summary}"""\n'] if summary else []) + [
             f'{indent}raise NotImplementedError(\n'
             f'{indent}    "`{node.name}` is Exercise {number}: write it in chapters/09-exercises.ipynb. "\n'
             f'{indent}    "The course\'s reference solution is not part of the student release.")\n']
     return "".join(lines)
+
+
+def first_paragraph(docstring: str) -> str:
+    """A docstring's first paragraph, on one line (no quotes or backslashes to escape)."""
+    text = " ".join(docstring.strip().split("\n\n", 1)[0].split())
+    text = text.replace("\\", "").replace('"""', "'")
+    return text[:-1] + "." if text.endswith(":") else text
+
+
+def brief_module_docstring(source: str, where: str) -> str:
+    """``source`` with its module docstring cut to the first paragraph: the grading modules'
+    docstrings state each exercise's answer, as code for Exercise 4."""
+    tree = ast.parse(source)
+    first = tree.body[0] if tree.body else None
+    if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)):
+        return source
+    lines = source.splitlines(keepends=True)
+    summary = first_paragraph(first.value.value)
+    lines[first.lineno - 1:first.end_lineno] = [f'"""{summary} (Public checks of the student release.)"""\n']
+    return "".join(lines)
+
+
+def student_requirements(pins: Path = ROOT / "requirements.txt") -> list:
+    """``name==version`` for STUDENT_PACKAGES (torch first) from the course's pins, then
+    JupyterLab's pin. Raises ValueError naming a package the pins lack."""
+    pinned = {}
+    for line in pins.read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            name = line.split("==", 1)[0].strip().lower().replace("_", "-")
+            pinned[name] = line.split(";", 1)[0].strip()
+    missing = [name for name in STUDENT_PACKAGES if name not in pinned]
+    if missing:
+        raise ValueError(f"{pins.name}: no pin for {', '.join(missing)} (the student release needs them)")
+    return [pinned[name] for name in STUDENT_PACKAGES] + [JUPYTERLAB]
 
 
 def hidden_and_total_points() -> tuple[float, float]:
@@ -186,11 +260,22 @@ def build_student(out: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         source = (ROOT / rel).read_text(encoding="utf-8")
         if rel.endswith(".py"):
-            source = without_hidden_checks(source)
+            source = brief_module_docstring(without_hidden_checks(source), rel)
         target.write_text(source, encoding="utf-8")
     hidden, total = hidden_and_total_points()
-    (out / "README.md").write_text(STUDENT_README.format(hidden_points=f"{hidden:g}",
-                                                         total_points=f"{total:g}"), encoding="utf-8")
+    requirements = student_requirements()
+    (out / "README.md").write_text(STUDENT_README.format(
+        hidden_points=f"{hidden:g}", total_points=f"{total:g}", cpu_index=TORCH_CPU_INDEX,
+        torch_pin=next(r for r in requirements if r.startswith("torch=="))), encoding="utf-8")
+    (out / "requirements.txt").write_text(
+        "# The student's kit: what its notebooks import, and JupyterLab (README.md).\n"
+        "# For torch's CPU build (no NVIDIA GPU needed; a far smaller download), first run\n"
+        f"#   pip install {requirements[0]} --index-url {TORCH_CPU_INDEX}\n"
+        + "".join(line + "\n" for line in requirements), encoding="utf-8")
+    for notebook in sorted(out.glob("chapters/*.md")) + sorted(out.glob("chapters/*.ipynb")):
+        text = notebook.read_text(encoding="utf-8")
+        if GLUE_IMPORT[0] in text:
+            notebook.write_text(text.replace(*GLUE_IMPORT), encoding="utf-8")
     subprocess.run([sys.executable, str(ROOT / "tools" / "student_notebook.py"),
                     str(ROOT / EXERCISES_MASTER), "--out", str(out / "chapters")],
                    check=True, capture_output=True, cwd=ROOT)

@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import venv
 from pathlib import Path
 
@@ -164,3 +165,188 @@ def test_alone_on_a_bare_python_the_setup_cell_passes_its_clone_step(kit, remote
     assert done.returncode != 0
     assert "No matching distribution found for numpy" in done.stderr, done.stderr[-2000:]
     assert "CalledProcessError" in done.stderr and "'matplotlib']" in done.stderr
+
+
+# ----------------------------------------------------------------------------- requirements
+
+#: Packages of the book's build and of the project's tests: never in the kit's requirements.
+BUILD_AND_TEST = re.compile(r"^(jupyter-book|sphinx.*|myst-.*|pytest.*|nbval|hypothesis|playwright|"
+                            r"coverage|django-static-mathjax|copydetect|nbclient|ruff|mypy)$")
+
+
+def _requirement_names(path: Path) -> set[str]:
+    names = set()
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line and not line.startswith("-"):
+            names.add(re.split(r"[=<>!~;\[ ]", line, maxsplit=1)[0].lower().replace("_", "-"))
+    return names
+
+
+def _optional(node: ast.AST, parents: dict) -> bool:
+    """An import inside ``try: ... except ImportError`` (or ModuleNotFoundError)."""
+    while node in parents:
+        parent = parents[node]
+        if isinstance(parent, ast.Try) and node in parent.body:
+            caught = {ast.unparse(h.type) for h in parent.handlers if h.type is not None}
+            if caught & {"ImportError", "ModuleNotFoundError", "(ImportError, ModuleNotFoundError)"}:
+                return True
+        node = parent
+    return False
+
+
+def _imports(source: str) -> set[str]:
+    """Top-level module names a source imports, optional imports left out."""
+    lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
+    tree = ast.parse("\n".join(lines))
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        if not _optional(node, parents):
+            found |= {n.split(".")[0] for n in names}
+    return found
+
+
+def _kit_imports(kit: Path) -> dict[str, set[str]]:
+    """Third-party module -> the kit's files importing it (its .py files and the code cells
+    of its notebooks; the standard library and the kit's own modules left out)."""
+    own = {p.stem for p in kit.iterdir() if p.is_dir() or p.suffix == ".py"}
+    found: dict[str, set[str]] = {}
+    sources = [(p, p.read_text()) for p in kit.rglob("*.py")]
+    sources += [(p, c) for p in kit.rglob("*.ipynb") for c in _code_cells(p)]
+    for path, source in sources:
+        siblings = {q.stem for q in path.parent.iterdir()}  # e.g. autograde/worker.py: confined
+        for name in _imports(source) - own - siblings - set(sys.stdlib_module_names) - {"__future__"}:
+            found.setdefault(name, set()).add(path.relative_to(kit).as_posix())
+    return found
+
+
+def test_the_import_parser_finds_imports_and_leaves_out_optional_ones():
+    source = textwrap.dedent("""
+        import numpy as np, os.path
+        from matplotlib import pyplot
+        %matplotlib inline
+        def f():
+            from scipy.optimize import minimize
+        try:
+            from myst_nb import glue
+        except ImportError:
+            glue = None
+        from . import sibling
+    """)
+    assert _imports(source) == {"numpy", "os", "matplotlib", "scipy"}
+
+
+def test_the_kit_requirements_cover_its_imports_and_hold_no_build_or_test_package(kit):
+    import importlib.metadata
+
+    names = _requirement_names(kit / "requirements.txt")
+    assert "jupyterlab" in names
+    forbidden = sorted(n for n in names if BUILD_AND_TEST.match(n))
+    assert not forbidden, f"build or test packages in the kit's requirements: {forbidden}"
+    distributions = importlib.metadata.packages_distributions()
+    imports = _kit_imports(kit)
+    assert {"numpy", "torch", "matplotlib"} <= set(imports), imports  # the parser sees them
+    uncovered = {}
+    for module, files in sorted(imports.items()):
+        provided_by = {d.lower().replace("_", "-") for d in distributions.get(module, [])}
+        if not provided_by & names:
+            uncovered[module] = (sorted(provided_by), sorted(files)[:3])
+    assert not uncovered, f"imported by the kit, not in its requirements.txt: {uncovered}"
+    pins = {line.split("==")[0]: line for line in (ROOT / "requirements.txt").read_text().split()
+            if "==" in line}
+    for line in (kit / "requirements.txt").read_text().split("\n"):
+        if "==" in line and not line.startswith("#") and not line.startswith("jupyterlab=="):
+            assert pins.get(line.split("==")[0]) == line, f"{line}: not the course's pin"
+
+
+def test_the_kit_readme_says_how_to_get_torch_s_cpu_build_and_start_jupyterlab(kit):
+    readme = (kit / "README.md").read_text()
+    torch = next(line for line in (kit / "requirements.txt").read_text().splitlines()
+                 if line.startswith("torch=="))
+    assert f"pip install {torch} --index-url https://download.pytorch.org/whl/cpu" in readme
+    assert "pip install -r requirements.txt" in readme and "\njupyter lab\n" in readme
+    assert "myst_nb" not in "".join(p.read_text() for p in (kit / "chapters").glob("*.md"))
+
+
+# ----------------------------------------------------------------------------- no reference
+
+def _reference_lines() -> dict[str, str]:
+    """Each non-trivial line of the reference solutions' graded code -> where it comes from:
+    the master notebook's solution regions, the graded functions of solutions/, the reference
+    submission and the grader's independent implementation (function bodies, docstrings left
+    out). Trivial: comments, lines under 16 characters (``return total``, ``else:``), lines with
+    neither arithmetic nor a call (``if strategy == "dp":``), and lines the course states in public anyway: the exercises page outside its solution regions (the
+    templates and their text) and solutions/ outside the graded functions (argument checks
+    such as ``n = positive_integer("num_gpus", num_gpus)``)."""
+    import jupytext
+
+    from tools.student_notebook import BEGIN, END
+
+    lines: dict[str, str] = {}
+    public: set[str] = set()
+
+    def keep(text: str, where: str):
+        for line in text.splitlines():
+            line = line.strip()
+            if len(line) >= 16 and not line.startswith("#") and re.search(r"[*/+-]|\w\(", line):
+                lines.setdefault(line, where)
+
+    region = re.compile(rf"{BEGIN}\n(.*?)\n[ \t]*{END}", re.S)
+    for cell in jupytext.read(ROOT / "chapters" / "09-exercises.md").cells:
+        for solution in region.findall(cell.source):
+            keep(solution, "chapters/09-exercises.md")
+        public |= {line.strip() for line in region.sub("", cell.source).splitlines()}
+    graded = {"chinchilla_loss", "compute_optimal", "memory_per_gpu", "communication_time_per_step"}
+    sources = {rel: set(functions) for rel, functions in release.STUBBED.items()}
+    sources["tests/redteam/reference_submission.py"] = graded
+    sources["tests/grading/independent.py"] = graded
+    for rel, functions in sources.items():
+        source = (ROOT / rel).read_text()
+        rows = set()
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.FunctionDef) and node.name in functions:
+                body = node.body[1:] if isinstance(node.body[0], ast.Expr) else node.body
+                mine = range(body[0].lineno - 1, node.end_lineno)
+                rows |= set(mine)
+                keep("\n".join(source.splitlines()[i] for i in mine), f"{rel}:{node.name}")
+        if rel.startswith("solutions/"):
+            public |= {line.strip() for i, line in enumerate(source.splitlines()) if i not in rows}
+    for path in (ROOT / "solutions").glob("*.py"):
+        if f"solutions/{path.name}" not in release.STUBBED:
+            public |= {line.strip() for line in path.read_text().splitlines()}
+    return {line: where for line, where in lines.items() if line not in public}
+
+
+def test_the_reference_lines_are_found():
+    lines = _reference_lines()
+    origins = {where.split(":")[0] for where in lines.values()}
+    assert {"chapters/09-exercises.md", "tests/redteam/reference_submission.py",
+            "tests/grading/independent.py", "solutions/memory.py"} <= origins
+    assert len(lines) >= 40
+
+
+def test_no_file_of_the_kit_holds_a_line_of_a_reference_solution(kit):
+    """tools/mutation.py (which quotes the graded functions' lines, as strings, to mutate
+    them) and every other file that would hold such a line stay out of the kit."""
+    assert not (kit / "tools").exists()
+    reference = _reference_lines()
+    leaks = []
+    for path in kit.rglob("*"):
+        if not path.is_file() or ".git" in path.parts or "__pycache__" in path.parts:
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        if path.suffix == ".ipynb":
+            text = "\n".join(_code_cells(path))
+        for line in (line for line in reference if line in text):  # also inside a string
+            leaks.append(f"{path.relative_to(kit)}: {line!r} (from {reference[line]})")
+    assert not leaks, "\n".join(sorted(leaks))
