@@ -26,6 +26,7 @@ import ast
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -74,6 +75,30 @@ STUBBED = {
     "solutions/memory.py": {"memory_per_gpu": 3},
     "solutions/communication.py": {"communication_time_per_step": 4},
 }
+#: Library routes to a graded answer that the chapters need for other inputs: in the release
+#: each refuses the exercise's own inputs (file -> {function: (argument, exercise)}), with a
+#: helper appended to the file that tells them (GUARD_HELPERS).
+GUARDED = {
+    "solutions/scaling.py": {"parametric_loss": ("constants", 1)},
+}
+GUARD_HELPERS = {
+    "solutions/scaling.py": '''
+
+def _exercise_constants(constants) -> bool:
+    """The student release: whether ``constants`` are Exercise 1's (to 0.05%, which still
+    tells them from Hoffmann et al.'s 406.4 and 410.7)."""
+    fields = ("E", "A", "B", "alpha", "beta")
+    try:
+        return all(abs(getattr(constants, f) / getattr(EXERCISE, f) - 1) < 5e-4 for f in fields)
+    except (AttributeError, TypeError, ZeroDivisionError):
+        return False
+''',
+}
+#: Calls that raise in the release: a chapter's cell that makes one is tagged
+#: ``raises-exception``, so that "Run all" goes on past it (its stored output stays readable).
+RAISING_CALL = re.compile(r"\b(chinchilla_loss|compute_optimal|compute_optimal_sweep|memory_per_gpu|"
+                          r"communication_time_per_step)\s*\(|\bparametric_loss\([^)]*\bEXERCISE\)")
+
 #: Gradescope needs only what grading imports: numpy, and jupytext for .md submissions.
 GRADESCOPE_PACKAGES = ("numpy", "jupytext")
 
@@ -193,6 +218,49 @@ def stub_functions(source: str, functions: dict, where: str) -> str:
     return "".join(lines)
 
 
+def guard_functions(source: str, functions: dict, where: str) -> str:
+    """``source`` with each function of ``functions`` (name -> (argument, exercise)) refusing,
+    right after its docstring, the exercise's inputs (``_exercise_<argument>`` tells them)."""
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    found = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in functions}
+    if set(functions) - set(found):
+        raise ValueError(f"{where}: no top-level function {sorted(set(functions) - set(found))} to guard")
+    for name, node in sorted(found.items(), key=lambda item: item[1].lineno, reverse=True):
+        argument, number = functions[name]
+        body = node.body
+        has_doc = isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant)
+        at = body[0].end_lineno if has_doc else body[0].lineno - 1
+        indent = " " * body[0].col_offset
+        lines[at:at] = [
+            f"{indent}if _exercise_{argument}({argument}):\n",
+            f"{indent}    raise NotImplementedError(\n",
+            f'{indent}        "`{name}` with the exercise\'s {argument} is Exercise {number}: write it in "\n',
+            f'{indent}        "chapters/09-exercises.ipynb. The student release computes it for other {argument} only.")\n']
+    return "".join(lines)
+
+
+def tag_raising_cells(notebook: Path) -> int:
+    """Tag ``raises-exception`` the code cells of a shipped chapter that call a stubbed or
+    guarded route; write the notebook and its MyST twin; return how many were tagged."""
+    import jupytext
+    import nbformat
+
+    nb = nbformat.read(notebook, as_version=4)
+    tagged = 0
+    for cell in nb.cells:
+        code = re.sub(r"#[^\n]*", "", cell.source)  # comments may name a stub
+        if cell.cell_type == "code" and RAISING_CALL.search(code):
+            tags = cell.metadata.setdefault("tags", [])
+            if "raises-exception" not in tags:
+                tags.append("raises-exception")
+                tagged += 1
+    if tagged:
+        nbformat.write(nb, notebook)
+        jupytext.write(nb, notebook.with_suffix(".md"), fmt="md:myst")
+    return tagged
+
+
 def first_paragraph(docstring: str) -> str:
     """A docstring's first paragraph, on one line (no quotes or backslashes to escape)."""
     text = " ".join(docstring.strip().split("\n\n", 1)[0].split())
@@ -253,8 +321,10 @@ def build_student(out: Path) -> None:
         shutil.copy2(ROOT / rel, target)
     for rel, functions in STUBBED.items():
         target = out / rel
-        target.write_text(stub_functions((ROOT / rel).read_text(encoding="utf-8"), functions, rel),
-                          encoding="utf-8")
+        source = stub_functions((ROOT / rel).read_text(encoding="utf-8"), functions, rel)
+        if rel in GUARDED:
+            source = guard_functions(source, GUARDED[rel], rel) + GUARD_HELPERS[rel]
+        target.write_text(source, encoding="utf-8")
     for rel in sorted(keep_grading):  # also those not committed yet (e.g. regenerated JSON)
         target = out / rel
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -276,6 +346,9 @@ def build_student(out: Path) -> None:
         text = notebook.read_text(encoding="utf-8")
         if GLUE_IMPORT[0] in text:
             notebook.write_text(text.replace(*GLUE_IMPORT), encoding="utf-8")
+    for notebook in sorted(out.glob("chapters/*.ipynb")):
+        if notebook.name != Path(EXERCISES_MASTER).with_suffix(".ipynb").name:
+            tag_raising_cells(notebook)
     subprocess.run([sys.executable, str(ROOT / "tools" / "student_notebook.py"),
                     str(ROOT / EXERCISES_MASTER), "--out", str(out / "chapters")],
                    check=True, capture_output=True, cwd=ROOT)

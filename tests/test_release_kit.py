@@ -350,3 +350,64 @@ def test_no_file_of_the_kit_holds_a_line_of_a_reference_solution(kit):
         for line in (line for line in reference if line in text):  # also inside a string
             leaks.append(f"{path.relative_to(kit)}: {line!r} (from {reference[line]})")
     assert not leaks, "\n".join(sorted(leaks))
+
+
+# ----------------------------------------------------------------------------- no route
+
+ROUTES = r"""
+import json, os, sys
+kit, course = sys.argv[1:3]
+sys.path[:] = [kit] + [p for p in sys.path if os.path.realpath(p or ".") != course]
+from solutions import communication, memory, scaling
+from tests.grading import grade_callable, load_checks
+from tests.grading.report import score
+assert scaling.__file__.startswith(kit)
+X = scaling.EXERCISE
+mine = scaling.ChinchillaConstants(1.69, 406.0, 410.0, 0.34, 0.28, "mine", "x")
+ROUTES = {  # a student's attempts to answer an exercise with the released library
+    "ex1 parametric_loss(EXERCISE)": ("chinchilla_loss", lambda N, D: scaling.parametric_loss(N, D, X)),
+    "ex1 parametric_loss(own constants)": ("chinchilla_loss", lambda N, D: scaling.parametric_loss(N, D, mine)),
+    "ex2 compute_optimal_sweep(EXERCISE)": ("compute_optimal", lambda C, ratios=None: scaling.compute_optimal_sweep(C, X, ratios)),
+    "ex2 compute_optimal_closed_form(EXERCISE)": ("compute_optimal", lambda C, ratios=None: scaling.compute_optimal_closed_form(C, X)),
+    "ex3 memory_breakdown": ("memory_per_gpu", lambda P, s, n: sum(memory.memory_breakdown(P, s, n).values())),
+    "ex4 communication_breakdown": ("communication_time_per_step", lambda P, dp, tp, L, s, b, h, bw:
+        communication.communication_breakdown(P, dp, tp, 1, L, s, b, 1, h, intra_node_bw=bw * 1e12,
+                                              inter_node_bw=bw * 1e12)["total"]["seconds"]),
+}
+checks = load_checks(include_hidden=False)
+out = {}
+for name, (function, route) in ROUTES.items():
+    results = grade_callable(lambda _, route=route: route, [c for c in checks if c.function == function])
+    out[name] = score(results)
+out["other constants"] = scaling.parametric_loss(70e9, 1.4e12, scaling.HOFFMANN_ROUNDED)
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def routes(kit):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", ROUTES, str(kit), str(ROOT)], capture_output=True,
+                          text=True, env=env, cwd=kit, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("route", ["ex1 parametric_loss(EXERCISE)", "ex1 parametric_loss(own constants)",
+                                   "ex2 compute_optimal_sweep(EXERCISE)",
+                                   "ex2 compute_optimal_closed_form(EXERCISE)", "ex4 communication_breakdown"])
+def test_the_released_library_answers_no_exercise(routes, route):
+    earned, possible = routes[route]
+    assert possible > 0 and earned == 0, (route, earned, possible)
+
+
+@pytest.mark.xfail(strict=True, reason="Exercise 3's answer is what chapters 1, 4 and 7 draw with "
+                   "memory_breakdown (12 bytes per parameter, split n ways): not stubbed in the release")
+def test_the_released_library_does_not_answer_exercise_3(routes):
+    earned, possible = routes["ex3 memory_breakdown"]
+    assert earned == 0, (earned, possible)
+
+
+def test_the_guard_leaves_the_library_s_other_constants_alone(routes):
+    # Hoffmann et al.'s rounded fit at Chinchilla's 70B parameters and 1.4T tokens: 1.937
+    assert routes["other constants"] == pytest.approx(1.69 + 406.4 / 70e9**0.34 + 410.7 / 1.4e12**0.28, rel=1e-12)
