@@ -248,13 +248,26 @@ def tag_raising_cells(notebook: Path) -> int:
 
     nb = nbformat.read(notebook, as_version=4)
     tagged = 0
+    lost: set = set()  # names that only a raising cell defines: later cells using them raise too
     for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
         code = re.sub(r"#[^\n]*", "", cell.source)  # comments may name a stub
-        if cell.cell_type == "code" and RAISING_CALL.search(code):
+        try:
+            tree = ast.parse("\n".join(l for l in cell.source.splitlines()
+                                       if not l.lstrip().startswith(("%", "!"))))
+        except SyntaxError:
+            continue
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        stored = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        if RAISING_CALL.search(code) or used & lost:
+            lost |= stored
             tags = cell.metadata.setdefault("tags", [])
             if "raises-exception" not in tags:
                 tags.append("raises-exception")
                 tagged += 1
+        else:
+            lost -= stored
     if tagged:
         nbformat.write(nb, notebook)
         jupytext.write(nb, notebook.with_suffix(".md"), fmt="md:myst")
