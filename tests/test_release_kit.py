@@ -411,3 +411,12 @@ def test_the_released_library_does_not_answer_exercise_3(routes):
 def test_the_guard_leaves_the_library_s_other_constants_alone(routes):
     # Hoffmann et al.'s rounded fit at Chinchilla's 70B parameters and 1.4T tokens: 1.937
     assert routes["other constants"] == pytest.approx(1.69 + 406.4 / 70e9**0.34 + 410.7 / 1.4e12**0.28, rel=1e-12)
+
+
+def test_the_grader_leaves_the_setup_cell_out(kit):
+    """The setup cell is course plumbing: graded in the sandbox (no git, no coursefig) it
+    would only add notes telling the student to remove the course's import."""
+    from autograde.submission import read_submission
+
+    submission = read_submission(kit / NOTEBOOK)
+    assert not [u for u in submission.units if "COURSE_URL" in u.source or "coursefig" in u.source]
