@@ -137,9 +137,10 @@ def test_alone_on_a_platform_python_the_setup_cell_clones_the_release_and_the_no
         assert title in done.stdout, done.stdout
     # A restarted kernel: the clone is found, the network is not needed.
     offline = _hermetic_env(tmp_path, MPLBACKEND="Agg")
-    again = subprocess.run([str(python), "-c", script], cwd=notebook.parent, env=offline,
-                           capture_output=True, text=True, timeout=120)
-    assert again.returncode == 0 and again.stdout == done.stdout, again.stderr[-2000:]
+    again = subprocess.run([str(python), "-c", cells[0] + "\nprint(coursefig.__file__)"],
+                           cwd=notebook.parent, env=offline, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert Path(again.stdout.strip()).resolve().is_relative_to(clone.resolve())
 
 
 def test_alone_on_a_bare_python_the_setup_cell_passes_its_clone_step(kit, remote, tmp_path):
