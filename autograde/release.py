@@ -4,12 +4,14 @@
     python -m autograde.release gradescope --out _build/gradescope
 
 ``student`` writes a student's kit: the course (its git-tracked files) with its own README
-and no Makefile, without the hidden checks, the red-team suite, the project's own tests and
-the instructor's tools, with the exercises notebook replaced by its student version
-(``tools/student_notebook.py``), and with ``solutions/`` in which the four graded exercise
-functions (and the sweep that exists only for Exercise 2) are stubs raising
-``NotImplementedError`` that point at the exercise: the chapters and labs import
-``solutions/``, so it ships, but not the answers. It then checks, with the course folder
+and requirements (what its notebooks import, plus JupyterLab) and no Makefile, without the
+hidden checks, the red-team suite, the project's own tests, ``tools/`` and the book's build,
+with the exercises notebook replaced by its student version (``tools/student_notebook.py``),
+and with ``solutions/`` in which the four graded exercise functions (and the sweep that
+exists only for Exercise 2) are stubs raising ``NotImplementedError`` that point at the
+exercise, and ``parametric_loss`` refuses Exercise 1's constants: the chapters and labs
+import ``solutions/``, so it ships, but not the answers (chapter cells that need one are
+tagged ``raises-exception``). It then checks, with the course folder
 removed from ``sys.path``, that the release's self-check and grader run on the public tests:
 a correct submission earns every public point, and the unsolved notebook earns zero with a
 message per exercise.
@@ -159,9 +161,10 @@ python -m autograde chapters/09-exercises.ipynb --json my-report.json
 Every chapter and lab runs from here: they import the course's package `solutions/`. In this
 kit its four graded functions (`chinchilla_loss`, `compute_optimal`, `memory_per_gpu`,
 `communication_time_per_step`) are stubs that raise `NotImplementedError` naming the
-exercise. The chapters use the library's own functions, except *The Chinchilla correction*,
-whose grid-search figures are Exercise 2's results: its cells that call `compute_optimal`
-stop there until you have written it (the book's outputs are kept for reading).
+exercise, and `parametric_loss` refuses Exercise 1's constants. The chapters use the
+library's own functions, except *The Chinchilla correction*, whose grid-search figures are
+Exercise 2's results: its cells that need them raise instead (they are tagged so that "Run
+all" goes on past them, and the book's outputs are kept for reading).
 """
 
 
