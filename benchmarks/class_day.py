@@ -62,7 +62,7 @@ RENAMES = {"E": "E_INF", "A": "COEF_N", "B": "COEF_D", "ALPHA": "exp_n", "BETA":
            "loss": "values", "dp_volume": "grad_traffic", "tp_volume": "act_traffic",
            "helper": "util", "math": "m"}
 COPY_COMMENTS = ("# done", "# checked against the notes", "# see lecture", "# works", "# ok")
-COPY_RATE = 0.05  # share of students who send a renamed copy
+COPY_RATE = 0.065  # share of students who send a renamed copy (about 15 of 300)
 
 
 def _own_checks(rng: random.Random) -> str:
