@@ -4,12 +4,14 @@
     python -m autograde.release gradescope --out _build/gradescope
 
 ``student`` writes a student's kit: the course (its git-tracked files) with its own README
-and no Makefile, without the hidden checks, the red-team suite, the project's own tests and
-the instructor's tools, with the exercises notebook replaced by its student version
-(``tools/student_notebook.py``), and with ``solutions/`` in which the four graded exercise
-functions (and the sweep that exists only for Exercise 2) are stubs raising
-``NotImplementedError`` that point at the exercise: the chapters and labs import
-``solutions/``, so it ships, but not the answers. It then checks, with the course folder
+and requirements (what its notebooks import, plus JupyterLab) and no Makefile, without the
+hidden checks, the red-team suite, the project's own tests, ``tools/`` and the book's build,
+with the exercises notebook replaced by its student version (``tools/student_notebook.py``),
+and with ``solutions/`` in which the four graded exercise functions (and the sweep that
+exists only for Exercise 2) are stubs raising ``NotImplementedError`` that point at the
+exercise, and ``parametric_loss`` refuses Exercise 1's constants: the chapters and labs
+import ``solutions/``, so it ships, but not the answers (chapter cells that need one are
+tagged ``raises-exception``). It then checks, with the course folder
 removed from ``sys.path``, that the release's self-check and grader run on the public tests:
 a correct submission earns every public point, and the unsolved notebook earns zero with a
 message per exercise.
@@ -26,6 +28,7 @@ import ast
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -40,12 +43,33 @@ BUNDLE = Path(__file__).with_name("bundle")
 REFERENCE = ROOT / "tests" / "redteam" / "reference_submission.py"
 EXERCISES_MASTER = "chapters/09-exercises.md"
 
-#: Never in the student release (prefixes of repository paths).
+#: Never in the student release (prefixes of repository paths): the project's tests and
+#: benchmarks, the instructor's material and tools (``tools/mutation.py`` quotes reference
+#: lines of the graded functions), the book's build (its Sphinx extensions and site assets,
+#: the development requirements and configuration), and the masters that ship as student
+#: versions. The release writes its own README and requirements.
 STUDENT_EXCLUDED = (
     "tests/", "benchmarks/", ".ci/", ".github/", "book/instructors.md", "Makefile",
     "autograde/release.py", "autograde/gradescope.py", "autograde/bundle/",
-    "tools/student_notebook.py", "chapters/09-exercises.", "README.md",
+    "autograde/similarity.py",  # the class report's copy check (copydetect)
+    "tools/", "book/_ext/", "book/_static/", "pyproject.toml", "environment.yml",
+    "requirements.in", "requirements.txt",
+    "chapters/09-exercises.", "README.md",
 ) + tuple(master[: -len(".md")] + "." for _, master in ASSIGNMENTS.values())
+
+#: What the release's notebooks and modules import (tests/test_release_kit.py parses them and
+#: checks this list covers every import), plus JupyterLab to open them: distribution names,
+#: pinned to the course's own requirements.txt. No build or test package.
+STUDENT_PACKAGES = (
+    "torch", "numpy", "scipy", "threadpoolctl", "matplotlib", "matplotlib-inline", "cycler",
+    "ipython", "ipykernel", "jupytext",
+)
+#: JupyterLab is not part of the course's development environment: its pin lives here.
+JUPYTERLAB = "jupyterlab==4.6.6"
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+#: The book's glue (myst-nb) only fills the book's prose; the release's chapters use the
+#: course's own stand-in, which computes the values and shows nothing (labs/notebook.py).
+GLUE_IMPORT = ("from myst_nb import glue", "from labs.notebook import glue")
 #: The graded functions of ``solutions/`` (and helpers that exist only for them), which the
 #: student release ships as stubs: file -> {function: exercise number}.
 STUBBED = {
@@ -53,6 +77,30 @@ STUBBED = {
     "solutions/memory.py": {"memory_per_gpu": 3},
     "solutions/communication.py": {"communication_time_per_step": 4},
 }
+#: Library routes to a graded answer that the chapters need for other inputs: in the release
+#: each refuses the exercise's own inputs (file -> {function: (argument, exercise)}), with a
+#: helper appended to the file that tells them (GUARD_HELPERS).
+GUARDED = {
+    "solutions/scaling.py": {"parametric_loss": ("constants", 1)},
+}
+GUARD_HELPERS = {
+    "solutions/scaling.py": '''
+
+def _exercise_constants(constants) -> bool:
+    """The student release: whether ``constants`` are Exercise 1's (to 0.05%, which still
+    tells them from Hoffmann et al.'s 406.4 and 410.7)."""
+    fields = ("E", "A", "B", "alpha", "beta")
+    try:
+        return all(abs(getattr(constants, f) / getattr(EXERCISE, f) - 1) < 5e-4 for f in fields)
+    except (AttributeError, TypeError, ZeroDivisionError):
+        return False
+''',
+}
+#: Calls that raise in the release: a chapter's cell that makes one is tagged
+#: ``raises-exception``, so that "Run all" goes on past it (its stored output stays readable).
+RAISING_CALL = re.compile(r"\b(chinchilla_loss|compute_optimal|compute_optimal_sweep|memory_per_gpu|"
+                          r"communication_time_per_step)\s*\(|\bparametric_loss\([^)]*\bEXERCISE\)")
+
 #: Gradescope needs only what grading imports: numpy, and jupytext for .md submissions.
 GRADESCOPE_PACKAGES = ("numpy", "jupytext")
 
@@ -71,13 +119,29 @@ write code raises `NotImplementedError` until you replace it.
 
 ## Setting up
 
-Python 3.11 to 3.13, then, from this folder:
+Python 3.11 to 3.13. From this folder, in a virtual environment:
 
-    pip install -r requirements.txt
+```sh
+python3 -m venv .venv && . .venv/bin/activate        # Windows: py -m venv .venv, then .venv\\Scripts\\activate
+pip install {torch_pin} --index-url {cpu_index}    # torch's CPU build (see below)
+pip install -r requirements.txt
+jupyter lab
+```
+
+`jupyter lab` opens JupyterLab in your browser, in this folder: open
+`chapters/09-exercises.ipynb` from its file browser.
+
+The second line installs torch's CPU-only build (about 0.2 GB to download). Without it, pip on
+Linux takes PyPI's torch with its CUDA libraries (several GB): skip that line only on a machine
+with an NVIDIA GPU on which you want the labs to use NCCL. The labs run on CPU processes either
+way. `requirements.txt` holds only what the notebooks import and JupyterLab.
+
+On Colab or Kaggle, or with a notebook downloaded on its own, you need none of this: the
+notebook's first cell fetches this kit next to it and installs only what is missing.
 
 ## Working on the exercises
 
-- Open `chapters/09-exercises.ipynb` in Jupyter and work top to bottom. Hints come first;
+- Open `chapters/09-exercises.ipynb` in JupyterLab and work top to bottom. Hints come first;
   run each exercise's check cell as you go. It runs the public tests in the same sandbox as
   the grader (only numpy and the Python standard library can be imported, with a time limit
   per test) and explains what is wrong. The grader adds hidden tests with random inputs
@@ -97,9 +161,10 @@ python -m autograde chapters/09-exercises.ipynb --json my-report.json
 Every chapter and lab runs from here: they import the course's package `solutions/`. In this
 kit its four graded functions (`chinchilla_loss`, `compute_optimal`, `memory_per_gpu`,
 `communication_time_per_step`) are stubs that raise `NotImplementedError` naming the
-exercise. The chapters use the library's own functions, except *The Chinchilla correction*,
-whose grid-search figures are Exercise 2's results: its cells that call `compute_optimal`
-stop there until you have written it (the book's outputs are kept for reading).
+exercise, and `parametric_loss` refuses Exercise 1's constants. The chapters use the
+library's own functions, except *The Chinchilla correction*, whose grid-search figures are
+Exercise 2's results: its cells that need them raise instead (they are tagged so that "Run
+all" goes on past them, and the book's outputs are kept for reading).
 
 ## The assignments
 
@@ -155,15 +220,108 @@ def stub_functions(source: str, functions: dict, where: str) -> str:
         body = node.body
         has_doc = (isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
                    and isinstance(body[0].value.value, str))
-        start = (body[1].lineno - 1) if has_doc and len(body) > 1 else \
-            (body[0].end_lineno if has_doc else body[0].lineno - 1)
+        start = body[0].lineno - 1
         indent = " " * body[0].col_offset
         number = functions[node.name]
-        lines[start:node.end_lineno] = [
+        # Only the docstring's first paragraph: the rest may spell the answer out as code.
+        summary = first_paragraph(body[0].value.value) if has_doc else ""
+        lines[start:node.end_lineno] = ([f'{indent}"""{summary}"""\n'] if summary else []) + [
             f'{indent}raise NotImplementedError(\n'
             f'{indent}    "`{node.name}` is Exercise {number}: write it in chapters/09-exercises.ipynb. "\n'
             f'{indent}    "The course\'s reference solution is not part of the student release.")\n']
     return "".join(lines)
+
+
+def guard_functions(source: str, functions: dict, where: str) -> str:
+    """``source`` with each function of ``functions`` (name -> (argument, exercise)) refusing,
+    right after its docstring, the exercise's inputs (``_exercise_<argument>`` tells them)."""
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    found = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in functions}
+    if set(functions) - set(found):
+        raise ValueError(f"{where}: no top-level function {sorted(set(functions) - set(found))} to guard")
+    for name, node in sorted(found.items(), key=lambda item: item[1].lineno, reverse=True):
+        argument, number = functions[name]
+        body = node.body
+        has_doc = isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant)
+        at = body[0].end_lineno if has_doc else body[0].lineno - 1
+        indent = " " * body[0].col_offset
+        lines[at:at] = [
+            f"{indent}if _exercise_{argument}({argument}):\n",
+            f"{indent}    raise NotImplementedError(\n",
+            f'{indent}        "`{name}` with the exercise\'s {argument} is Exercise {number}: write it in "\n',
+            f'{indent}        "chapters/09-exercises.ipynb. The student release computes it for other {argument} only.")\n']
+    return "".join(lines)
+
+
+def tag_raising_cells(notebook: Path) -> int:
+    """Tag ``raises-exception`` the code cells of a shipped chapter that call a stubbed or
+    guarded route; write the notebook and its MyST twin; return how many were tagged."""
+    import jupytext
+    import nbformat
+
+    nb = nbformat.read(notebook, as_version=4)
+    tagged = 0
+    lost: set = set()  # names that only a raising cell defines: later cells using them raise too
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        code = re.sub(r"#[^\n]*", "", cell.source)  # comments may name a stub
+        try:
+            tree = ast.parse("\n".join(l for l in cell.source.splitlines()
+                                       if not l.lstrip().startswith(("%", "!"))))
+        except SyntaxError:
+            continue
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        stored = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        if RAISING_CALL.search(code) or used & lost:
+            lost |= stored
+            tags = cell.metadata.setdefault("tags", [])
+            if "raises-exception" not in tags:
+                tags.append("raises-exception")
+                tagged += 1
+        else:
+            lost -= stored
+    if tagged:
+        nbformat.write(nb, notebook)
+        jupytext.write(nb, notebook.with_suffix(".md"), fmt="md:myst")
+    return tagged
+
+
+def first_paragraph(docstring: str) -> str:
+    """A docstring's first paragraph, on one line (no quotes or backslashes to escape)."""
+    text = " ".join(docstring.strip().split("\n\n", 1)[0].split())
+    text = text.replace("\\", "").replace('"""', "'")
+    return text[:-1] + "." if text.endswith(":") else text
+
+
+def brief_module_docstring(source: str, where: str) -> str:
+    """``source`` with its module docstring cut to the first paragraph: the grading modules'
+    docstrings state each exercise's answer, as code for Exercise 4."""
+    tree = ast.parse(source)
+    first = tree.body[0] if tree.body else None
+    if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)):
+        return source
+    lines = source.splitlines(keepends=True)
+    summary = first_paragraph(first.value.value)
+    lines[first.lineno - 1:first.end_lineno] = [f'"""{summary} (Public checks of the student release.)"""\n']
+    return "".join(lines)
+
+
+def student_requirements(pins: Path = ROOT / "requirements.txt") -> list:
+    """``name==version`` for STUDENT_PACKAGES (torch first) from the course's pins, then
+    JupyterLab's pin. Raises ValueError naming a package the pins lack."""
+    pinned = {}
+    for line in pins.read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            name = line.split("==", 1)[0].strip().lower().replace("_", "-")
+            pinned[name] = line.split(";", 1)[0].strip()
+    missing = [name for name in STUDENT_PACKAGES if name not in pinned]
+    if missing:
+        raise ValueError(f"{pins.name}: no pin for {', '.join(missing)} (the student release needs them)")
+    return [pinned[name] for name in STUDENT_PACKAGES] + [JUPYTERLAB]
 
 
 def hidden_and_total_points() -> tuple[float, float]:
@@ -191,18 +349,34 @@ def build_student(out: Path) -> None:
     strip_marked_modules(out)  # assignments' answers inside the course's modules
     for rel, functions in STUBBED.items():
         target = out / rel
-        target.write_text(stub_functions((ROOT / rel).read_text(encoding="utf-8"), functions, rel),
-                          encoding="utf-8")
+        source = stub_functions((ROOT / rel).read_text(encoding="utf-8"), functions, rel)
+        if rel in GUARDED:
+            source = guard_functions(source, GUARDED[rel], rel) + GUARD_HELPERS[rel]
+        target.write_text(source, encoding="utf-8")
     for rel in sorted(keep_grading):  # also those not committed yet (e.g. regenerated JSON)
         target = out / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         source = (ROOT / rel).read_text(encoding="utf-8")
         if rel.endswith(".py"):
-            source = without_hidden_checks(source)
+            source = brief_module_docstring(without_hidden_checks(source), rel)
         target.write_text(source, encoding="utf-8")
     hidden, total = hidden_and_total_points()
-    (out / "README.md").write_text(STUDENT_README.format(hidden_points=f"{hidden:g}",
-                                                         total_points=f"{total:g}"), encoding="utf-8")
+    requirements = student_requirements()
+    (out / "README.md").write_text(STUDENT_README.format(
+        hidden_points=f"{hidden:g}", total_points=f"{total:g}", cpu_index=TORCH_CPU_INDEX,
+        torch_pin=next(r for r in requirements if r.startswith("torch=="))), encoding="utf-8")
+    (out / "requirements.txt").write_text(
+        "# The student's kit: what its notebooks import, and JupyterLab (README.md).\n"
+        "# For torch's CPU build (no NVIDIA GPU needed; a far smaller download), first run\n"
+        f"#   pip install {requirements[0]} --index-url {TORCH_CPU_INDEX}\n"
+        + "".join(line + "\n" for line in requirements), encoding="utf-8")
+    for notebook in sorted(out.glob("chapters/*.md")) + sorted(out.glob("chapters/*.ipynb")):
+        text = notebook.read_text(encoding="utf-8")
+        if GLUE_IMPORT[0] in text:
+            notebook.write_text(text.replace(*GLUE_IMPORT), encoding="utf-8")
+    for notebook in sorted(out.glob("chapters/*.ipynb")):
+        if notebook.name != Path(EXERCISES_MASTER).with_suffix(".ipynb").name:
+            tag_raising_cells(notebook)
     subprocess.run([sys.executable, str(ROOT / "tools" / "student_notebook.py"),
                     str(ROOT / EXERCISES_MASTER), "--out", str(out / "chapters")],
                    check=True, capture_output=True, cwd=ROOT)

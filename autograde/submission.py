@@ -50,12 +50,13 @@ MAX_UNIT_CHARS = 2 * 1024 * 1024
 MAX_UNITS = 500
 
 #: Cells that import, or go looking for, the course's own packages (the self-check's setup,
-#: a Colab bootstrap): the sandbox has neither ``tests.grading`` nor ``solutions``.
+#: a Colab bootstrap, which tests for the course's ``coursefig``): the sandbox has neither
+#: ``tests.grading`` nor ``solutions``.
 #: (``[ \t]*``, not ``\s*``: at every line start ``\s*`` would run over all the blank lines
 #: below it, quadratic in their number.)
 COURSE_PLUMBING = re.compile(
     r"^[ \t]*(from|import)\s+(tests|solutions)(\.|\s|$)"
-    r"|find_spec\(\s*[\"'](tests|solutions)\b"
+    r"|find_spec\(\s*[\"'](tests|solutions|coursefig)\b"
     r"|[\"']tests[\"']\s*/\s*[\"']grading[\"']", re.M)
 DEF_LINE = re.compile(r"^(?:async\s+)?def\s+([A-Za-z_]\w*)\s*\(", re.M)
 #: Cell magics whose body is still Python: only the magic line goes.

@@ -6,19 +6,25 @@
 files, Moodle's folders, one folder per student) with a roster in the LMS's own form, mixing
 correct work in several styles, known mistakes, the untouched template, files that do not
 parse, wrong-type files (.pdf, .docx, ``.ipynb.txt``), students who sent two files (a
-scratch file beside the real one), and students on the roster who sent nothing. It returns,
+scratch file beside the real one), students on the roster who sent nothing, and about one in
+twenty who sent another student's file (correct or partly wrong) with its identifiers renamed
+and its comments rewritten. Every student who wrote code adds checks of their own (calls with
+numbers of their choosing), as students do, so honest work differs where it can. It returns,
 per student id, the *variant* of work they sent and the status their row must start with;
 a variant's score is what grading one file of it alone gives, so a class run is checked
 without hard-coding any score. Run as a script it grades the class with ``--jobs`` and
-prints the wall time (noisy on a shared machine: say so when you quote it).
+prints the wall time (noisy on a shared machine: say so when you quote it); with
+``--similarity`` it also runs the copy check and prints where each planted copy ranks.
 """
 from __future__ import annotations
 
 import argparse
+import io
 import random
 import subprocess
 import sys
 import time
+import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,35 +55,102 @@ VARIANTS = {  # name: (source, the status its row starts with)
     "syntax_error": ("def chinchilla_loss(N, D:\n    return 0\n", "not run"),
 }
 WRONG_TYPES = (".pdf", ".docx", ".ipynb.txt")
+#: What a copier renames: the module's constants and the functions' local names (never the
+#: graded functions or their parameters, which the grader calls by name).
+RENAMES = {"E": "E_INF", "A": "COEF_N", "B": "COEF_D", "ALPHA": "exp_n", "BETA": "exp_d",
+           "BYTES_PER_PARAM": "STATE_BYTES", "total": "state", "best": "where", "pick": "take",
+           "loss": "values", "dp_volume": "grad_traffic", "tp_volume": "act_traffic",
+           "helper": "util", "math": "m"}
+COPY_COMMENTS = ("# done", "# checked against the notes", "# see lecture", "# works", "# ok")
+COPY_RATE = 0.065  # share of students who send a renamed copy (about 15 of 300)
 
 
-def make_class(folder: Path, students: int, layout: str, seed: int = 0) -> dict:
+def _own_checks(rng: random.Random) -> str:
+    """A student's own checks: calls with numbers of their choosing, never run by the grader."""
+    def number(lo, hi):
+        return f"{rng.uniform(1, 9.99):.{rng.randint(1, 3)}f}e{rng.randint(lo, hi)}"
+
+    lines = ["", "", f"def {rng.choice(['my_checks', 'try_it', 'scratch', 'sanity'])}():"]
+    for _ in range(rng.randint(8, 14)):
+        kind = rng.randrange(4)
+        if kind == 0:
+            lines.append(f"    print(chinchilla_loss({number(7, 11)}, {number(9, 13)}))")
+        elif kind == 1:
+            lines.append(f"    print(memory_per_gpu({number(8, 11)}, {rng.choice(['dp', 'tp', 'pp', 'fsdp'])!r}, "
+                         f"{rng.choice([2, 4, 8, 16, 64])}))")
+        elif kind == 2:
+            lines.append(f"    print(compute_optimal({number(19, 25)})[{rng.randrange(4)}])")
+        else:
+            lines.append(f"    print(communication_time_per_step({number(8, 11)}, {rng.randint(1, 64)}, "
+                         f"{rng.choice([1, 2, 4, 8])}, {rng.randint(12, 96)}, {rng.choice([1024, 2048, 4096])}, "
+                         f"{rng.randint(1, 8)}, {rng.choice([2048, 4096, 8192])}, {rng.uniform(0.05, 0.9):.2f}))")
+    return "\n".join(lines) + "\n"
+
+
+def renamed_copy(source: str, rng: random.Random) -> str:
+    """``source`` with the identifiers of RENAMES renamed and every comment rewritten (tokens,
+    so strings and numbers stay as they are)."""
+    edits = []  # (row, col, old length, new text)
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.NAME and tok.string in RENAMES:
+            edits.append((*tok.start, len(tok.string), RENAMES[tok.string]))
+        elif tok.type == tokenize.COMMENT:
+            edits.append((*tok.start, len(tok.string), rng.choice(COPY_COMMENTS)))
+    lines = source.splitlines(keepends=True)
+    for row, col, length, new in sorted(edits, reverse=True):
+        line = lines[row - 1]
+        lines[row - 1] = line[:col] + new + line[col + length:]
+    return "".join(lines)
+
+
+def make_class(folder: Path, students: int, layout: str, seed: int = 0,
+               record: dict | None = None) -> dict:
     """Write the class and its roster (``folder/roster.csv``) into ``folder/submissions``;
-    return ``{student id: (variant or None, status prefix)}``."""
+    return ``{student id: (variant or None, status prefix)}``. ``record``, when given, gets
+    ``files`` (student id -> the file that must be graded), ``wrote_code`` (the students
+    whose file holds work of their own: not the template, not a file that does not parse) and
+    ``copies`` (the planted (copier, original) pairs: the answer key of the copy check)."""
     rng = random.Random(seed)
     subs = folder / "submissions"
     subs.mkdir(parents=True)
     expected, roster = {}, []
     names = list(VARIANTS)
+    written: dict = {}  # student id -> (variant, source) of those an honest copier can copy
+    copied: set = set()
+    record = {} if record is None else record
+    record.update(files={}, copies=[], wrote_code=set())
     for k in range(students):
         kind = rng.random()
         first, last = f"Student{k:03d}", rng.choice(["Ahmed", "Brown", "Chen", "Diaz", "Okafor"])
         uid, sub = 100000 + k, 5000000 + k
+        sid = {"canvas": str(uid), "moodle": str(2000000 + k), "folders": f"s{k:03d}"}[layout]
         files = []  # (name, text)
+        originals = sorted(set(written) - copied)
         if kind < 0.05:
             variant, status = None, "missing"
         elif kind < 0.12:
             suffix = WRONG_TYPES[k % len(WRONG_TYPES)]
             variant, status = None, "unreadable: submitted a " + suffix
             files.append(("09-exercises" + suffix, "not a notebook\n"))
+        elif kind < 0.12 + COPY_RATE and originals:
+            original = rng.choice(originals)
+            copied.add(original)
+            variant, source = written[original]
+            status = "graded"
+            files.append(("09-exercises.py" if k % 2 else "final.py", renamed_copy(source, rng)))
+            record["copies"].append((sid, original))
+            record["wrote_code"].add(sid)
         else:
             variant = names[k % len(names)]
             source, status = VARIANTS[variant]
+            if variant not in ("template", "syntax_error"):
+                source += _own_checks(rng)
+                written[sid] = (variant, source)
+                record["wrote_code"].add(sid)
             if kind < 0.3 and variant not in ("template", "syntax_error"):
                 files.append(("scratch.py", "x = 1\n"))
                 status = "several files: "
             files.append(("09-exercises.py" if k % 2 else "final.py", source))
-        sid = {"canvas": str(uid), "moodle": str(2000000 + k), "folders": f"s{k:03d}"}[layout]
         for name, text in files:
             if layout == "canvas":
                 path = subs / f"{last.lower()}{first.lower()}_{uid}_{sub}_{name}"
@@ -87,6 +160,8 @@ def make_class(folder: Path, students: int, layout: str, seed: int = 0) -> dict:
                 path = subs / sid / name
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
+            if name != "scratch.py":
+                record["files"][sid] = path
         expected[sid] = (variant, status)
         roster.append((sid, first, last, uid))
     with (folder / "roster.csv").open("w", newline="") as f:
@@ -137,6 +212,24 @@ def grade_class(folder: Path, layout: str, jobs: int, seed: int, *extra) -> tupl
     return time.monotonic() - started, done.returncode
 
 
+def copy_ranks(record: dict) -> tuple[list, float]:
+    """Run the copy check (autograde.similarity) on every student's graded file; return the
+    rank (1 = most similar pair of the class) and similarity of each planted copy, as
+    ``[(copier, original, rank, similarity)]``, and the highest similarity of an honest pair."""
+    sys.path.insert(0, str(ROOT))
+    from autograde import similarity
+
+    # Only work of the student's own: the untouched template and files that do not parse
+    # hold none (identical stubs are no evidence of copying).
+    codes = {sid: similarity.student_code(path) for sid, path in record["files"].items()
+             if sid in record["wrote_code"]}
+    pairs = similarity.similar_pairs(codes, threshold=0.0, limit=len(codes) ** 2)
+    planted = {frozenset(pair) for pair in record["copies"]}
+    rank = {frozenset((p.a, p.b)): (i + 1, p.similarity) for i, p in enumerate(pairs)}
+    honest = max((p.similarity for p in pairs if frozenset((p.a, p.b)) not in planted), default=0.0)
+    return [(a, b, *rank.get(frozenset((a, b)), (None, 0.0))) for a, b in record["copies"]], honest
+
+
 def main() -> None:
     import tempfile
 
@@ -144,12 +237,31 @@ def main() -> None:
     parser.add_argument("--students", type=int, default=300)
     parser.add_argument("--layout", choices=("canvas", "moodle", "folders"), default="canvas")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--class-report", action="store_true",
+                        help="also write the class report (the grader's --class-report)")
+    parser.add_argument("--similarity", action="store_true",
+                        help="also run the copy check, and print where each planted copy ranks")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        make_class(Path(tmp), args.students, args.layout)
-        seconds, code = grade_class(Path(tmp), args.layout, args.jobs, 3)
-    print(f"{args.students} students ({args.layout}), --jobs {args.jobs}: {seconds:.1f} s wall "
-          f"(exit {code})")
+        record: dict = {}
+        make_class(Path(tmp), args.students, args.layout, record=record)
+        extra = (["--class-report", Path(tmp) / "report.html"] if args.class_report else []) + \
+            (["--similarity"] if args.similarity else [])
+        seconds, code = grade_class(Path(tmp), args.layout, args.jobs, 3, *extra)
+        print(f"{args.students} students ({args.layout}), --jobs {args.jobs}"
+              f"{' '.join([''] + [str(e) for e in extra if str(e).startswith('--')])}: "
+              f"{seconds:.1f} s wall (exit {code})")
+        if args.similarity:
+            started = time.monotonic()
+            ranks, honest = copy_ranks(record)
+            print(f"copy check over {len(record['files'])} graded files: "
+                  f"{time.monotonic() - started:.1f} s")
+            for copier, original, rank, share in ranks:
+                print(f"  planted copy {copier} of {original}: rank {rank}, similarity {share:.0%}")
+            worst = max((r for _, _, r, _ in ranks), key=lambda r: r or 10**9, default=0)
+            print(f"{len(ranks)} planted copies rank 1 to {worst}; the most similar honest pair: "
+                  f"{honest:.0%}; every copy above every honest pair: "
+                  f"{all(s > honest for *_, s in ranks)}")
 
 
 if __name__ == "__main__":

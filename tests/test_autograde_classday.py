@@ -455,7 +455,8 @@ def variant_scores():
 @pytest.mark.parametrize("layout", ["canvas", "moodle", "folders"])
 def test_a_generated_class_gets_one_right_row_per_student(variant_scores, layout, tmp_path):
     generator, scores = variant_scores
-    expected = generator.make_class(tmp_path, 48, layout, seed=1)
+    record = {}
+    expected = generator.make_class(tmp_path, 48, layout, seed=1, record=record)
     seconds, code = generator.grade_class(tmp_path, layout, 2, int(SEED))
     assert code == 0
     rows = rows_of(tmp_path / "grades.csv")
@@ -466,6 +467,10 @@ def test_a_generated_class_gets_one_right_row_per_student(variant_scores, layout
         assert float(row["score"]) == pytest.approx(want, abs=1e-9), row
         assert row["status"].startswith(status), row
     assert {v for v, _ in expected.values()} >= set(generator.VARIANTS) | {None}
+    if layout == "canvas":  # the copy check on the same class (one layout: about 2 s)
+        ranks, honest = generator.copy_ranks(record)
+        assert ranks and [rank for *_, rank, _ in ranks] == list(range(1, len(ranks) + 1))
+        assert all(share > max(honest, 0.9) for *_, share in ranks), (ranks, honest)
 
 
 # ----------------------------------------------------------------------------- similarity

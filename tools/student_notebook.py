@@ -18,7 +18,9 @@ line at the marker's indentation, clears all outputs, and writes ``DIR/<name>.ip
 * the template cells lose ``hide-input`` (students must see them);
 * MyST-only markup becomes plain Markdown: dropdown admonitions become ``<details>``
   blocks, other admonitions become quotes, ``{cite}``/``{doc}`` roles become text;
-* the setup cell looks for the course's grading package next to the notebook.
+* the setup cell is the master's own (one source): it finds the course next to the notebook,
+  or, on Colab, Kaggle or for a notebook uploaded alone, clones the release at its version
+  (``tests/test_release_kit.py`` runs it in an empty folder with a bare Python).
 """
 from __future__ import annotations
 
@@ -36,23 +38,6 @@ END = "### END SOLUTION"
 EXERCISE_FUNCTIONS = ("chinchilla_loss", "compute_optimal", "memory_per_gpu",
                       "communication_time_per_step")
 _CALLS = re.compile(r"(?<!def )\b(" + "|".join(EXERCISE_FUNCTIONS) + r")\s*\(")
-
-STUDENT_SETUP = '''\
-# Setup: make the course's grading package importable (it provides self_check).
-import importlib.util, pathlib, subprocess, sys
-here = pathlib.Path.cwd()
-for folder in (here, *here.parents):
-    if (folder / "tests" / "grading" / "selfcheck.py").exists():
-        sys.path.insert(0, str(folder))
-        break
-else:
-    if importlib.util.find_spec("tests.grading") is None:  # e.g. on Colab
-        subprocess.run(["git", "clone", "--depth", "1", "--branch", "{version}", "{url}", "course"], check=True)
-        sys.path.insert(0, "course")
-import coursefig
-coursefig.use()  # the course's figure style
-'''
-
 
 CONFIG = Path(__file__).resolve().parents[1] / "_config.yml"
 
@@ -79,6 +64,14 @@ def repository_version(config: Path = CONFIG) -> str:
         return str(yaml.safe_load(config.read_text(encoding="utf-8"))["repository"]["branch"])
     except (OSError, KeyError, TypeError) as exc:
         raise ValueError(f"config: no repository.branch in {config} ({exc})") from None
+
+
+def _check_setup_cell(source: str) -> None:
+    """The master's setup cell clones the configured repository at the configured version."""
+    url, version = repository_url(), repository_version()
+    wanted = f'COURSE_URL, COURSE_VERSION = "{url}", "{version}"'
+    if wanted not in source:
+        raise ValueError(f"setup cell: it must say {wanted} (the repository in _config.yml)")
 
 
 class MarkerError(ValueError):
@@ -168,7 +161,7 @@ def student_notebook(master: nbformat.NotebookNode) -> nbformat.NotebookNode:
             continue
         tags = list(cell.metadata.get("tags", []))
         if "remove-cell" in tags and "Colab/Binder" in cell.source:
-            cell.source = STUDENT_SETUP.replace("{url}", repository_url()).replace("{version}", repository_version()).rstrip("\n")
+            _check_setup_cell(cell.source)  # kept as it is: it runs anywhere
         source, regions, top_level = strip_solutions(cell.source, f"cell {index}")
         cell.source = source
         if regions:
