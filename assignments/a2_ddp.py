@@ -44,8 +44,8 @@ import numpy as np
 
 from solutions.communication import allreduce_bytes_per_rank
 
-from .common import (Report, Test, decode, encode, load_function, quiet_stdio, submission_sources,
-                     warm_up)
+from .common import (Report, Test, decode, encode, first_cause, load_function, quiet_stdio,
+                     submission_sources, warm_up)
 
 NAME = "Assignment 2: DDP by hand"
 CLASS = "BucketedDDP"
@@ -356,7 +356,7 @@ def check_events(m: dict, sizes: list, cap: int) -> dict:
                                           "pass ended: start it from the gradient hook as soon as the "
                                           "bucket is full")
                 continue
-            match = [b for b, (idx, nb) in enumerate(zip(expected, exp_bytes)) if nb == nbytes and b not in launched]
+            match = [b for b, nb in enumerate(exp_bytes) if nb == nbytes and b not in launched]
             full = [b for b in match if all(i in ready for i in expected[b])]
             if full:
                 b = full[0]
@@ -423,7 +423,7 @@ def grade(get_class, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=
             errors = [(r, m["error"]) for r, m in sorted(ranks.items()) if "error" in m]
             if errors or len(ranks) < n:
                 if errors:
-                    r, e = errors[0]
+                    r, e = first_cause(errors)
                     text = "not implemented yet" if e == "NotImplementedError" else f"rank {r} raised {e}"
                 else:
                     text = f"not finished ({group.detail or 'some ranks reported nothing'})"

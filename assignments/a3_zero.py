@@ -39,7 +39,8 @@ from solutions.communication import (allgather_bytes_per_rank, allreduce_bytes_p
                                      reduce_scatter_bytes_per_rank)
 
 from .a2_ddp import EPS, LAYERS, LR, SEEDS, STEPS, WEIGHT_DECAY, WORLD_SIZES, data, flat, make_model
-from .common import Report, Test, decode, encode, load_function, quiet_stdio, submission_sources, warm_up
+from .common import (Report, Test, decode, encode, first_cause, load_function, quiet_stdio,
+                     submission_sources, warm_up)
 
 NAME = "Assignment 3: ZeRO-1 and ZeRO-2, a sharded AdamW"
 CLASS = "ShardedAdamW"
@@ -267,7 +268,7 @@ def grade(get_class, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=
             errors = [(r, m["error"]) for r, m in sorted(ranks.items()) if "error" in m]
             if errors or len(ranks) < n:
                 if errors:
-                    r, e = errors[0]
+                    r, e = first_cause(errors)
                     text = "not implemented yet" if e == "NotImplementedError" else f"rank {r} raised {e}"
                 else:
                     text = f"not finished ({group.detail or 'some ranks reported nothing'})"

@@ -184,3 +184,12 @@ def warm_up() -> None:
 def built_in_collectives(calls: dict) -> list:
     """The built-in collectives among a counter's ``calls`` (everything but send/recv)."""
     return sorted(name for name in calls if name not in ("send", "recv"))
+
+
+def first_cause(errors: list) -> tuple:
+    """Among ``[(rank, error text)]``, the error that started it: a rank that stopped makes
+    its peers fail in gloo with a connection error, which names a consequence, not the
+    cause."""
+    consequence = ("gloo/transport", "Connection reset by peer", "Connection closed by peer")
+    causes = [(r, e) for r, e in errors if not any(c in e for c in consequence)]
+    return (causes or errors)[0]

@@ -49,7 +49,7 @@ MAX_MESSAGE = 64 * 1024 * 1024
 #: the signal that killed it (written by the namespace's init, which reaps the ranks).
 SLOTS = 4
 OPERATIONS = ("", "send", "recv", "isend wait", "irecv wait", "batch_isend_irecv wait",
-              "barrier", "collective", "init_process_group")
+              "barrier", "collective", "init_process_group", "collective wait")
 
 
 @dataclass(frozen=True)
@@ -176,8 +176,8 @@ def _install_tracking(tracker: _Tracker) -> None:
                  "reduce_scatter_tensor", "broadcast", "reduce", "gather", "scatter", "all_to_all",
                  "all_to_all_single", "all_gather_single", "reduce_scatter_single"):
         fn = getattr(dist, name, None)
-        if fn is not None:
-            patched[name] = blocking(fn, "collective")
+        if fn is not None:  # async_op=True returns a work: its wait() is watched too
+            patched[name] = returning_work(blocking(fn, "collective"), "collective wait")
     for name, fn in patched.items():  # torch.distributed's names; c10d's own stay real
         setattr(dist, name, fn)
     # P2POp keeps a reference to the function it is given and checks it against isend/irecv.
