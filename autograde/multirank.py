@@ -230,6 +230,10 @@ def _rank(rank, world_size, rank_main, conn, status, port, limits, drop_ids, pre
         import faulthandler
 
         faulthandler.disable()  # a rank's crash is reported by the watchdog, not dumped here
+        # In a Jupyter kernel sys.stdout/stderr send through the kernel's I/O thread, which a
+        # forked rank lacks: each write would wait seconds for it. Write to the fds instead.
+        sys.stdout = open(1, "w", buffering=1, closefd=False)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)
         import torch
         import torch.distributed as dist
 

@@ -70,7 +70,7 @@ MUTANTS = {
         "        self.shard.grad = None\n        self.moments = [torch.zeros_like(p) for p in self.params for _ in (0, 1)]\n",
         2, "a full AdamW state is 2P"),
     "missing all-gather": (
-        "dist.all_gather_into_tensor(full, self.shard.detach())",
+        "dist.all_gather_single(full, self.shard.detach())",
         "full.copy_(torch.cat([p.detach().reshape(-1) for p in self.params]))\n"
         "        full[self.lo:self.lo + self.shard_numel] = self.shard.detach()", 8, "all-gather the updated shards"),
     "stage 2 that all-reduces": (
