@@ -6,6 +6,8 @@ the reference solution."""
 #: id -> (grader module, notebook master)
 ASSIGNMENTS = {
     "a1": ("assignments.a1_ring", "assignments/a1-ring-allreduce.md"),
+    "a2": ("assignments.a2_ddp", "assignments/a2-ddp-by-hand.md"),
+    "a3": ("assignments.a3_zero", "assignments/a3-zero-sharded-optimizer.md"),
     "a4": ("assignments.a4_tp", "assignments/a4-tensor-parallel.md"),
     "a5": ("assignments.a5_pipeline", "assignments/a5-pipeline-1f1b.md"),
 }

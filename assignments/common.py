@@ -253,3 +253,12 @@ def one_thread():
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def first_cause(errors: list) -> tuple:
+    """Among ``[(rank, error text)]``, the error that started it: a rank that stopped makes
+    its peers fail in gloo with a connection error, which names a consequence, not the
+    cause."""
+    consequence = ("gloo/transport", "Connection reset by peer", "Connection closed by peer")
+    causes = [(r, e) for r, e in errors if not any(c in e for c in consequence)]
+    return (causes or errors)[0]

@@ -56,7 +56,7 @@ MAX_MESSAGE = 64 * 1024 * 1024
 #: the signal that killed it (written by the namespace's init, which reaps the ranks).
 SLOTS = 4
 OPERATIONS = ("", "send", "recv", "isend wait", "irecv wait", "batch_isend_irecv wait",
-              "barrier", "collective", "init_process_group")
+              "barrier", "collective", "init_process_group", "collective wait")
 
 
 @dataclass(frozen=True)
@@ -183,8 +183,8 @@ def _install_tracking(tracker: _Tracker) -> None:
                  "reduce_scatter_tensor", "broadcast", "reduce", "gather", "scatter", "all_to_all",
                  "all_to_all_single", "all_gather_single", "reduce_scatter_single"):
         fn = getattr(dist, name, None)
-        if fn is not None:
-            patched[name] = blocking(fn, "collective")
+        if fn is not None:  # async_op=True returns a work: its wait() is watched too
+            patched[name] = returning_work(blocking(fn, "collective"), "collective wait")
     for name, fn in patched.items():  # torch.distributed's names; c10d's own stay real
         setattr(dist, name, fn)
     # P2POp keeps a reference to the function it is given and checks it against isend/irecv.
@@ -264,6 +264,10 @@ def _rank(rank, world_size, rank_main, conn, status, port, limits, drop_ids, pre
         import faulthandler
 
         faulthandler.disable()  # a rank's crash is reported by the watchdog, not dumped here
+        # In a Jupyter kernel sys.stdout/stderr send through the kernel's I/O thread, which a
+        # forked rank lacks: each write would wait seconds for it. Write to the fds instead.
+        sys.stdout = open(1, "w", buffering=1, closefd=False)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)
         import torch
         import torch.distributed as dist
 

@@ -145,3 +145,21 @@ def test_a_rank_runs_under_the_exercises_system_call_filter():
     result = run_ranks(2, main, [b"", b""], Limits(wall_s=20))
     assert result.ok, result.detail
     assert result.messages == [[{"socket": True, "setsid": True, "lock": True}]] * 2
+
+
+def _waits_for_a_sleeping_peer(rank, world_size, payload, report):
+    import torch
+    import torch.distributed as dist
+
+    if rank == 1:
+        time.sleep(30)
+    dist.all_reduce(torch.ones(4), async_op=True).wait()
+
+
+@pytest.mark.slow
+def test_a_wait_on_an_asynchronous_collective_is_named_when_it_hangs():
+    """``dist.all_reduce(..., async_op=True)`` returns at once; the hang is in ``wait()``."""
+    result = run_ranks(2, _waits_for_a_sleeping_peer, [b"x", b"x"], Limits(wall_s=30, stall_s=2))
+    assert result.outcome == "hung", result.detail
+    assert result.detail == "rank 0 hung in collective wait after 2 s"
+    assert result.wall_s < 15

@@ -1,0 +1,100 @@
+"""Assignment 2 (DDP by hand), graded as the autograder grades it: the reference from the
+master notebook earns every point at world sizes 2 and 4 and three seeds; the student's
+stub earns 0 saying so; each planted mistake loses points with feedback naming it."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from assignments import a2_ddp
+from tools.student_notebook import write_student_version
+
+ROOT = Path(__file__).resolve().parents[2]
+MASTER = ROOT / "assignments" / "a2-ddp-by-hand.md"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def reference_reports():
+    """The master graded once per world size (three seeds each)."""
+    return {n: a2_ddp.grade_file(MASTER, world_sizes=(n,), seeds=a2_ddp.SEEDS, salt=11) for n in (2, 4)}
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_reference_scores_full_marks_at_three_seeds(reference_reports, n):
+    report = reference_reports[n]
+    assert report.max_score == sum(a2_ddp.POINTS.values()) == 10
+    assert report.score == report.max_score, report.text()
+
+
+def test_the_buckets_differ_in_forward_and_reverse_order_at_every_bucket_size():
+    """Otherwise the grader could not tell the two orders apart."""
+    sizes = a2_ddp.param_bytes(a2_ddp.make_model(0))
+    for cap in a2_ddp.BUCKET_BYTES:
+        reverse = sorted(sum(sizes[i] for i in b) for b in a2_ddp.buckets(sizes, cap))
+        forward = sorted(sum(sizes[i] for i in b) for b in a2_ddp.buckets(sizes, cap, reverse=False))
+        assert reverse != forward and len(reverse) >= 2, cap
+        assert sum(reverse) == sum(sizes)
+
+
+def test_the_statement_states_the_graders_numbers():
+    text = MASTER.read_text(encoding="utf-8")
+    assert f"relative L2 difference of {a2_ddp.GRAD_TOL:.0e}" in text
+    assert f"after {a2_ddp.STEPS} AdamW" in text and f"{a2_ddp.MICRO} micro-batches" in text
+    assert f"to {a2_ddp.PARAM_TOL:.0e} of the update" in text
+    lr, eps, wd = map(float, re.search(r"lr=([\d.e-]+), eps=([\d.e-]+), weight_decay=([\d.e-]+)", text).groups())
+    assert (lr, eps, wd) == pytest.approx((a2_ddp.LR, a2_ddp.EPS, a2_ddp.WEIGHT_DECAY), rel=1e-12)
+    assert f"({a2_ddp.POINTS['result']} points)" in text and f"({a2_ddp.POINTS['no_sync']} point)" in text
+
+
+def test_the_students_stub_scores_zero_and_says_not_implemented(tmp_path):
+    ipynb, _ = write_student_version(MASTER, tmp_path)
+    assert "BEGIN SOLUTION" not in ipynb.read_text(encoding="utf-8")
+    report = a2_ddp.grade_file(ipynb, world_sizes=(2,), seeds=(0,))
+    assert report.score == 0, report.text()
+    assert "not implemented yet" in report.text()
+
+
+MUTANTS = {
+    # name: (old, new, points lost at least, words the feedback must hold)
+    "a bucket all-reduced before it is full": (
+        "if self.ready[b] == len(self.buckets[b]):", "if self.ready[b] == 1:", 5, "before it was full"),
+    "buckets in forward order": (
+        "for p in reversed(list(model.parameters())):", "for p in list(model.parameters()):",
+        2, "buckets in forward order"),
+    "mean not divided by the world size": (
+        "            flat.div_(self.world)\n", "", 3, "divide by the world size (2)"),
+    "all-reduce during no_sync": (
+        "        if not self.syncing:\n            return\n", "", 4, "inside no_sync"),
+}
+
+
+@pytest.mark.parametrize("name", list(MUTANTS))
+def test_each_planted_mistake_loses_points_and_is_named(tmp_path, name):
+    old, new, lost, words = MUTANTS[name]
+    source = MASTER.read_text(encoding="utf-8")
+    assert source.count(old) == 1, f"the reference no longer holds {old!r}"
+    path = tmp_path / "submission.md"
+    path.write_text(source.replace(old, new), encoding="utf-8")
+    report = a2_ddp.grade_file(path, world_sizes=(2,), seeds=(0,))
+    assert report.score <= report.max_score - lost, report.text()
+    assert words in report.text(), report.text()
+
+
+def test_an_all_reduce_after_the_backward_pass_loses_the_overlap_points(tmp_path):
+    """All buckets all-reduced in finish_gradient_synchronization: right gradients, no overlap."""
+    source = MASTER.read_text(encoding="utf-8")
+    old = "            self.in_flight.append((b, flat, dist.all_reduce(flat, async_op=True)))\n"
+    new = "            self.in_flight.append((b, flat, None))\n"
+    later = "        for b, flat, work in self.in_flight:\n            work.wait()\n"
+    late = "        for b, flat, work in self.in_flight:\n            dist.all_reduce(flat, async_op=True).wait()\n"
+    assert source.count(old) == 1 and source.count(later) == 1
+    path = tmp_path / "late.md"
+    path.write_text(source.replace(old, new).replace(later, late), encoding="utf-8")
+    report = a2_ddp.grade_file(path, world_sizes=(2,), seeds=(0,))
+    failed = {t.name for t in report.tests if not t.passed}
+    assert failed == {a2_ddp.TITLES["overlap"]}, report.text()
+    assert "only after the backward pass has ended" in report.text(), report.text()

@@ -1,0 +1,90 @@
+"""Assignment 3 (ZeRO-1 / ZeRO-2), graded as the autograder grades it: the reference from the
+master notebook earns every point at world sizes 2 and 4 and three seeds; the student's
+stub earns 0 saying so; each planted mistake loses points with feedback naming it."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from assignments import a3_zero
+from tools.student_notebook import write_student_version
+
+ROOT = Path(__file__).resolve().parents[2]
+MASTER = ROOT / "assignments" / "a3-zero-sharded-optimizer.md"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def reference_reports():
+    """The master graded once per world size (both stages, three seeds each)."""
+    return {n: a3_zero.grade_file(MASTER, world_sizes=(n,), seeds=a3_zero.SEEDS, salt=11) for n in (2, 4)}
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_reference_scores_full_marks_at_three_seeds(reference_reports, n):
+    report = reference_reports[n]
+    assert report.max_score == sum(a3_zero.POINTS.values()) == 10
+    assert report.score == report.max_score, report.text()
+
+
+def test_the_model_shards_evenly_and_its_shards_cut_through_layers():
+    sizes = [p.numel() for p in a3_zero.make_model(0).parameters()]
+    total = sum(sizes)
+    boundaries = {sum(sizes[:i]) for i in range(len(sizes) + 1)}
+    for n in (2, 4, 8):
+        assert total % n == 0
+        assert any(r * total // n not in boundaries for r in range(1, n)), n
+
+
+def test_the_statement_states_the_graders_numbers():
+    text = MASTER.read_text(encoding="utf-8")
+    assert f"{a3_zero.STEPS} AdamW steps" in text
+    assert f"to {a3_zero.PARAM_TOL:.0e} of the update" in text
+    assert f"at most {a3_zero.STATE_SHARDS} shards" in text
+    lr, eps, wd = map(float, re.search(r"lr=([\d.e-]+), eps=([\d.e-]+), weight_decay=([\d.e-]+)", text).groups())
+    assert (lr, eps, wd) == pytest.approx((a3_zero.LR, a3_zero.EPS, a3_zero.WEIGHT_DECAY), rel=1e-12)
+    points = a3_zero.POINTS
+    assert f"({points['result2']} points for stage 2, {points['result1']} for" in text
+    assert f"({points['state']} points)" in text
+    assert f"({points['traffic2']} points for stage 2, {points['traffic1']} for stage 1)" in text
+
+
+def test_the_students_stub_scores_zero_and_says_not_implemented(tmp_path):
+    ipynb, _ = write_student_version(MASTER, tmp_path)
+    assert "BEGIN SOLUTION" not in ipynb.read_text(encoding="utf-8")
+    report = a3_zero.grade_file(ipynb, world_sizes=(2,), seeds=(0,))
+    assert report.score == 0, report.text()
+    assert "not implemented yet" in report.text()
+
+
+MUTANTS = {
+    # name: (old, new, points lost at least, words the feedback must hold)
+    "a shard of the wrong rank": (
+        "self.lo = self.rank * self.shard_numel",
+        "self.lo = ((self.rank + 1) % self.world) * self.shard_numel", 5, "holds the elements of shard"),
+    "full optimizer state on every rank": (
+        "        self.shard.grad = None\n",
+        "        self.shard.grad = None\n        self.moments = [torch.zeros_like(p) for p in self.params for _ in (0, 1)]\n",
+        2, "a full AdamW state is 2P"),
+    "missing all-gather": (
+        "dist.all_gather_single(full, self.shard.detach())",
+        "full.copy_(torch.cat([p.detach().reshape(-1) for p in self.params]))\n"
+        "        full[self.lo:self.lo + self.shard_numel] = self.shard.detach()", 8, "all-gather the updated shards"),
+    "stage 2 that all-reduces": (
+        "        if self.stage == 2:\n", "        if False:\n", 2, "reduce-scatters the gradients"),
+}
+
+
+@pytest.mark.parametrize("name", list(MUTANTS))
+def test_each_planted_mistake_loses_points_and_is_named(tmp_path, name):
+    old, new, lost, words = MUTANTS[name]
+    source = (ROOT / MASTER).read_text(encoding="utf-8")
+    assert source.count(old) == 1, f"the reference no longer holds {old!r}"
+    path = tmp_path / "submission.md"
+    path.write_text(source.replace(old, new), encoding="utf-8")
+    report = a3_zero.grade_file(path, world_sizes=(2,), seeds=(0,))
+    assert report.score <= report.max_score - lost, report.text()
+    assert words in report.text(), report.text()
