@@ -124,4 +124,8 @@ def test_explorers_take_colours_and_names_from_the_table():
     for fit in explore.chinchilla_data()["sets"]:
         assert fit["colour"] == coursefig.COLORS[fit["key"]], fit["key"]
         assert fit["label"].startswith(coursefig.NAMES[fit["key"]]), fit["label"]
-    assert explore.pipeline_data()["colours"] == {k: coursefig.COLORS[k] for k in ("forward", "backward")}
+    colours = explore.pipeline_data()["colours"]  # the explorers' one table (explorer_colours)
+    assert {k: colours[k] for k in ("forward", "backward")} == {k: coursefig.COLORS[k] for k in ("forward", "backward")}
+    assert colours["fits"] == [coursefig.COLORS[fit["key"]] for fit in explore.chinchilla_data()["sets"]]
+    for concept in ("weights", "gradients", "optimizer", "activations"):
+        assert colours[concept] == coursefig.COLORS[concept], concept
