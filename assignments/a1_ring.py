@@ -22,7 +22,6 @@ collective counter, extended to sends), and compares:
 """
 from __future__ import annotations
 
-import secrets
 import time
 from pathlib import Path
 
@@ -30,8 +29,8 @@ import numpy as np
 
 from solutions.communication import allreduce_bytes_per_rank
 
-from .common import (Report, Test, built_in_collectives, decode, encode, load_function, payload,
-                     quiet_stdio, submission_sources, warm_up, traffic_counter, unpack)
+from .common import (grade_submitted, Report, Test, built_in_collectives, decode, encode, load_function, payload,
+                     quiet_stdio, warm_up, traffic_counter, unpack)
 
 NAME = "Assignment 1: ring all-reduce"
 FUNCTION = "ring_all_reduce"
@@ -270,12 +269,7 @@ def grade(get_function, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, qui
 def grade_file(path, **kwargs) -> Report:
     """Grade a submitted notebook or .py file. Unless ``salt`` is given, the inputs are
     drawn afresh (a submission that regenerates them from the seeds learns nothing)."""
-    kwargs.setdefault("salt", secrets.randbits(32))
-    sources, problem = submission_sources(path)
-    if problem:
-        report = Report(NAME, [Test(t, p, False, problem) for t, p in zip(TITLES.values(), POINTS.values())])
-        return report
-    return grade(lambda: load_function(sources, FUNCTION), **kwargs)
+    return grade_submitted(path, NAME, TITLES, POINTS, lambda sources: load_function(sources, FUNCTION), grade, **kwargs)
 
 
 def reference_source() -> str:

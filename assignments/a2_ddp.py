@@ -37,15 +37,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import secrets
 import time
 
 import numpy as np
 
 from solutions.communication import allreduce_bytes_per_rank
 
-from .common import (Report, Test, decode, encode, first_cause, load_function, quiet_stdio,
-                     submission_sources, warm_up)
+from .common import (grade_submitted, Report, Test, decode, encode, first_cause, load_function, quiet_stdio,
+                     warm_up)
 
 NAME = "Assignment 2: DDP by hand"
 CLASS = "BucketedDDP"
@@ -475,11 +474,7 @@ def warm() -> None:
 
 def grade_file(path, **kwargs) -> Report:
     """Grade a submitted notebook or .py file (fresh inputs unless ``salt`` is given)."""
-    kwargs.setdefault("salt", secrets.randbits(32))
-    sources, problem = submission_sources(path)
-    if problem:
-        return Report(NAME, [Test(t, p, False, problem) for t, p in zip(TITLES.values(), POINTS.values())])
-    return grade(lambda: load_function(sources, CLASS), **kwargs)
+    return grade_submitted(path, NAME, TITLES, POINTS, lambda sources: load_function(sources, CLASS), grade, **kwargs)
 
 
 def self_check(cls, world_sizes=WORLD_SIZES, seeds=SEEDS[:1]) -> float:

@@ -30,7 +30,6 @@ Graded at world sizes 2 and 4 and three seeds, on real gloo ranks (``autograde.m
 from __future__ import annotations
 
 import json
-import secrets
 import time
 import types
 
@@ -40,8 +39,8 @@ from solutions.communication import (allgather_bytes_per_rank, allreduce_bytes_p
                                      reduce_scatter_bytes_per_rank)
 
 from .a2_ddp import EPS, LAYERS, LR, SEEDS, STEPS, WEIGHT_DECAY, WORLD_SIZES, data, flat, make_model
-from .common import (Report, Test, decode, encode, first_cause, load_function, quiet_stdio,
-                     submission_sources, warm_up)
+from .common import (grade_submitted, Report, Test, decode, encode, first_cause, load_function, quiet_stdio,
+                     warm_up)
 
 NAME = "Assignment 3: ZeRO-1 and ZeRO-2, a sharded AdamW"
 CLASS = "ShardedAdamW"
@@ -338,11 +337,7 @@ def warm() -> None:
 
 def grade_file(path, **kwargs) -> Report:
     """Grade a submitted notebook or .py file (fresh inputs unless ``salt`` is given)."""
-    kwargs.setdefault("salt", secrets.randbits(32))
-    sources, problem = submission_sources(path)
-    if problem:
-        return Report(NAME, [Test(t, p, False, problem) for t, p in zip(TITLES.values(), POINTS.values())])
-    return grade(lambda: load_function(sources, CLASS), **kwargs)
+    return grade_submitted(path, NAME, TITLES, POINTS, lambda sources: load_function(sources, CLASS), grade, **kwargs)
 
 
 def self_check(cls, world_sizes=WORLD_SIZES, seeds=SEEDS[:1]) -> float:

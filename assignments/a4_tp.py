@@ -31,7 +31,6 @@ and each rank reports what the student's code produced. What is compared:
 from __future__ import annotations
 
 import base64
-import secrets
 import time
 
 import numpy as np
@@ -39,8 +38,8 @@ import numpy as np
 from solutions.communication import allreduce_bytes_per_rank, tensor_parallel_bytes_per_layer
 from solutions.model_parallel import tensor_parallel_collectives_per_layer
 
-from .common import (Report, Test, built_in_collectives, load_names, one_thread, payload, quiet_stdio,
-                     submission_sources, traffic_counter, unpack, warm_up)
+from .common import (grade_submitted, Report, Test, built_in_collectives, load_names, one_thread, payload, quiet_stdio,
+                     traffic_counter, unpack, warm_up)
 
 NAME = "Assignment 4: tensor-parallel MLP and attention"
 FUNCTIONS = ("CopyToTensorParallel", "ReduceFromTensorParallel", "shard_mlp", "tp_mlp",
@@ -491,11 +490,7 @@ def grade(get_functions, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, qu
 def grade_file(path, **kwargs) -> Report:
     """Grade a submitted notebook or .py file; the inputs are drawn afresh unless ``salt``
     is given."""
-    kwargs.setdefault("salt", secrets.randbits(32))
-    sources, problem = submission_sources(path)
-    if problem:
-        return Report(NAME, [Test(t, p, False, problem) for t, p in zip(TITLES.values(), POINTS.values())])
-    return grade(lambda: load_names(sources, FUNCTIONS), **kwargs)
+    return grade_submitted(path, NAME, TITLES, POINTS, lambda sources: load_names(sources, FUNCTIONS), grade, **kwargs)
 
 
 def self_check(namespace: dict, world_sizes=WORLD_SIZES, seeds=SEEDS[:1]) -> float:

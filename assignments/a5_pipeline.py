@@ -32,14 +32,13 @@ What is checked:
 from __future__ import annotations
 
 import base64
-import secrets
 import time
 
 import numpy as np
 
 from solutions.pipeline import bubble_fraction, idle_fraction, peak_in_flight, simulate_orders
 
-from .common import (Report, Test, load_names, one_thread, payload, quiet_stdio, submission_sources, unpack,
+from .common import (grade_submitted, Report, Test, load_names, one_thread, payload, quiet_stdio, unpack,
                      warm_up)
 
 NAME = "Assignment 5: a 1F1B pipeline schedule"
@@ -524,11 +523,7 @@ def _judge_order_grid(orders, group) -> dict:
 def grade_file(path, **kwargs) -> Report:
     """Grade a submitted notebook or .py file; the data is drawn afresh unless ``salt`` is
     given."""
-    kwargs.setdefault("salt", secrets.randbits(32))
-    sources, problem = submission_sources(path)
-    if problem:
-        return Report(NAME, [Test(t, p, False, problem) for t, p in zip(TITLES.values(), POINTS.values())])
-    return grade(lambda: load_names(sources, FUNCTIONS), **kwargs)
+    return grade_submitted(path, NAME, TITLES, POINTS, lambda sources: load_names(sources, FUNCTIONS), grade, **kwargs)
 
 
 def self_check(namespace: dict, world_sizes=WORLD_SIZES, seeds=SEEDS[:1]) -> float:
