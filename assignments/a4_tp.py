@@ -403,7 +403,7 @@ def grade(get_functions, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, qu
     from labs.tensor_parallel import shard_slicers
 
     limits = limits or Limits(wall_s=40.0, stall_s=5.0)
-    warm_up(dynamo=True)
+    warm_up()
     started = time.monotonic()
     report = Report(NAME)
     verdicts = {p: [] for p in POINTS}  # per world size: None (passed) or the first problem
@@ -414,8 +414,7 @@ def grade(get_functions, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, qu
         specs = [{"seed": s} for s in seeds]
         units = [unit_inputs(s, salt, n) for s in seeds]
         payloads = [payload({"cases": specs, "salt": salt}, [a for c in units for a in c[r]]) for r in range(n)]
-        group = run_ranks(n, _rank_main(get_functions, quiet), payloads, limits, isolate=isolate,
-                          prepare=lambda: warm_up(dynamo=True))
+        group = run_ranks(n, _rank_main(get_functions, quiet), payloads, limits, isolate=isolate, prepare=warm_up)
         report.isolated = group.isolated and report.isolated is not False
         got = {}
         for rank, messages in enumerate(group.messages):

@@ -187,16 +187,17 @@ def traffic_counter():
 
 
 
-def warm_up(dynamo: bool = False) -> None:
+def warm_up() -> None:
     """Import, in a rank, what the grader's side of it uses (the counter's dispatch mode
-    imports modules on first use), before the rank loses the right to read them. ``dynamo``:
-    also torch._dynamo, which a collective called inside an autograd.Function imports on
-    first use (torch._compile's disable wrapper); about 1.5 s, so only where it is needed."""
+    imports modules on first use), before the rank loses the right to read them. That
+    includes torch._dynamo (with sympy and mpmath): torch imports it on first use from
+    several places a submission reaches (a collective inside an autograd.Function, torch's
+    disable wrapper), and a rank whose ids were dropped may no longer read the files of a
+    Python installed under a private home folder. About 1.5 s, paid once in the grading
+    process, whose forked ranks inherit it."""
     import cProfile  # noqa: F401  (imported lazily by torch's dispatch-mode machinery)
     import torch
-
-    if dynamo:
-        import torch._dynamo  # noqa: F401
+    import torch._dynamo  # noqa: F401
 
     with traffic_counter():
         torch.zeros(1).add_(1)
