@@ -147,6 +147,9 @@ def _install_log_scale() -> None:
     class CourseLogScale(mscale.LogScale):
         name = "log"
 
+        def __init__(self, *args, **kwargs):  # no named *axis*: matplotlib >= 3.11 passes none,
+            super().__init__(*args, **kwargs)  # older ones pass it first (forwarded as it comes)
+
         def set_default_locators_and_formatters(self, axis):
             super().set_default_locators_and_formatters(axis)
             if self.base == 10:
