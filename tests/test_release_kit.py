@@ -371,6 +371,12 @@ ROUTES = {  # a student's attempts to answer an exercise with the released libra
     "ex2 compute_optimal_sweep(EXERCISE)": ("compute_optimal", lambda C, ratios=None: scaling.compute_optimal_sweep(C, X, ratios)),
     "ex2 compute_optimal_closed_form(EXERCISE)": ("compute_optimal", lambda C, ratios=None: scaling.compute_optimal_closed_form(C, X)),
     "ex3 memory_breakdown": ("memory_per_gpu", lambda P, s, n: sum(memory.memory_breakdown(P, s, n).values())),
+    "ex3 zero_memory_per_gpu": ("memory_per_gpu", lambda P, s, n:
+        memory.zero_memory_per_gpu(P, 0 if s == "dp" else 3, 1 if s == "dp" else n, "chapter_12")),
+    "ex3 memory_per_gpu_3d": ("memory_per_gpu", lambda P, s, n:
+        memory.memory_per_gpu_3d(P, 1 if s == "dp" else n, 1, 1, 0, "chapter_12")),
+    "ex3 own 12-byte convention": ("memory_per_gpu", lambda P, s, n: sum(memory.memory_breakdown(
+        P, s, n, memory.ByteConvention("mine", 4, 4, 4, "x", "x")).values())),
     "ex4 communication_breakdown": ("communication_time_per_step", lambda P, dp, tp, L, s, b, h, bw:
         communication.communication_breakdown(P, dp, tp, 1, L, s, b, 1, h, intra_node_bw=bw * 1e12,
                                               inter_node_bw=bw * 1e12)["total"]["seconds"]),
@@ -381,6 +387,8 @@ for name, (function, route) in ROUTES.items():
     results = grade_callable(lambda _, route=route: route, [c for c in checks if c.function == function])
     out[name] = score(results)
 out["other constants"] = scaling.parametric_loss(70e9, 1.4e12, scaling.HOFFMANN_ROUNDED)
+out["zero_16 zero3"] = memory.zero_memory_per_gpu(7e9, 3, 8, "zero_16")
+out["zero_16 breakdown"] = sum(memory.memory_breakdown(7e9, "dp", 8, "zero_16").values())
 print(json.dumps(out))
 """
 
@@ -402,11 +410,19 @@ def test_the_released_library_answers_no_exercise(routes, route):
     assert possible > 0 and earned == 0, (route, earned, possible)
 
 
-@pytest.mark.xfail(strict=True, reason="Exercise 3's answer is what chapters 1, 4 and 7 draw with "
-                   "memory_breakdown (12 bytes per parameter, split n ways): not stubbed in the release")
-def test_the_released_library_does_not_answer_exercise_3(routes):
-    earned, possible = routes["ex3 memory_breakdown"]
-    assert earned == 0, (earned, possible)
+@pytest.mark.parametrize("route", ["ex3 memory_breakdown", "ex3 zero_memory_per_gpu",
+                                   "ex3 memory_per_gpu_3d", "ex3 own 12-byte convention"])
+def test_the_released_library_does_not_answer_exercise_3(routes, route):
+    """Exercise 3's answer is the 12-byte count split by strategy: the release's memory
+    functions refuse that count, named or built by the student."""
+    earned, possible = routes[route]
+    assert possible > 0 and earned == 0, (route, earned, possible)
+
+
+def test_the_memory_guard_leaves_the_other_conventions_alone(routes):
+    # ZeRO-3 shards all of ZeRO's 16 bytes per parameter: 16 * 7e9 / 8 bytes per GPU.
+    assert routes["zero_16 zero3"] == pytest.approx(16 * 7e9 / 8, rel=1e-12)
+    assert routes["zero_16 breakdown"] == pytest.approx(16 * 7e9, rel=1e-12)
 
 
 def test_the_guard_leaves_the_library_s_other_constants_alone(routes):
