@@ -437,3 +437,40 @@ def test_the_grader_leaves_the_setup_cell_out(kit):
 
     submission = read_submission(kit / NOTEBOOK)
     assert not [u for u in submission.units if "COURSE_URL" in u.source or "coursefig" in u.source]
+
+
+# ----------------------------------------------------------------------------- chapters run
+
+@pytest.mark.parametrize("chapter", ["chapters/01-single-gpu.ipynb", "chapters/07-fsdp.ipynb",
+                                     "chapters/10-beyond-3d.ipynb"])
+def test_a_kit_chapter_runs_raising_in_its_tagged_cells_only(kit, chapter, tmp_path):
+    """Run all, with the course out of reach: the cells that reach Exercise 3's count (12
+    bytes per parameter: the course's convention, ``practice.s01_state``, DeepSeek-V3's FP8
+    state) raise and are tagged ``raises-exception``; every other cell runs."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    spec = tmp_path / "kernels" / "kit"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({"display_name": "kit", "language": "python", "argv": [
+        sys.executable, "-c", f"import os, sys; sys.path[:] = [p for p in sys.path if os.path.realpath(p or '.') "
+        f"!= {str(ROOT)!r}]; from ipykernel import kernelapp; kernelapp.launch_new_instance()",
+        "-f", "{connection_file}"]}))
+    nb = nbformat.read(kit / chapter, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("import solutions; print(solutions.__file__)"))
+    old = os.environ.get("JUPYTER_PATH")
+    os.environ["JUPYTER_PATH"] = str(tmp_path)
+    try:
+        NotebookClient(nb, timeout=300, kernel_name="kit", allow_errors=True,
+                       resources={"metadata": {"path": str((kit / chapter).parent)}}).execute()
+    finally:
+        os.environ.pop("JUPYTER_PATH") if old is None else os.environ.update(JUPYTER_PATH=old)
+    assert nb.cells[-1].outputs[0]["text"].strip().startswith(str(kit)), nb.cells[-1].outputs
+    code = [(i, c) for i, c in enumerate(nb.cells[:-1]) if c.cell_type == "code"]
+    raised = {i: next(o for o in c.outputs if o.output_type == "error") for i, c in code
+              if any(o.output_type == "error" for o in c.outputs)}
+    tagged = {i for i, c in code if "raises-exception" in c.metadata.get("tags", [])}
+    assert raised and set(raised) == tagged, ({i: raised[i]["evalue"][:120] for i in set(raised) - tagged},
+                                               tagged - set(raised))
+    first = raised[min(raised)]
+    assert first["ename"] == "NotImplementedError" and "Exercise 3" in first["evalue"], first["evalue"]
