@@ -9,9 +9,10 @@ hidden checks, the red-team suite, the project's own tests, ``tools/`` and the b
 with the exercises notebook replaced by its student version (``tools/student_notebook.py``),
 and with ``solutions/`` in which the four graded exercise functions (and the sweep that
 exists only for Exercise 2) are stubs raising ``NotImplementedError`` that point at the
-exercise, and ``parametric_loss`` refuses Exercise 1's constants: the chapters and labs
-import ``solutions/``, so it ships, but not the answers (chapter cells that need one are
-tagged ``raises-exception``). It then checks, with the course folder
+exercise, ``parametric_loss`` refuses Exercise 1's constants, and ``memory_breakdown`` and
+``zero_memory_per_gpu`` refuse a count of 12 bytes per parameter (Exercise 3's): the chapters
+and labs import ``solutions/``, so it ships, but not the answers (chapter and lab cells that
+need one are tagged ``raises-exception``). It then checks, with the course folder
 removed from ``sys.path``, that the release's self-check and grader run on the public tests:
 a correct submission earns every public point, and the unsolved notebook earns zero with a
 message per exercise.
@@ -270,10 +271,14 @@ python -m autograde chapters/09-exercises.ipynb --json my-report.json
 Every chapter and lab runs from here: they import the course's package `solutions/`. In this
 kit its four graded functions (`chinchilla_loss`, `compute_optimal`, `memory_per_gpu`,
 `communication_time_per_step`) are stubs that raise `NotImplementedError` naming the
-exercise, and `parametric_loss` refuses Exercise 1's constants. The chapters use the
-library's own functions, except *The Chinchilla correction*, whose grid-search figures are
-Exercise 2's results: its cells that need them raise instead (they are tagged so that "Run
-all" goes on past them, and the book's outputs are kept for reading).
+exercise, `parametric_loss` refuses Exercise 1's constants, and the memory functions
+(`memory_breakdown`, `zero_memory_per_gpu` and those built on them) refuse a convention of 12
+bytes per parameter, Exercise 3's count, while computing every other. The chapters use the
+library's own functions, except where a figure is an exercise's result: the grid-search
+figures of *The Chinchilla correction* (Exercise 2), and the model state at 12 bytes per
+parameter in *Introduction*, *The setup*, *Why distribute*, *Data parallelism*, *FSDP* and
+*Beyond 3D* (Exercise 3; DeepSeek-V3's FP8 state also counts 12 bytes). Those cells raise instead: they are tagged so that "Run all" goes on past
+them, and the book's outputs are kept for reading. The labs run whole.
 
 ## The assignments
 
