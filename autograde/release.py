@@ -9,9 +9,10 @@ hidden checks, the red-team suite, the project's own tests, ``tools/`` and the b
 with the exercises notebook replaced by its student version (``tools/student_notebook.py``),
 and with ``solutions/`` in which the four graded exercise functions (and the sweep that
 exists only for Exercise 2) are stubs raising ``NotImplementedError`` that point at the
-exercise, and ``parametric_loss`` refuses Exercise 1's constants: the chapters and labs
-import ``solutions/``, so it ships, but not the answers (chapter cells that need one are
-tagged ``raises-exception``). It then checks, with the course folder
+exercise, ``parametric_loss`` refuses Exercise 1's constants, and ``memory_breakdown`` and
+``zero_memory_per_gpu`` refuse a count of 12 bytes per parameter (Exercise 3's): the chapters
+and labs import ``solutions/``, so it ships, but not the answers (chapter and lab cells that
+need one are tagged ``raises-exception``). It then checks, with the course folder
 removed from ``sys.path``, that the release's self-check and grader run on the public tests:
 a correct submission earns every public point, and the unsolved notebook earns zero with a
 message per exercise.
@@ -82,6 +83,10 @@ STUBBED = {
 #: helper appended to the file that tells them (GUARD_HELPERS).
 GUARDED = {
     "solutions/scaling.py": {"parametric_loss": ("constants", 1)},
+    # Exercise 3 is the 12-byte count split by strategy: every route to it (the chapter's
+    # stacked bars, ZeRO's stages, and through them the 3D and MoE sums) refuses that count.
+    "solutions/memory.py": {"memory_breakdown": ("convention", 3), "zero_memory_per_gpu": ("convention", 3),
+                            "_sharded_state": ("conv", 3)},
 }
 GUARD_HELPERS = {
     "solutions/scaling.py": '''
@@ -95,11 +100,116 @@ def _exercise_constants(constants) -> bool:
     except (AttributeError, TypeError, ZeroDivisionError):
         return False
 ''',
+    "solutions/memory.py": '''
+
+def _exercise_convention(convention) -> bool:
+    """The student release: whether ``convention`` counts Exercise 3's bytes per parameter
+    (the course's 12, by name or as a :class:`ByteConvention` whose parts add up to 12)."""
+    try:
+        return abs(get_convention(convention).total - CHAPTER_BYTES_PER_PARAM) < 1e-9
+    except (ValueError, TypeError, AttributeError):
+        return False
+
+
+_exercise_conv = _exercise_convention
+''',
 }
 #: Calls that raise in the release: a chapter's cell that makes one is tagged
 #: ``raises-exception``, so that "Run all" goes on past it (its stored output stays readable).
 RAISING_CALL = re.compile(r"\b(chinchilla_loss|compute_optimal|compute_optimal_sweep|memory_per_gpu|"
                           r"communication_time_per_step)\s*\(|\bparametric_loss\([^)]*\bEXERCISE\)")
+
+#: Exercise 3's routes: the memory functions that refuse a 12-byte count in the release
+#: (directly or through the guarded ones), which a cell reaches with a 12-byte convention.
+MEMORY_ROUTES = ("memory_breakdown", "zero_memory_per_gpu", "memory_per_gpu_3d", "moe_memory_breakdown",
+                 "moe_memory_per_gpu", "_sharded_state")
+
+
+def twelve_byte_conventions() -> set:
+    """Names a cell may give a 12-byte convention by (Exercise 3's count): the keys of
+    ``BYTE_CONVENTIONS`` and the module constants of ``solutions/`` that count 12 bytes per
+    parameter (DeepSeek-V3's FP8 state also adds up to 12)."""
+    import importlib
+    import pkgutil
+
+    import solutions
+    from solutions.memory import BYTE_CONVENTIONS, CHAPTER_BYTES_PER_PARAM, ByteConvention
+
+    names = {k for k, c in BYTE_CONVENTIONS.items() if c.total == CHAPTER_BYTES_PER_PARAM}
+    for info in pkgutil.iter_modules(solutions.__path__):
+        module = importlib.import_module(f"solutions.{info.name}")
+        names |= {k for k, v in vars(module).items()
+                  if isinstance(v, ByteConvention) and v.total == CHAPTER_BYTES_PER_PARAM}
+    return names
+
+
+def _reaches_exercise_3(tree: ast.AST, twelve: set, calls: re.Pattern) -> bool:
+    """Whether code calls a memory route with a 12-byte convention: a name or string of
+    ``twelve`` in the same code, or ``memory_breakdown`` with its default (the 12 bytes)."""
+    source = ast.unparse(tree)
+    if not calls.search(source):
+        return False
+    words = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    words |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    words |= {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    defaults = any(isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", None)) == "memory_breakdown"
+                   and len(n.args) < 4 and "convention" not in {k.arg for k in n.keywords}
+                   for n in ast.walk(tree))
+    return bool(words & twelve) or defaults
+
+
+def _stored(node: ast.AST) -> set:
+    """The names a statement binds."""
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def _loaded(node: ast.AST) -> set:
+    """The names a statement reads from outside it (loop, comprehension and argument names
+    that it binds itself left out, and in a compound statement every name it binds: a loop
+    that sets ``c`` and then reads it does not need an earlier ``c``)."""
+    own = {name.id for loop in ast.walk(node) if isinstance(loop, (ast.comprehension, ast.For))
+           for name in ast.walk(loop.target) if isinstance(name, ast.Name)}
+    own |= {a.arg for args in ast.walk(node) if isinstance(args, ast.arguments)
+            for a in args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg] if a is not None}
+    if not isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr)):
+        own |= _stored(node)
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - own
+
+
+def _bind_twelve_byte_names(statement: ast.AST, twelve: set) -> None:
+    """Add to ``twelve`` the names ``statement`` binds to a 12-byte convention (an assignment
+    whose value names one and calls no memory route: ``chapter = BYTE_CONVENTIONS["chapter_12"]``,
+    ``CONVENTIONS = {"chapter_12": ...}``)."""
+    for node in ast.walk(statement):
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+            continue
+        value = node.value
+        words = ({n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
+                 | {n.attr for n in ast.walk(value) if isinstance(n, ast.Attribute)}
+                 | {n.value for n in ast.walk(value) if isinstance(n, ast.Constant) and isinstance(n.value, str)})
+        if words & twelve and not any(isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(
+                n.func, "id", "")) in MEMORY_ROUTES for n in ast.walk(value)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            twelve |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def exercise_3_routes(out: Path) -> tuple[set, re.Pattern, re.Pattern]:
+    """The 12-byte names (twelve_byte_conventions), a pattern of the calls that reach a
+    memory route (raising with a 12-byte convention), and one of the calls that always raise
+    in the release: the functions of its ``solutions/`` (outside memory.py) that call a memory
+    route with a 12-byte convention (``practice.s01_state``)."""
+    twelve = twelve_byte_conventions()
+    routes = set(MEMORY_ROUTES)
+    while True:
+        calls = re.compile(r"\b(" + "|".join(sorted(routes)) + r")\s*\(")
+        found = {node.name for path in sorted((Path(out) / "solutions").glob("*.py")) if path.name != "memory.py"
+                 for node in ast.parse(path.read_text(encoding="utf-8")).body
+                 if isinstance(node, ast.FunctionDef) and _reaches_exercise_3(node, twelve, calls)}
+        if found <= routes:
+            always = sorted(routes - set(MEMORY_ROUTES)) or ["(?!)"]
+            return twelve, calls, re.compile(r"\b(" + "|".join(always) + r")\s*\(")
+        routes |= found
+
 
 #: Gradescope needs only what grading imports: numpy, and jupytext for .md submissions.
 GRADESCOPE_PACKAGES = ("numpy", "jupytext")
@@ -161,10 +271,14 @@ python -m autograde chapters/09-exercises.ipynb --json my-report.json
 Every chapter and lab runs from here: they import the course's package `solutions/`. In this
 kit its four graded functions (`chinchilla_loss`, `compute_optimal`, `memory_per_gpu`,
 `communication_time_per_step`) are stubs that raise `NotImplementedError` naming the
-exercise, and `parametric_loss` refuses Exercise 1's constants. The chapters use the
-library's own functions, except *The Chinchilla correction*, whose grid-search figures are
-Exercise 2's results: its cells that need them raise instead (they are tagged so that "Run
-all" goes on past them, and the book's outputs are kept for reading).
+exercise, `parametric_loss` refuses Exercise 1's constants, and the memory functions
+(`memory_breakdown`, `zero_memory_per_gpu` and those built on them) refuse a convention of 12
+bytes per parameter, Exercise 3's count, while computing every other. The chapters use the
+library's own functions, except where a figure is an exercise's result: the grid-search
+figures of *The Chinchilla correction* (Exercise 2), and the model state at 12 bytes per
+parameter in *Introduction*, *The setup*, *Why distribute*, *Data parallelism*, *FSDP* and
+*Beyond 3D* (Exercise 3; DeepSeek-V3's FP8 state also counts 12 bytes). Those cells raise instead: they are tagged so that "Run all" goes on past
+them, and the book's outputs are kept for reading. The labs run whole.
 
 ## The assignments
 
@@ -250,38 +364,51 @@ def guard_functions(source: str, functions: dict, where: str) -> str:
             f"{indent}if _exercise_{argument}({argument}):\n",
             f"{indent}    raise NotImplementedError(\n",
             f'{indent}        "`{name}` with the exercise\'s {argument} is Exercise {number}: write it in "\n',
-            f'{indent}        "chapters/09-exercises.ipynb. The student release computes it for other {argument} only.")\n']
+            f'{indent}        "chapters/09-exercises.ipynb. The student release computes it for any other {argument}.")\n']
     return "".join(lines)
 
 
-def tag_raising_cells(notebook: Path) -> int:
+def tag_raising_cells(notebook: Path, exercise_3: tuple | None = None) -> int:
     """Tag ``raises-exception`` the code cells of a shipped chapter that call a stubbed or
-    guarded route; write the notebook and its MyST twin; return how many were tagged."""
+    guarded route (``exercise_3``: exercise_3_routes of the release, for the memory routes);
+    write the notebook and its MyST twin; return how many were tagged."""
     import jupytext
     import nbformat
 
     nb = nbformat.read(notebook, as_version=4)
     tagged = 0
     lost: set = set()  # names that only a raising cell defines: later cells using them raise too
+    twelve, memory_calls, raising_calls = exercise_3 or (set(), re.compile(r"(?!)"), re.compile(r"(?!)"))
+    twelve = set(twelve)  # and the names a cell binds to a 12-byte convention
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
-        code = re.sub(r"#[^\n]*", "", cell.source)  # comments may name a stub
         try:
             tree = ast.parse("\n".join(l for l in cell.source.splitlines()
                                        if not l.lstrip().startswith(("%", "!"))))
         except SyntaxError:
             continue
-        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-        stored = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-        if RAISING_CALL.search(code) or used & lost:
-            lost |= stored
+        raising = None  # the first top-level statement that raises: names stored before it stay
+        for at, statement in enumerate(tree.body):
+            _bind_twelve_byte_names(statement, twelve)
+            code = ast.unparse(statement)  # without comments, which may name a stub
+            used = _loaded(statement)
+            reaches = (RAISING_CALL.search(code) or used & lost or raising_calls.search(code)
+                       or _reaches_exercise_3(statement, twelve, memory_calls))
+            if reaches and isinstance(statement, (ast.FunctionDef, ast.ClassDef)):
+                lost.add(statement.name)  # defining it raises nothing; calling it does
+            elif reaches:
+                raising = at
+                break
+            else:
+                lost -= _stored(statement) | ({statement.name} if isinstance(
+                    statement, (ast.FunctionDef, ast.ClassDef)) else set())
+        if raising is not None:
+            lost |= set().union(*(_stored(st) for st in tree.body[raising:]))
             tags = cell.metadata.setdefault("tags", [])
             if "raises-exception" not in tags:
                 tags.append("raises-exception")
                 tagged += 1
-        else:
-            lost -= stored
     if tagged:
         nbformat.write(nb, notebook)
         jupytext.write(nb, notebook.with_suffix(".md"), fmt="md:myst")
@@ -374,9 +501,10 @@ def build_student(out: Path) -> None:
         text = notebook.read_text(encoding="utf-8")
         if GLUE_IMPORT[0] in text:
             notebook.write_text(text.replace(*GLUE_IMPORT), encoding="utf-8")
-    for notebook in sorted(out.glob("chapters/*.ipynb")):
+    exercise_3 = exercise_3_routes(out)
+    for notebook in sorted(out.glob("chapters/*.ipynb")) + sorted(out.glob("labs/*.ipynb")):
         if notebook.name != Path(EXERCISES_MASTER).with_suffix(".ipynb").name:
-            tag_raising_cells(notebook)
+            tag_raising_cells(notebook, exercise_3)
     subprocess.run([sys.executable, str(ROOT / "tools" / "student_notebook.py"),
                     str(ROOT / EXERCISES_MASTER), "--out", str(out / "chapters")],
                    check=True, capture_output=True, cwd=ROOT)

@@ -371,6 +371,12 @@ ROUTES = {  # a student's attempts to answer an exercise with the released libra
     "ex2 compute_optimal_sweep(EXERCISE)": ("compute_optimal", lambda C, ratios=None: scaling.compute_optimal_sweep(C, X, ratios)),
     "ex2 compute_optimal_closed_form(EXERCISE)": ("compute_optimal", lambda C, ratios=None: scaling.compute_optimal_closed_form(C, X)),
     "ex3 memory_breakdown": ("memory_per_gpu", lambda P, s, n: sum(memory.memory_breakdown(P, s, n).values())),
+    "ex3 zero_memory_per_gpu": ("memory_per_gpu", lambda P, s, n:
+        memory.zero_memory_per_gpu(P, 0 if s == "dp" else 3, 1 if s == "dp" else n, "chapter_12")),
+    "ex3 memory_per_gpu_3d": ("memory_per_gpu", lambda P, s, n:
+        memory.memory_per_gpu_3d(P, 1 if s == "dp" else n, 1, 1, 0, "chapter_12")),
+    "ex3 own 12-byte convention": ("memory_per_gpu", lambda P, s, n: sum(memory.memory_breakdown(
+        P, s, n, memory.ByteConvention("mine", 4, 4, 4, "x", "x")).values())),
     "ex4 communication_breakdown": ("communication_time_per_step", lambda P, dp, tp, L, s, b, h, bw:
         communication.communication_breakdown(P, dp, tp, 1, L, s, b, 1, h, intra_node_bw=bw * 1e12,
                                               inter_node_bw=bw * 1e12)["total"]["seconds"]),
@@ -381,6 +387,8 @@ for name, (function, route) in ROUTES.items():
     results = grade_callable(lambda _, route=route: route, [c for c in checks if c.function == function])
     out[name] = score(results)
 out["other constants"] = scaling.parametric_loss(70e9, 1.4e12, scaling.HOFFMANN_ROUNDED)
+out["zero_16 zero3"] = memory.zero_memory_per_gpu(7e9, 3, 8, "zero_16")
+out["zero_16 breakdown"] = sum(memory.memory_breakdown(7e9, "dp", 8, "zero_16").values())
 print(json.dumps(out))
 """
 
@@ -402,11 +410,19 @@ def test_the_released_library_answers_no_exercise(routes, route):
     assert possible > 0 and earned == 0, (route, earned, possible)
 
 
-@pytest.mark.xfail(strict=True, reason="Exercise 3's answer is what chapters 1, 4 and 7 draw with "
-                   "memory_breakdown (12 bytes per parameter, split n ways): not stubbed in the release")
-def test_the_released_library_does_not_answer_exercise_3(routes):
-    earned, possible = routes["ex3 memory_breakdown"]
-    assert earned == 0, (earned, possible)
+@pytest.mark.parametrize("route", ["ex3 memory_breakdown", "ex3 zero_memory_per_gpu",
+                                   "ex3 memory_per_gpu_3d", "ex3 own 12-byte convention"])
+def test_the_released_library_does_not_answer_exercise_3(routes, route):
+    """Exercise 3's answer is the 12-byte count split by strategy: the release's memory
+    functions refuse that count, named or built by the student."""
+    earned, possible = routes[route]
+    assert possible > 0 and earned == 0, (route, earned, possible)
+
+
+def test_the_memory_guard_leaves_the_other_conventions_alone(routes):
+    # ZeRO-3 shards all of ZeRO's 16 bytes per parameter: 16 * 7e9 / 8 bytes per GPU.
+    assert routes["zero_16 zero3"] == pytest.approx(16 * 7e9 / 8, rel=1e-12)
+    assert routes["zero_16 breakdown"] == pytest.approx(16 * 7e9, rel=1e-12)
 
 
 def test_the_guard_leaves_the_library_s_other_constants_alone(routes):
@@ -421,3 +437,40 @@ def test_the_grader_leaves_the_setup_cell_out(kit):
 
     submission = read_submission(kit / NOTEBOOK)
     assert not [u for u in submission.units if "COURSE_URL" in u.source or "coursefig" in u.source]
+
+
+# ----------------------------------------------------------------------------- chapters run
+
+@pytest.mark.parametrize("chapter", ["chapters/01-single-gpu.ipynb", "chapters/07-fsdp.ipynb",
+                                     "chapters/10-beyond-3d.ipynb"])
+def test_a_kit_chapter_runs_raising_in_its_tagged_cells_only(kit, chapter, tmp_path):
+    """Run all, with the course out of reach: the cells that reach Exercise 3's count (12
+    bytes per parameter: the course's convention, ``practice.s01_state``, DeepSeek-V3's FP8
+    state) raise and are tagged ``raises-exception``; every other cell runs."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    spec = tmp_path / "kernels" / "kit"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({"display_name": "kit", "language": "python", "argv": [
+        sys.executable, "-c", f"import os, sys; sys.path[:] = [p for p in sys.path if os.path.realpath(p or '.') "
+        f"!= {str(ROOT)!r}]; from ipykernel import kernelapp; kernelapp.launch_new_instance()",
+        "-f", "{connection_file}"]}))
+    nb = nbformat.read(kit / chapter, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("import solutions; print(solutions.__file__)"))
+    old = os.environ.get("JUPYTER_PATH")
+    os.environ["JUPYTER_PATH"] = str(tmp_path)
+    try:
+        NotebookClient(nb, timeout=300, kernel_name="kit", allow_errors=True,
+                       resources={"metadata": {"path": str((kit / chapter).parent)}}).execute()
+    finally:
+        os.environ.pop("JUPYTER_PATH") if old is None else os.environ.update(JUPYTER_PATH=old)
+    assert nb.cells[-1].outputs[0]["text"].strip().startswith(str(kit)), nb.cells[-1].outputs
+    code = [(i, c) for i, c in enumerate(nb.cells[:-1]) if c.cell_type == "code"]
+    raised = {i: next(o for o in c.outputs if o.output_type == "error") for i, c in code
+              if any(o.output_type == "error" for o in c.outputs)}
+    tagged = {i for i, c in code if "raises-exception" in c.metadata.get("tags", [])}
+    assert raised and set(raised) == tagged, ({i: raised[i]["evalue"][:120] for i in set(raised) - tagged},
+                                               tagged - set(raised))
+    first = raised[min(raised)]
+    assert first["ename"] == "NotImplementedError" and "Exercise 3" in first["evalue"], first["evalue"]
