@@ -63,7 +63,7 @@ STUDENT_EXCLUDED = (
 #: pinned to the course's own requirements.txt. No build or test package.
 STUDENT_PACKAGES = (
     "torch", "numpy", "scipy", "threadpoolctl", "matplotlib", "matplotlib-inline", "cycler",
-    "ipython", "ipykernel", "jupytext",
+    "pillow", "ipython", "ipykernel", "jupytext",
 )
 #: JupyterLab is not part of the course's development environment: its pin lives here.
 JUPYTERLAB = "jupyterlab==4.6.6"
@@ -497,7 +497,8 @@ def build_student(out: Path) -> None:
         "# For torch's CPU build (no NVIDIA GPU needed; a far smaller download), first run\n"
         f"#   pip install {requirements[0]} --index-url {TORCH_CPU_INDEX}\n"
         + "".join(line + "\n" for line in requirements), encoding="utf-8")
-    for notebook in sorted(out.glob("chapters/*.md")) + sorted(out.glob("chapters/*.ipynb")):
+    for notebook in sorted(p for folder in ("chapters", "labs", "assignments") for suffix in ("md", "ipynb")
+                           for p in out.glob(f"{folder}/*.{suffix}")):
         text = notebook.read_text(encoding="utf-8")
         if GLUE_IMPORT[0] in text:
             notebook.write_text(text.replace(*GLUE_IMPORT), encoding="utf-8")

@@ -58,8 +58,9 @@ PLAIN_SOURCE = Path(__file__).with_name("plain.py").read_text(encoding="utf-8")
 #: Packages student code may import besides the standard library.
 ALLOWED_PACKAGES = ("numpy",)
 #: Replaced by silent stand-ins: plots are not graded, and a plotting line in a cell must not
-#: cost the exercise defined in the same cell.
-STUB_MODULES = ("matplotlib", "matplotlib.pyplot", "seaborn")
+#: cost the exercise defined in the same cell (coursefig: the course's figure style, which
+#: the exercises' plot cells use).
+STUB_MODULES = ("matplotlib", "matplotlib.pyplot", "seaborn", "coursefig")
 ISOLATION_MODES = ("auto", "namespaces", "uid", "rlimits")
 SANDBOX_UID_BASE = 64000  # unprivileged uids for sandboxes when the grader is root
 SANDBOX_UID_COUNT = 1000

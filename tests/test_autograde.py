@@ -370,6 +370,7 @@ def test_the_reference_scores_full_marks_as_py_notebook_and_markdown(checks):
         report = grade_submission(path, checks)
         assert report.score == report.max_score == 100, (path, report.problems)
         assert not report.grader_errors
+        assert not report.problems, (path, report.problems)  # every cell ran, the plots too
 
 
 def test_the_student_notebook_scores_zero_with_a_message_per_exercise(tmp_path, checks):

@@ -436,7 +436,7 @@ def test_the_grader_leaves_the_setup_cell_out(kit):
     from autograde.submission import read_submission
 
     submission = read_submission(kit / NOTEBOOK)
-    assert not [u for u in submission.units if "COURSE_URL" in u.source or "coursefig" in u.source]
+    assert not [u for u in submission.units if "COURSE_URL" in u.source or "coursefig.use()" in u.source]
 
 
 # ----------------------------------------------------------------------------- chapters run
