@@ -58,28 +58,48 @@ _FIGURES_JS = """() => Array.from(document.querySelectorAll('article .cell_outpu
   .map(img => [img.getAttribute('src'), img.getBoundingClientRect().width])"""
 
 
+def _measure(browser, server: str, width: int) -> dict:
+    """Open every page at ``width`` in ``browser``: what ``measurements`` holds for it."""
+    found = {}
+    context = browser.new_context(viewport={"width": width, "height": 844})
+    for path in PAGES:
+        page = context.new_page()
+        page.goto(urljoin(server, path), wait_until="load")
+        page.evaluate("() => (window.MathJax && MathJax.startup && MathJax.startup.promise) || null")
+        page.add_script_tag(path=str(AXE))
+        found[path, width] = {
+            "axe": page.evaluate(_AXE_RUN),
+            "equations": page.evaluate(_WIDE_EQUATIONS_JS),
+            "figures": [(urljoin(urljoin(server, path), src), shown)
+                        for src, shown in page.evaluate(_FIGURES_JS)],
+        }
+        page.close()
+    context.close()
+    return found
+
+
+def _measure_in_own_browser(server: str, width: int) -> dict:
+    from tools.browser import chromium
+
+    with chromium() as browser:  # Playwright's sync API: one instance per thread
+        return _measure(browser, server, width)
+
+
 @pytest.fixture(scope="module")
 def measurements(browser, server):
-    """{(path, width): {"axe": [...], "equations": [...], "figures": [(src, displayed px)]}}."""
+    """{(path, width): {"axe": [...], "equations": [...], "figures": [(src, displayed px)]}}.
+    The phone's visits run in a second browser on a thread of their own, beside the
+    desktop's: axe-core takes 1-3 s a page, and two widths in turn took three minutes."""
+    from concurrent.futures import ThreadPoolExecutor
+
     if not AXE.exists():
         pytest.fail(f"axe-core {AXE_VERSION} is missing at {AXE.relative_to(ROOT)}")
     assert f"axe v{AXE_VERSION}" in AXE.read_text(encoding="utf-8")[:200]
-    found = {}
-    for width in WIDTHS.values():
-        context = browser.new_context(viewport={"width": width, "height": 844})
-        for path in PAGES:
-            page = context.new_page()
-            page.goto(urljoin(server, path), wait_until="load")
-            page.evaluate("() => (window.MathJax && MathJax.startup && MathJax.startup.promise) || null")
-            page.add_script_tag(path=str(AXE))
-            found[path, width] = {
-                "axe": page.evaluate(_AXE_RUN),
-                "equations": page.evaluate(_WIDE_EQUATIONS_JS),
-                "figures": [(urljoin(urljoin(server, path), src), shown)
-                            for src, shown in page.evaluate(_FIGURES_JS)],
-            }
-            page.close()
-        context.close()
+    phone, desktop = WIDTHS["phone"], WIDTHS["desktop"]
+    with ThreadPoolExecutor(1) as pool:
+        on_phone = pool.submit(_measure_in_own_browser, server, phone)
+        found = _measure(browser, server, desktop)
+        found.update(on_phone.result())
     return found
 
 
