@@ -169,7 +169,8 @@ def worker(ctx, args) -> dict:
         checks.append(c)
     if stub:
         checks += [check_skipped(f"{axis.upper()} group: bytes each rank sends per step (ring, counted)",
-                                 "ring_all_reduce is not written yet") for axis in ("tp", "dp")]
+                                 "ring_all_reduce is not written yet", breakdown[axis]["bytes"])
+                   for axis in ("tp", "dp")]
     else:
         c = checks[-1]
         c["ok"] = c["ok"] and all(r["padding"] == 0 for r in sent)  # no padding hides in the DP count

@@ -46,11 +46,11 @@ def check_exact(name: str, predicted, measured, unit: str = "bytes") -> dict:
             "unit": unit, "rule": "exact"}
 
 
-def check_skipped(name: str, why: str) -> dict:
+def check_skipped(name: str, why: str, predicted=None, unit: str = "bytes") -> dict:
     """A check that could not run (``why``): it counts as no failure, and the table says
-    ``skipped`` instead of a number."""
-    return {"name": name, "predicted": None, "measured": None, "ratio": None, "ok": True,
-            "unit": "", "rule": "skipped", "skipped": why}
+    ``skipped`` instead of a measurement (the prediction, when known, is kept)."""
+    return {"name": name, "predicted": None if predicted is None else _num(predicted), "measured": None, "ratio": None, "ok": True,
+            "unit": unit, "rule": "skipped", "skipped": why}
 
 
 def check_within(name: str, predicted, measured, percent: float, unit: str = "bytes") -> dict:
@@ -100,7 +100,8 @@ def format_checks(report: dict) -> str:
     for c in report["checks"]:
         unit = f" {c['unit']}" if c.get("unit") else ""
         if c["rule"] == "skipped":
-            rows.append((c["name"], "-", "-", "-", "skipped"))
+            predicted = "-" if c["predicted"] is None else f"{_fmt(c['predicted'])}{unit}"
+            rows.append((c["name"], predicted, "-", "-", "skipped"))
             continue
         if c["rule"] == "at most":
             predicted = f"<= {_fmt(c['predicted'])}{unit}"

@@ -573,7 +573,7 @@ def worker(ctx, args) -> dict:
             checks.append(c)
         elif getattr(args, "ring_stub", False):
             checks.append(check_skipped(f"{label}: bytes each rank sends per layer (ring, counted)",
-                                        "ring_all_reduce is not written yet"))
+                                        "ring_all_reduce is not written yet", predicted_bytes[key]))
 
     metrics = {"saved_activation_bytes": {"one_process": ref_saved.bytes,
                                           **{k: r["saved_bytes"] for k, r in runs.items()}}}
