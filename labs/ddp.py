@@ -181,6 +181,7 @@ def validate(args, world_size: int) -> None:
 
 def worker(ctx, args) -> dict:
     n, dev = ctx.world_size, ctx.device
+    resolve_ring_mode(args, "allreduce", "--allreduce")  # done by validate, unless called directly
     if getattr(args, "ring_stub", False):
         ctx.log(RING_STUB_NOTE)
     corpus = load_corpus()

@@ -49,7 +49,8 @@ def check_exact(name: str, predicted, measured, unit: str = "bytes") -> dict:
 def check_skipped(name: str, why: str, predicted=None, unit: str = "bytes") -> dict:
     """A check that could not run (``why``): it counts as no failure, and the table says
     ``skipped`` instead of a measurement (the prediction, when known, is kept)."""
-    return {"name": name, "predicted": None if predicted is None else _num(predicted), "measured": None, "ratio": None, "ok": True,
+    predicted = None if predicted is None else _num(predicted)
+    return {"name": name, "predicted": predicted, "measured": None, "ratio": None, "ok": True,
             "unit": unit, "rule": "skipped", "skipped": why}
 
 
