@@ -287,9 +287,9 @@ code that runs on real processes (torch's gloo backend, on the CPU). Each has a 
 cell that runs the grader's own checks; your instructor says how to hand it in.
 Assignment 1's `ring_all_reduce` is also the ring the labs run: in this kit,
 `labs/collectives.py` holds a stub in its place, which your answer can replace. Until then
-Lab 1 leaves its ring checks out, Labs 2 and 4 need their built-in all-reduce options
-(`--allreduce builtin`, `--comm builtin`), and the data x tensor parallel grid of Lab 5
-(`labs/grid3d.py`) needs the ring.
+the labs say so in one line and use torch's built-in all-reduce instead (Labs 2 and 4, and
+the data x tensor parallel grid of Lab 5), their ring checks reported as skipped; asking for
+the ring explicitly (`--allreduce ring`, `--comm ring`) is an error until it is written.
 """
 
 

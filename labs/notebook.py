@@ -7,9 +7,18 @@ from pathlib import Path
 
 from .launch import REPO_ROOT, run_lab
 
-__all__ = ["glue", "report_path", "run_lab", "style", "reference_runs", "show_reference"]
+__all__ = ["glue", "measured_or_skipped", "report_path", "run_lab", "style", "reference_runs", "show_reference"]
 
 REFERENCE_DIR = REPO_ROOT / "labs" / "reference"
+
+
+def measured_or_skipped(check: dict, spec: str | None = None):
+    """A check's measured value, formatted with ``spec`` when given. A skipped check (the ring
+    counts in the student kit, before Assignment 1's ``ring_all_reduce`` is written) has none:
+    ``"not yet measured"``, or NaN (an empty bar) without ``spec``."""
+    if check.get("skipped"):
+        return "not yet measured" if spec is not None else float("nan")
+    return check["measured"] if spec is None else format(check["measured"], spec)
 
 
 def glue(name: str, value, display: bool = False) -> None:

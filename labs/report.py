@@ -17,7 +17,7 @@ import json
 import math
 from pathlib import Path
 
-__all__ = ["check_exact", "check_within", "check_at_most", "write_report", "read_report",
+__all__ = ["check_exact", "check_skipped", "check_within", "check_at_most", "write_report", "read_report",
            "format_checks", "all_ok"]
 
 
@@ -44,6 +44,14 @@ def check_exact(name: str, predicted, measured, unit: str = "bytes") -> dict:
     return {"name": name, "predicted": predicted, "measured": measured,
             "ratio": _ratio(predicted, measured), "ok": measured == predicted,
             "unit": unit, "rule": "exact"}
+
+
+def check_skipped(name: str, why: str, predicted=None, unit: str = "bytes") -> dict:
+    """A check that could not run (``why``): it counts as no failure, and the table says
+    ``skipped`` instead of a measurement (the prediction, when known, is kept)."""
+    predicted = None if predicted is None else _num(predicted)
+    return {"name": name, "predicted": predicted, "measured": None, "ratio": None, "ok": True,
+            "unit": unit, "rule": "skipped", "skipped": why}
 
 
 def check_within(name: str, predicted, measured, percent: float, unit: str = "bytes") -> dict:
@@ -92,6 +100,10 @@ def format_checks(report: dict) -> str:
     rows = [("check", "predicted", "measured", "ratio", "ok")]
     for c in report["checks"]:
         unit = f" {c['unit']}" if c.get("unit") else ""
+        if c["rule"] == "skipped":
+            predicted = "-" if c["predicted"] is None else f"{_fmt(c['predicted'])}{unit}"
+            rows.append((c["name"], predicted, "-", "-", "skipped"))
+            continue
         if c["rule"] == "at most":
             predicted = f"<= {_fmt(c['predicted'])}{unit}"
             measured = f"<= {_fmt(c['predicted'])}{unit}" if c["ok"] else f"{_fmt(c['measured'])}{unit}"

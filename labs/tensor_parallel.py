@@ -48,9 +48,9 @@ from solutions.model_parallel import (norm_activation_elements_per_layer, sequen
                                       tensor_parallel_collectives_per_layer)
 
 from . import ddp, launch
-from .collectives import RingStats, all_gather_single, reduce_scatter_single, ring_all_reduce
+from .collectives import RING_STUB_NOTE, RingStats, resolve_ring_mode, all_gather_single, reduce_scatter_single, ring_all_reduce
 from .model import Block, GPTConfig
-from .report import check_at_most, check_exact
+from .report import check_at_most, check_exact, check_skipped
 
 LAB = "tensor_parallel"
 #: Bound on the relative L2 difference between a tensor-parallel result and the unsharded
@@ -493,7 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--block-size", type=int, default=64, help="sequence length s")
     g.add_argument("--batch", type=int, default=4, help="sequences per micro-batch b")
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--comm", choices=COMM_MODES, default="ring",
+    g.add_argument("--comm", choices=COMM_MODES, default=None,
                    help="ring: hand-written rings, bytes counted; builtin: torch.distributed's collectives; "
                         "none: no communication, to see the checks fail")
     g.add_argument("--no-sequence-parallel", action="store_true", help="skip the sequence-parallel run")
@@ -513,6 +513,7 @@ def validate(args, world_size: int) -> GPTConfig:
         raise ValueError(f"--block-size {cfg.block_size} must be divisible by {t} (--nproc) for sequence parallelism")
     if args.batch < 1:
         raise ValueError(f"--batch must be >= 1, got {args.batch}")
+    resolve_ring_mode(args, "comm", "--comm")
     return cfg
 
 
@@ -520,6 +521,8 @@ def worker(ctx, args) -> dict:
     t, dev = ctx.world_size, ctx.device
     cfg = validate(args, t)
     b, s, h, L = args.batch, cfg.block_size, cfg.d_model, cfg.n_layer
+    if getattr(args, "ring_stub", False):
+        ctx.log(RING_STUB_NOTE)
     ctx.log(f"tensor parallel degree {t}: {L} block(s) of width {h}, {cfg.n_head} heads; "
             f"micro-batch {b} x {s} tokens; collectives: {args.comm}")
 
@@ -568,6 +571,9 @@ def worker(ctx, args) -> dict:
                             max(sent) / L)
             c["ok"] = c["ok"] and len(set(sent)) == 1
             checks.append(c)
+        elif getattr(args, "ring_stub", False):
+            checks.append(check_skipped(f"{label}: bytes each rank sends per layer (ring, counted)",
+                                        "ring_all_reduce is not written yet", predicted_bytes[key]))
 
     metrics = {"saved_activation_bytes": {"one_process": ref_saved.bytes,
                                           **{k: r["saved_bytes"] for k, r in runs.items()}}}

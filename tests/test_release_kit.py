@@ -474,3 +474,30 @@ def test_a_kit_chapter_runs_raising_in_its_tagged_cells_only(kit, chapter, tmp_p
                                                tagged - set(raised))
     first = raised[min(raised)]
     assert first["ename"] == "NotImplementedError" and "Exercise 3" in first["evalue"], first["evalue"]
+
+
+def test_before_assignment_1_a_lab_falls_back_to_the_built_in_all_reduce(kit):
+    """In the kit ``ring_all_reduce`` is the stub until Assignment 1 is written: the grid lab
+    (data x tensor parallel, whose default is the ring) says in one line that it uses the
+    built-in all-reduce, reports its ring byte counts as skipped, and passes; asking for the
+    ring explicitly is a one-line error (exit 2), before any rank starts."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    wrapper = ("import os, runpy, sys; sys.path[:] = [os.getcwd()] + [p for p in sys.path if "
+               f"os.path.realpath(p or '.') != {str(ROOT)!r}]; sys.argv = sys.argv[1:]; "
+               "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)")
+    small = ["--nproc", "2", "--n-layer", "1", "--d-model", "32", "--n-head", "2", "--block-size", "8",
+             "--batch", "1", "--report", str(kit.parent / "grid.json")]
+    done = subprocess.run([sys.executable, "-c", wrapper, "labs.grid3d", *small], cwd=kit, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    note = "Assignment 1's ring_all_reduce is not written yet: using the built-in all-reduce"
+    assert done.stdout.count(note) == 1, done.stdout
+    report = json.loads((kit.parent / "grid.json").read_text())
+    skipped = [c["name"] for c in report["checks"] if c.get("skipped")]
+    assert len(skipped) == 2 and all("bytes each rank sends" in name for name in skipped), report["checks"]
+    assert any(c["rule"] == "at most" and c["ok"] for c in report["checks"]), report["checks"]
+
+    ring = subprocess.run([sys.executable, "-c", wrapper, "labs.ddp", "--nproc", "2", "--allreduce", "ring"],
+                          cwd=kit, env=env, capture_output=True, text=True, timeout=60)
+    lines = ring.stderr.strip().splitlines()
+    assert ring.returncode == 2 and len(lines) == 1 and "not written yet" in lines[0], ring.stderr
