@@ -232,8 +232,8 @@ def test_canvas_download_and_gradebook_give_a_file_canvas_imports(canvas):
     body = check_canvas_import(out / "import.csv", out / "gradebook.csv")
     header = next(csv.reader((out / "import.csv").open()))
     assert header[5] == "Exercises (12345)" and header[6] == "Exercises: Exercise 1"
-    scores = {row[1]: row[5] for row in body}
-    assert scores == {"100517": "100", "100600": "100", "100700": "0"}  # no test student
+    scores = {row[1]: float(row[5]) for row in body}  # compared as numbers (tolerance 1e-9)
+    assert scores == pytest.approx({"100517": 100, "100600": 100, "100700": 0}, abs=1e-9)  # no test student
     rows = {r["student_id"]: r for r in rows_of(out / "grades.csv")}
     assert rows["100700"]["status"] == "missing" and rows["100700"]["name"] == "Okafor, Ngozi"
     assert "the latest resubmission" in rows["100600"]["status"]
