@@ -184,7 +184,10 @@ def calibration_from(ctx, seconds: dict) -> dict:
     small, large = RING_ELEMENTS
     t_small, t_large = seconds["ring small"], seconds["ring large"]
     steps, factor = 2 * (n - 1), 2 * (n - 1) / n
-    bandwidth = factor * 4 * (large - small) / (t_large - t_small)
+    if t_large > t_small:
+        bandwidth = factor * 4 * (large - small) / (t_large - t_small)
+    else:  # a disturbed small ring took longer than the large one: charge the large one's time
+        bandwidth = factor * 4 * large / t_large  # to bandwidth alone (a lower bound on it)
     latency = max(0.0, (t_small - factor * 4 * small / bandwidth) / steps)
     return {"matmul_flops_per_s": 2 * MATMUL**3 / seconds["matmul"], "matmul_shape": [MATMUL] * 3,
             "ring_bytes": [4 * small, 4 * large], "ring_seconds": [t_small, t_large],

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from labs import launch
-from labs.predict_vs_measure import (CALIBRATION_STRATEGY, CPU_BOUNDS, REFERENCE, STRATEGIES, model_of, predictions,
-                                     summary)
+from labs.predict_vs_measure import (CALIBRATION_STRATEGY, CPU_BOUNDS, REFERENCE, RING_ELEMENTS, STRATEGIES,
+                                     calibration_from, model_of, predictions, summary)
 from solutions import steptime
 
 RATE, BW, ALPHA = 50e9, 1e9, 2e-4  # a made-up CPU: 50 GFLOP/s, 1 GB/s, 200 us per message
@@ -152,6 +152,23 @@ def test_calibrate_cpu_recovers_its_constants():
         steptime.calibrate_cpu(cpu, [runs[0], runs[0]])
     with pytest.raises(ValueError, match="latency_s"):
         steptime.cpu_cluster(RATE, BW, -1.0, 2)
+
+
+def test_ring_calibration_by_hand_and_when_disturbed():
+    """t = 2(n-1) alpha + 2(n-1)/n B/beta from two sizes; a loaded machine can leave the small
+    ring's least time above the large one's, and the bandwidth must stay a positive number."""
+    ctx = type("Ctx", (), {"world_size": 2})()
+    small, large = (4 * k for k in RING_ELEMENTS)
+    alpha, beta = 50e-6, 2e9  # s per step, bytes/s; with n = 2: two steps and a factor of 1
+    seconds = {"matmul": 0.01, "ring small": 2 * alpha + small / beta, "ring large": 2 * alpha + large / beta}
+    cal = calibration_from(ctx, seconds)
+    assert cal["bandwidth_bytes_per_s"] == pytest.approx(beta, rel=1e-9)
+    assert cal["latency_s"] == pytest.approx(alpha, rel=1e-9)
+    disturbed = calibration_from(ctx, {**seconds, "ring small": 2 * seconds["ring large"]})
+    assert disturbed["bandwidth_bytes_per_s"] == pytest.approx(large / seconds["ring large"], rel=1e-9)
+    assert disturbed["latency_s"] > 0
+    steptime.cpu_cluster(disturbed["matmul_flops_per_s"], disturbed["bandwidth_bytes_per_s"],
+                         disturbed["latency_s"], 2)
 
 
 # --------------------------------------------------------------------------- end to end
