@@ -16,8 +16,8 @@ plus ``5 a s / h`` for the scores: softmax output (2 bytes), attention-dropout
 mask (1) and dropout output (2) per score. :func:`activation_bytes_per_layer`
 recounts those terms for other choices.
 
-References: korthikanti2022reducing, dao2022flashattention, shazeer2020glu,
-micikevicius2022fp8, nvidia2022hopper, liu2024deepseekv3, qi2023zerobubble.
+References: korthikanti2022reducing, dao2022flashattention, dao2023flashattention2,
+shazeer2020glu, micikevicius2022fp8, nvidia2022hopper, liu2024deepseekv3, qi2023zerobubble.
 """
 
 from __future__ import annotations
@@ -115,8 +115,10 @@ def activation_bytes_per_layer(
     * ``mlp``: ``'gelu'`` (``ffn_hidden`` defaults to ``4 h``) or ``'swiglu'``;
     * ``attention``: ``'standard'`` stores the softmax output, ``2 a s^2 b``
       bytes (and, with ``dropout``, its mask and output, ``3 a s^2 b`` more);
-      ``'flash'`` (Dao et al. 2022) stores no ``s x s`` matrix, only the fp32
-      log-sum-exp of each row, ``4 a s b`` bytes;
+      ``'flash'`` stores no ``s x s`` matrix, only one fp32 log-sum-exp per
+      row, ``4 a s b`` bytes, as FlashAttention-2 does (Dao 2023, sec. 3.1;
+      FlashAttention-1, Dao et al. 2022, kept two statistics per row, the
+      running maximum and sum);
     * ``tp``: tensor parallelism splits everything but the layer-norm inputs,
       the two block inputs and the dropout masks (``10 s b h`` with dropout);
       ``sequence_parallel`` splits those too;
@@ -151,7 +153,11 @@ def activation_bytes_per_layer(
 #: DeepSeek-V3's FP8 mixed-precision training (Liu et al. 2024, sec. 3.3): GEMM
 #: inputs are cast to FP8 on the fly, while the master weights and the gradients
 #: used for accumulation stay in fp32 (4 + 4) and AdamW's moments are kept in
-#: bf16 (2 + 2). FP8 saves compute and activation memory, not model state.
+#: bf16 (2 + 2). The formats are the report's; the total of 12 bytes is the
+#: course's own count of those three parts (the report prints no total), and
+#: filing the master weights under ``weights`` (so that ZeRO-1 does not shard
+#: them) is the course's reading too. FP8 saves compute and activation memory,
+#: not model state.
 DEEPSEEK_V3_FP8_STATE = ByteConvention(
     "deepseek_v3_fp8", 4, 4, 4,
     "fp32 master weights (4) + fp32 gradients (4) + bf16 AdamW m and v (2 + 2); "

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from solutions import context, efficiency, facts, moe
+from solutions import context, efficiency, facts, moe, scaling
 from solutions.communication import tensor_parallel_bytes_per_layer
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def glued(notebook: str) -> dict:
-    """Glue name -> plain-text value stored in an executed chapter notebook."""
-    nb = json.loads((ROOT / "chapters" / notebook).read_text())
+def glued(notebook: str, folder: str = "chapters") -> dict:
+    """Glue name -> plain-text value stored in an executed chapter (or lab) notebook."""
+    nb = json.loads((ROOT / folder / notebook).read_text())
     out = {}
     for cell in nb["cells"]:
         for o in cell.get("outputs", []) if cell["cell_type"] == "code" else ():
@@ -142,3 +142,31 @@ def test_new_cites_are_in_the_bibliography():
     for key in cites | {"jacobs2023ulysses", "gale2023megablocks", "dao2023flashattention2"}:
         assert f"{{{key}," in bib, key
     assert "arXiv:2401.10241 (2023)" not in bib
+
+
+def _first_figures(x: float, n: int) -> float:
+    """``x`` rounded to ``n`` significant figures."""
+    return float(f"{x:.{n}g}")
+
+
+def test_lab6_fits_differ_beyond_the_third_figure():
+    # Hoffmann et al.'s printed constants against their unrounded ones: equal to two figures.
+    rounded, precise, epoch = scaling.HOFFMANN_ROUNDED, scaling.HOFFMANN_PRECISE, scaling.EPOCH_2024
+    for name in ("alpha", "beta"):
+        assert _first_figures(getattr(rounded, name), 2) == _first_figures(getattr(precise, name), 2)
+    # Epoch AI's refit of the same data: beta differs already in its first figure
+    # (the old text said the published fits differ only in the third).
+    assert _first_figures(epoch.beta, 1) != _first_figures(rounded.beta, 1)
+    g = glued("06-scaling-law.ipynb", folder="labs")
+    assert float(g["l06_beta_epoch"]) == pytest.approx(epoch.beta, abs=0.005)
+    assert float(g["l06_beta_hoffmann"]) == pytest.approx(rounded.beta, abs=0.005)
+
+
+def test_mla_cache_width():
+    # DeepSeek-V3's MLA caches a 512-wide latent and a 64-wide rotary key per token (report
+    # sec. 4.2: d_c = 512, d_h^R = 64), against 2 x 128 heads x 128 for full keys and values.
+    mla = facts.DEEPSEEK_V3_MLA
+    assert (mla["kv_latent"], mla["rope_key"], mla["heads"], mla["head_dim"]) == (512, 64, 128, 128)
+    g = glued("10-beyond-3d.ipynb")
+    assert int(g["s10_mla_cached"].replace(",", "")) == mla["kv_latent"] + mla["rope_key"]
+    assert int(g["s10_mla_full"].replace(",", "")) == 2 * mla["heads"] * mla["head_dim"]
