@@ -38,8 +38,8 @@ import numpy as np
 
 from solutions.pipeline import bubble_fraction, idle_fraction, peak_in_flight, simulate_orders
 
-from .common import (Report, defined, finish_report, grade_submitted, load_names, one_thread, open_rank, payload,
-                     warm_up)
+from .common import (Report, defined, finish_report, grade_submitted, load_names, messages_by_case, one_thread,
+                     open_rank, payload, warm_up)
 from .common import self_check as run_self_check
 
 NAME = "Assignment 5: a 1F1B pipeline schedule"
@@ -441,24 +441,15 @@ def grade(get_functions, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, qu
     found = {part: [] for part in POINTS}
     missing = None
     tol = tolerance()
-    orders_seen = None
     for k, n in enumerate(world_sizes):
         specs = [{"seed": s, "m": microbatches(n, s)} for s in seeds]
         payloads = [payload({"cases": specs, "salt": salt}, []) for _ in range(n)]
         group = run_ranks(n, _rank_main(get_functions, quiet, k == 0), payloads, limits, isolate=isolate,
                           prepare=warm_up)
         report.isolated = group.isolated and report.isolated is not False
-        by_case = [{} for _ in specs]
-        for rank, messages in enumerate(group.messages):
-            for msg in messages:
-                if "missing" in msg:
-                    missing = msg["missing"]
-                if rank == 0 and "orders" in msg:
-                    orders_seen = msg["orders"]
-                c = msg.get("case")
-                if isinstance(c, int) and 0 <= c < len(specs):
-                    by_case[c][rank] = msg
-        if k == 0:
+        by_case, missing = messages_by_case(group, len(specs), missing)
+        if k == 0:  # rank 0 ran the grid of one_f_one_b orders
+            orders_seen = next((msg["orders"] for msg in reversed(group.messages[0]) if "orders" in msg), None)
             found_orders = _judge_order_grid(orders_seen, group)
             for part in ORDER_PARTS:
                 found[part].append(found_orders[part])

@@ -296,6 +296,22 @@ def grade_submitted(path, name: str, titles: dict, points: dict, load, grade, **
     return grade(lambda: load(sources), **kwargs)
 
 
+def messages_by_case(group, count: int, missing=None) -> tuple:
+    """``(by_case, missing)``: what each rank of a finished ``group`` reported about each of
+    ``count`` cases, ``[{rank: message}]`` (a message names its case by index, ``"case"``),
+    and why the submission has nothing to grade where a rank said so (``{"missing": why}``;
+    else ``missing`` as given)."""
+    by_case = [{} for _ in range(count)]
+    for rank, messages in enumerate(group.messages):
+        for m in messages:
+            if "missing" in m:
+                missing = m["missing"]
+            c = m.get("case")
+            if isinstance(c, int) and 0 <= c < count:
+                by_case[c][rank] = m
+    return by_case, missing
+
+
 def finish_report(report: Report, titles: dict, points: dict, problems: dict, missing, started: float) -> Report:
     """Fill ``report`` with one test per part of ``points``: passed when ``problems[part]``
     (its feedback, a list of lines) is empty, else failed with those lines. A submission
@@ -356,14 +372,7 @@ def grade_case_by_case(name: str, titles: dict, points: dict, get_class, run, ca
         payloads = [payload({"cases": cases, "salt": salt}, [])] * n
         group = run_ranks(n, run_cases_in_rank(get_class, quiet, run), payloads, limits, isolate=isolate,
                           prepare=warm)
-        by_case = [{} for _ in cases]
-        for rank, messages in enumerate(group.messages):
-            for m in messages:
-                if "missing" in m:
-                    missing = m["missing"]
-                c = m.get("case")
-                if isinstance(c, int) and 0 <= c < len(cases):
-                    by_case[c][rank] = m
+        by_case, missing = messages_by_case(group, len(cases), missing)
         for c, case in enumerate(cases):
             ranks = by_case[c]
             label = f"n={n}, {describe(case)}"
