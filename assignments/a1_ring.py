@@ -29,8 +29,9 @@ import numpy as np
 
 from solutions.communication import allreduce_bytes_per_rank
 
-from .common import (grade_submitted, Report, Test, built_in_collectives, decode, encode, load_function, payload,
-                     quiet_stdio, warm_up, traffic_counter, unpack)
+from .common import (Report, Test, built_in_collectives, decode, encode, grade_submitted, load_function,
+                     messages_by_case, open_rank, payload, traffic_counter, warm_up)
+from .common import self_check as run_self_check
 
 NAME = "Assignment 1: ring all-reduce"
 FUNCTION = "ring_all_reduce"
@@ -97,14 +98,10 @@ def _rank_main(get_function, quiet):
     def main(rank, world_size, data, report):
         import torch
 
-        if quiet:
-            quiet_stdio()
-        header, arrays = unpack(data)
-        try:
-            fn = get_function()
-        except Exception as exc:  # noqa: BLE001
-            report({"missing": str(exc)[:300]})
+        opened = open_rank(data, get_function, report, quiet)
+        if opened is None:
             return
+        header, arrays, fn = opened
         for case, (op, x) in enumerate(zip(header["ops"], arrays)):
             tensor = torch.from_numpy(x.copy())
             counter = traffic_counter()
@@ -171,14 +168,7 @@ def grade(get_function, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, qui
         if group.sockets:
             cheats.append(f"net: opened a socket to {group.sockets[0].split(': ', 1)[1]} (rank "
                           f"{group.sockets[0].split(':')[0].split()[-1]}): only its own ranks may be reached")
-        by_case = [{} for _ in todo]
-        for rank, messages in enumerate(group.messages):
-            for m in messages:
-                if "missing" in m:
-                    missing = m["missing"]
-                c = m.get("case")
-                if isinstance(c, int) and 0 <= c < len(todo):
-                    by_case[c][rank] = m
+        by_case, missing = messages_by_case(group, len(todo), missing)
         verdict = {p: None for p in POINTS}  # None: not seen yet; else first failure text
         seen = {p: False for p in POINTS}
         for c, (part, size, op) in enumerate(todo):
@@ -297,6 +287,4 @@ def reference_submission(folder) -> Path:
 def self_check(function, world_sizes=WORLD_SIZES, seeds=SEEDS[:1]) -> float:
     """Run the grader on ``function`` (defined in this notebook) and print its report; the
     ranks are forked from this process, so they have the function. Returns the score."""
-    report = grade(lambda: function, world_sizes=world_sizes, seeds=seeds, quiet=False)
-    print(report.text())
-    return report.score
+    return run_self_check(grade, lambda: function, world_sizes, seeds)

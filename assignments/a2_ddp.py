@@ -36,15 +36,13 @@ seed), checks:
 from __future__ import annotations
 
 import contextlib
-import json
-import time
 
 import numpy as np
 
 from solutions.communication import allreduce_bytes_per_rank
 
-from .common import (grade_submitted, Report, Test, decode, encode, first_cause, load_function, quiet_stdio,
-                     warm_up)
+from .common import Report, decode, encode, grade_case_by_case, grade_submitted, load_function, warm_up
+from .common import self_check as run_self_check
 
 NAME = "Assignment 2: DDP by hand"
 CLASS = "BucketedDDP"
@@ -228,29 +226,6 @@ def train(cls, rank: int, n: int, seed: int, salt: int) -> dict:
             "calls": {k: int(v) for k, v in counter.calls.items()}}
 
 
-def _rank_main(get_class, quiet):
-    def main(rank, world_size, payload, report):
-        if quiet:
-            quiet_stdio()
-        header = json.loads(payload)
-        try:
-            cls = get_class()
-        except Exception as exc:  # noqa: BLE001
-            report({"missing": str(exc)[:300]})
-            return
-        for case, seed in enumerate(header["seeds"]):
-            try:
-                message = train(cls, rank, world_size, seed, header["salt"])
-            except NotImplementedError as exc:
-                report({"case": case, "error": "NotImplementedError", "message": str(exc)[:200]})
-                return
-            except Exception as exc:  # noqa: BLE001  (the other ranks would wait for this one)
-                report({"case": case, "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
-                return
-            report(dict(message, case=case))
-    return main
-
-
 # ----------------------------------------------------------------------------- the grader's side
 
 def _rel(a, b) -> float:
@@ -396,65 +371,21 @@ def check_traffic(m: dict, n: int, total_bytes: int) -> str | None:
 def grade(get_class, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=True,
           limits=None, isolate=True) -> Report:
     """Grade ``get_class()`` (called inside each rank) at each world size; a Report."""
-    from autograde.multirank import Limits, run_ranks
+    from autograde.multirank import Limits
 
-    limits = limits or Limits(wall_s=60.0, stall_s=5.0)
-    warm()
-    started = time.monotonic()
-    report = Report(NAME)
-    fails = {p: [] for p in POINTS}
-    missing = None
     sizes = param_bytes(make_model(0))
-    total = sum(sizes)
-    for n in world_sizes:
-        payloads = [json.dumps({"seeds": list(seeds), "salt": salt}).encode()] * n
-        group = run_ranks(n, _rank_main(get_class, quiet), payloads, limits, isolate=isolate, prepare=warm)
-        by_case = [{} for _ in seeds]
-        for rank, messages in enumerate(group.messages):
-            for m in messages:
-                if "missing" in m:
-                    missing = m["missing"]
-                c = m.get("case")
-                if isinstance(c, int) and 0 <= c < len(seeds):
-                    by_case[c][rank] = m
-        for c, seed in enumerate(seeds):
-            ranks = by_case[c]
-            errors = [(r, m["error"]) for r, m in sorted(ranks.items()) if "error" in m]
-            if errors or len(ranks) < n:
-                if errors:
-                    r, e = first_cause(errors)
-                    text = "not implemented yet" if e == "NotImplementedError" else f"rank {r} raised {e}"
-                else:
-                    text = f"not finished ({group.detail or 'some ranks reported nothing'})"
-                for p in POINTS:
-                    fails[p].append(f"n={n}, seed {seed}: {text}")
-                break  # the ranks stop at the first case that fails
-            ref = baseline(n, seed, salt)
-            cap = bucket_bytes_for(seed)
-            for r, m in sorted(ranks.items()):
-                where = f"n={n}, seed {seed}, rank {r}"
-                result = check_result(m, n, ref)
-                if result:
-                    fails["result"].append(f"{where}: {result}")
-                traffic = check_traffic(m, n, total)
-                if traffic:
-                    fails["traffic"].append(f"{where}: {traffic}")
-                for part, text in check_events(m, sizes, cap).items():
-                    fails[part].append(f"{where}: {text}")
-    for part, points in POINTS.items():
-        feedback = list(dict.fromkeys(fails[part]))  # first failure per world size is enough
-        shown = []
-        for n in world_sizes:
-            shown += [f for f in feedback if f.startswith(f"n={n},")][:1]
-        ok = not feedback
-        if part == "no_sync" and fails["result"] and ok:  # doing nothing must not pass it
-            ok, shown = False, ["earns its point once the gradients are right"]
-        report.tests.append(Test(TITLES[part], points, ok, "\n".join(shown)))
-    if missing:
-        for t in report.tests:
-            t.passed, t.feedback = False, missing
-    report.wall_s = time.monotonic() - started
-    return report
+
+    def check(n, seed, rank, m, ref) -> dict:
+        fails = {"result": check_result(m, n, ref), "traffic": check_traffic(m, n, sum(sizes))}
+        fails.update(check_events(m, sizes, bucket_bytes_for(seed)))
+        return {part: text for part, text in fails.items() if text}
+
+    return grade_case_by_case(
+        NAME, TITLES, POINTS, get_class, train, list(seeds), describe=lambda seed: f"seed {seed}",
+        reference=lambda n, seed: baseline(n, seed, salt), check=check,
+        earns_after={"no_sync": (("result",), "earns its point once the gradients are right")},  # doing nothing must not pass it
+        world_sizes=world_sizes, salt=salt, quiet=quiet, limits=limits or Limits(wall_s=60.0, stall_s=5.0),
+        isolate=isolate, warm=warm)
 
 
 def warm() -> None:
@@ -480,6 +411,4 @@ def grade_file(path, **kwargs) -> Report:
 def self_check(cls, world_sizes=WORLD_SIZES, seeds=SEEDS[:1]) -> float:
     """Run the grader on ``cls`` (defined in this notebook) and print its report; the ranks
     are forked from this process, so they have the class. Returns the score."""
-    report = grade(lambda: cls, world_sizes=world_sizes, seeds=seeds, quiet=False)
-    print(report.text())
-    return report.score
+    return run_self_check(grade, lambda: cls, world_sizes, seeds)

@@ -29,8 +29,6 @@ Graded at world sizes 2 and 4 and three seeds, on real gloo ranks (``autograde.m
 """
 from __future__ import annotations
 
-import json
-import time
 import types
 
 import numpy as np
@@ -39,8 +37,8 @@ from solutions.communication import (allgather_bytes_per_rank, allreduce_bytes_p
                                      reduce_scatter_bytes_per_rank)
 
 from .a2_ddp import EPS, LAYERS, LR, SEEDS, STEPS, WEIGHT_DECAY, WORLD_SIZES, data, flat, make_model
-from .common import (grade_submitted, Report, Test, decode, encode, first_cause, load_function, quiet_stdio,
-                     warm_up)
+from .common import Report, decode, encode, grade_case_by_case, grade_submitted, load_function, warm_up
+from .common import self_check as run_self_check
 
 NAME = "Assignment 3: ZeRO-1 and ZeRO-2, a sharded AdamW"
 CLASS = "ShardedAdamW"
@@ -141,29 +139,6 @@ def train(cls, rank: int, n: int, seed: int, salt: int, stage: int) -> dict:
             "calls": {k: int(v) for k, v in counter.calls.items()}}
 
 
-def _rank_main(get_class, quiet):
-    def main(rank, world_size, payload, report):
-        if quiet:
-            quiet_stdio()
-        header = json.loads(payload)
-        try:
-            cls = get_class()
-        except Exception as exc:  # noqa: BLE001
-            report({"missing": str(exc)[:300]})
-            return
-        for case, (stage, seed) in enumerate(header["cases"]):
-            try:
-                message = train(cls, rank, world_size, seed, header["salt"], stage)
-            except NotImplementedError as exc:
-                report({"case": case, "error": "NotImplementedError", "message": str(exc)[:200]})
-                return
-            except Exception as exc:  # noqa: BLE001  (the other ranks would wait for this one)
-                report({"case": case, "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
-                return
-            report(dict(message, case=case))
-    return main
-
-
 # ----------------------------------------------------------------------------- the grader's side
 
 def _update_error(w, before, after) -> float:
@@ -240,74 +215,40 @@ def check_traffic(m: dict, n: int, stage: int, numel: int) -> str | None:
             f"{want} of the parameters per step = {predicted:,.0f}{why}")
 
 
+def check_state(m: dict, n: int, numel: int) -> str | None:
+    """The optimizer's state on one rank: at most ``STATE_SHARDS`` shards of P/n elements."""
+    shard = numel // n
+    held = m.get("state")
+    if not isinstance(held, int):
+        return "no state size came back"
+    if held > STATE_SHARDS * shard + 64:
+        return (f"the optimizer holds {held:,} elements = {held / shard:.3g} shards of P/n = {shard:,} (a full "
+                f"AdamW state is 2P = {2 * n} shards): keep exp_avg and exp_avg_sq for your shard only (at most "
+                f"{STATE_SHARDS} shard-sized tensors)")
+    return None
+
+
 def grade(get_class, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=True,
           limits=None, isolate=True) -> Report:
     """Grade ``get_class()`` (called inside each rank) at each world size, both stages."""
-    from autograde.multirank import Limits, run_ranks
+    from autograde.multirank import Limits
 
-    limits = limits or Limits(wall_s=60.0, stall_s=5.0)
-    warm()
-    started = time.monotonic()
-    report = Report(NAME)
-    fails = {p: [] for p in POINTS}
-    missing = None
     numel = sum(p.numel() for p in make_model(0).parameters())
-    cases = [(stage, seed) for stage in STAGES for seed in seeds]
-    for n in world_sizes:
-        payloads = [json.dumps({"cases": cases, "salt": salt}).encode()] * n
-        group = run_ranks(n, _rank_main(get_class, quiet), payloads, limits, isolate=isolate, prepare=warm)
-        by_case = [{} for _ in cases]
-        for rank, messages in enumerate(group.messages):
-            for m in messages:
-                if "missing" in m:
-                    missing = m["missing"]
-                c = m.get("case")
-                if isinstance(c, int) and 0 <= c < len(cases):
-                    by_case[c][rank] = m
-        for c, (stage, seed) in enumerate(cases):
-            ranks = by_case[c]
-            errors = [(r, m["error"]) for r, m in sorted(ranks.items()) if "error" in m]
-            if errors or len(ranks) < n:
-                if errors:
-                    r, e = first_cause(errors)
-                    text = "not implemented yet" if e == "NotImplementedError" else f"rank {r} raised {e}"
-                else:
-                    text = f"not finished ({group.detail or 'some ranks reported nothing'})"
-                for p in POINTS:
-                    fails[p].append(f"n={n}, stage {stage}, seed {seed}: {text}")
-                break  # the ranks stop at the first case that fails
-            ref = baseline(n, seed, salt)
-            shard = numel // n
-            for r, m in sorted(ranks.items()):
-                where = f"n={n}, stage {stage}, seed {seed}, rank {r}"
-                result = check_result(m, r, n, ref)
-                if result:
-                    fails[f"result{stage}"].append(f"{where}: {result}")
-                traffic = check_traffic(m, n, stage, numel)
-                if traffic:
-                    fails[f"traffic{stage}"].append(f"{where}: {traffic}")
-                held = m.get("state")
-                if not isinstance(held, int):
-                    fails["state"].append(f"{where}: no state size came back")
-                elif held > STATE_SHARDS * shard + 64:
-                    fails["state"].append(
-                        f"{where}: the optimizer holds {held:,} elements = {held / shard:.3g} shards of P/n = "
-                        f"{shard:,} (a full AdamW state is 2P = {2 * n} shards): keep exp_avg and exp_avg_sq "
-                        f"for your shard only (at most {STATE_SHARDS} shard-sized tensors)")
-    for part, points in POINTS.items():
-        feedback = list(dict.fromkeys(fails[part]))
-        shown = []
-        for n in world_sizes:
-            shown += [f for f in feedback if f.startswith(f"n={n},")][:1]
-        ok = not feedback
-        if part == "state" and ok and (fails["result1"] or fails["result2"]):  # holding nothing is no answer
-            ok, shown = False, ["earns its points once the parameters are right"]
-        report.tests.append(Test(TITLES[part], points, ok, "\n".join(shown)))
-    if missing:
-        for t in report.tests:
-            t.passed, t.feedback = False, missing
-    report.wall_s = time.monotonic() - started
-    return report
+
+    def check(n, case, rank, m, ref) -> dict:
+        stage = case[0]
+        fails = {f"result{stage}": check_result(m, rank, n, ref), f"traffic{stage}": check_traffic(m, n, stage, numel),
+                 "state": check_state(m, n, numel)}
+        return {part: text for part, text in fails.items() if text}
+
+    return grade_case_by_case(
+        NAME, TITLES, POINTS, get_class, lambda cls, rank, n, case, salt: train(cls, rank, n, case[1], salt, case[0]),
+        [(stage, seed) for stage in STAGES for seed in seeds],
+        describe=lambda case: f"stage {case[0]}, seed {case[1]}",
+        reference=lambda n, case: baseline(n, case[1], salt), check=check,
+        earns_after={"state": (("result1", "result2"), "earns its points once the parameters are right")},
+        world_sizes=world_sizes, salt=salt, quiet=quiet, limits=limits or Limits(wall_s=60.0, stall_s=5.0),
+        isolate=isolate, warm=warm)
 
 
 def warm() -> None:
@@ -343,6 +284,4 @@ def grade_file(path, **kwargs) -> Report:
 def self_check(cls, world_sizes=WORLD_SIZES, seeds=SEEDS[:1]) -> float:
     """Run the grader on ``cls`` (defined in this notebook) and print its report; the ranks
     are forked from this process, so they have the class. Returns the score."""
-    report = grade(lambda: cls, world_sizes=world_sizes, seeds=seeds, quiet=False)
-    print(report.text())
-    return report.score
+    return run_self_check(grade, lambda: cls, world_sizes, seeds)

@@ -38,8 +38,9 @@ import numpy as np
 from solutions.communication import allreduce_bytes_per_rank, tensor_parallel_bytes_per_layer
 from solutions.model_parallel import tensor_parallel_collectives_per_layer
 
-from .common import (grade_submitted, Report, Test, built_in_collectives, load_names, one_thread, payload, quiet_stdio,
-                     traffic_counter, unpack, warm_up)
+from .common import (Report, built_in_collectives, defined, finish_report, grade_submitted, load_names, one_thread,
+                     open_rank, payload, traffic_counter, warm_up)
+from .common import self_check as run_self_check
 
 NAME = "Assignment 4: tensor-parallel MLP and attention"
 FUNCTIONS = ("CopyToTensorParallel", "ReduceFromTensorParallel", "shard_mlp", "tp_mlp",
@@ -174,14 +175,10 @@ def _rank_main(get_functions, quiet):
     def main(rank, n, data, report):
         import torch
 
-        if quiet:
-            quiet_stdio()
-        header, arrays = unpack(data)
-        try:
-            fns = get_functions()
-        except Exception as exc:  # noqa: BLE001
-            report({"missing": str(exc)[:300]})
+        opened = open_rank(data, get_functions, report, quiet)
+        if opened is None:
             return
+        header, arrays, fns = opened
 
         def attempt(case, step, body):
             try:
@@ -252,37 +249,44 @@ def _rel(got, want) -> float:
     return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
 
 
+#: What f and g each do wrong, by what their output or gradient is instead (``as_other``:
+#: what the other operator does; f's forward and g's backward are the identity, f's
+#: backward and g's forward the all-reduce).
+UNIT_FEEDBACK = {
+    "f": {"swapped": "f and g are swapped: f is the identity forward and all-reduces the gradient backward",
+          "forward": "f's forward is not the identity",
+          "forward_as_other": " (it all-reduces: that is g's forward)",
+          "backward_as_other": ("f's backward returns this rank's own gradient: all-reduce it (every rank used the "
+                                "same input, so its gradient is the sum over ranks); the all-reduce is missing"),
+          "backward": "f's backward is not the sum over ranks of the gradients"},
+    "g": {"swapped": "f and g are swapped: g all-reduces in the forward pass and is the identity backward",
+          "forward": "g's forward does not return the sum over ranks",
+          "forward_as_other": ": it returns this rank's own input, the all-reduce is missing",
+          "backward_as_other": "g's backward all-reduces: it must be the identity (that is f's backward)",
+          "backward": "g's backward is not the identity"},
+}
+
+
 def _judge_unit(op, ms, units, n):
     """One line naming what is wrong with f or g on this case, or None."""
     total_u = np.sum([u.astype(np.float64) for u, _ in units], axis=0)
     total_w = np.sum([w.astype(np.float64) for _, w in units], axis=0)
+    say = UNIT_FEEDBACK[op]
     for r, m in enumerate(ms):
         out, grad = _dec(m.get("out") or {}), _dec(m.get("grad") or {})
         u, w = units[r][0].astype(np.float64), units[r][1].astype(np.float64)
-        if op == "f":
-            fwd_ok, bwd_ok = _close(out, u, n), _close(grad, total_w, n)
-            if fwd_ok and bwd_ok:
-                continue
-            if _close(out, total_u, n) and _close(grad, w, n):
-                return "f and g are swapped: f is the identity forward and all-reduces the gradient backward"
-            if not fwd_ok:
-                return (f"rank {r}: f's forward is not the identity" + (" (it all-reduces: that is g's forward)"
-                                                                        if _close(out, total_u, n) else ""))
-            if _close(grad, w, n):
-                return (f"rank {r}: f's backward returns this rank's own gradient: all-reduce it (every rank "
-                        "used the same input, so its gradient is the sum over ranks); the all-reduce is missing")
-            return f"rank {r}: f's backward is not the sum over ranks of the gradients"
-        fwd_ok, bwd_ok = _close(out, total_u, n), _close(grad, w, n)
+        # (output, input gradient) of this operator, and of the other one, on this rank
+        (want_out, want_grad), (other_out, other_grad) = ((u, total_w), (total_u, w))[::1 if op == "f" else -1]
+        fwd_ok, bwd_ok = _close(out, want_out, n), _close(grad, want_grad, n)
         if fwd_ok and bwd_ok:
             continue
-        if _close(out, u, n) and _close(grad, total_w, n):
-            return "f and g are swapped: g all-reduces in the forward pass and is the identity backward"
+        if _close(out, other_out, n) and _close(grad, other_grad, n):
+            return say["swapped"]
         if not fwd_ok:
-            return (f"rank {r}: g's forward does not return the sum over ranks"
-                    + (": it returns this rank's own input, the all-reduce is missing" if _close(out, u, n) else ""))
-        if _close(grad, total_w, n):
-            return f"rank {r}: g's backward all-reduces: it must be the identity (that is f's backward)"
-        return f"rank {r}: g's backward is not the identity"
+            return f"rank {r}: {say['forward']}" + (say["forward_as_other"] if _close(out, other_out, n) else "")
+        if _close(grad, other_grad, n):
+            return f"rank {r}: {say['backward_as_other']}"
+        return f"rank {r}: {say['backward']}"
     return None
 
 
@@ -476,14 +480,8 @@ def grade(get_functions, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, qu
                 break
         for part in POINTS:
             verdicts[part].append(first[part])
-    for part, points in POINTS.items():
-        problems = [v for v in verdicts[part] if v]
-        report.tests.append(Test(TITLES[part], points, not problems, "\n".join(problems)))
-    if missing:
-        for t in report.tests:
-            t.passed, t.feedback = False, missing
-    report.wall_s = time.monotonic() - started
-    return report
+    problems = {part: [v for v in verdicts[part] if v] for part in POINTS}
+    return finish_report(report, TITLES, POINTS, problems, missing, started)
 
 
 def grade_file(path, **kwargs) -> Report:
@@ -495,10 +493,5 @@ def grade_file(path, **kwargs) -> Report:
 def self_check(namespace: dict, world_sizes=WORLD_SIZES, seeds=SEEDS[:1]) -> float:
     """Run the grader on the six names as this notebook defines them (pass ``globals()``);
     the ranks are forked from this process. Prints the report, returns the score."""
-    absent = [name for name in FUNCTIONS if name not in namespace]
-    if absent:
-        raise NameError(f"define {', '.join(absent)} first (run the cells above)")
-    report = grade(lambda: {name: namespace[name] for name in FUNCTIONS}, world_sizes=world_sizes, seeds=seeds,
-                   quiet=False)
-    print(report.text())
-    return report.score
+    functions = defined(namespace, FUNCTIONS)
+    return run_self_check(grade, lambda: functions, world_sizes, seeds)

@@ -38,8 +38,9 @@ import numpy as np
 
 from solutions.pipeline import bubble_fraction, idle_fraction, peak_in_flight, simulate_orders
 
-from .common import (grade_submitted, Report, Test, load_names, one_thread, payload, quiet_stdio, unpack,
-                     warm_up)
+from .common import (Report, defined, finish_report, grade_submitted, load_names, messages_by_case, one_thread,
+                     open_rank, payload, warm_up)
+from .common import self_check as run_self_check
 
 NAME = "Assignment 5: a 1F1B pipeline schedule"
 FUNCTIONS = ("one_f_one_b", "pipeline_step")
@@ -286,14 +287,10 @@ def _rank_main(get_functions, quiet, order_grid_here):
 
         from labs.pipeline_parallel import Stage
 
-        if quiet:
-            quiet_stdio()
-        header, _ = unpack(data)
-        try:
-            fns = get_functions()
-        except Exception as exc:  # noqa: BLE001
-            report({"missing": str(exc)[:300]})
+        opened = open_rank(data, get_functions, report, quiet)
+        if opened is None:
             return
+        header, _, fns = opened
         if rank == 0 and order_grid_here:
             orders = {}
             for p, m in order_grid():
@@ -444,24 +441,15 @@ def grade(get_functions, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, qu
     found = {part: [] for part in POINTS}
     missing = None
     tol = tolerance()
-    orders_seen = None
     for k, n in enumerate(world_sizes):
         specs = [{"seed": s, "m": microbatches(n, s)} for s in seeds]
         payloads = [payload({"cases": specs, "salt": salt}, []) for _ in range(n)]
         group = run_ranks(n, _rank_main(get_functions, quiet, k == 0), payloads, limits, isolate=isolate,
                           prepare=warm_up)
         report.isolated = group.isolated and report.isolated is not False
-        by_case = [{} for _ in specs]
-        for rank, messages in enumerate(group.messages):
-            for msg in messages:
-                if "missing" in msg:
-                    missing = msg["missing"]
-                if rank == 0 and "orders" in msg:
-                    orders_seen = msg["orders"]
-                c = msg.get("case")
-                if isinstance(c, int) and 0 <= c < len(specs):
-                    by_case[c][rank] = msg
-        if k == 0:
+        by_case, missing = messages_by_case(group, len(specs), missing)
+        if k == 0:  # rank 0 ran the grid of one_f_one_b orders
+            orders_seen = next((msg["orders"] for msg in reversed(group.messages[0]) if "orders" in msg), None)
             found_orders = _judge_order_grid(orders_seen, group)
             for part in ORDER_PARTS:
                 found[part].append(found_orders[part])
@@ -481,14 +469,8 @@ def grade(get_functions, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, qu
             first["run_result"] = first["run_result"] or result_problem
         for part, text in first.items():
             found[part].append(text)
-    for part, points in POINTS.items():
-        problems = [v for v in found[part] if v]
-        report.tests.append(Test(TITLES[part], points, not problems, "\n".join(problems)))
-    if missing:
-        for t in report.tests:
-            t.passed, t.feedback = False, missing
-    report.wall_s = time.monotonic() - started
-    return report
+    problems = {part: [v for v in found[part] if v] for part in POINTS}
+    return finish_report(report, TITLES, POINTS, problems, missing, started)
 
 
 def _judge_order_grid(orders, group) -> dict:
@@ -529,10 +511,5 @@ def grade_file(path, **kwargs) -> Report:
 def self_check(namespace: dict, world_sizes=WORLD_SIZES, seeds=SEEDS[:1]) -> float:
     """Run the grader on ``one_f_one_b`` and ``pipeline_step`` as this notebook defines them
     (pass ``globals()``); prints the report, returns the score."""
-    absent = [name for name in FUNCTIONS if name not in namespace]
-    if absent:
-        raise NameError(f"define {', '.join(absent)} first (run the cells above)")
-    report = grade(lambda: {name: namespace[name] for name in FUNCTIONS}, world_sizes=world_sizes, seeds=seeds,
-                   quiet=False)
-    print(report.text())
-    return report.score
+    functions = defined(namespace, FUNCTIONS)
+    return run_self_check(grade, lambda: functions, world_sizes, seeds)

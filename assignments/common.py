@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,6 +112,22 @@ def quiet_stdio() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
+
+
+def open_rank(data: bytes, get, report, quiet: bool):
+    """A rank's first steps, the same in every grader: silence its prints (``quiet``), read
+    what the grader sent it (:func:`unpack`) and fetch the submission's code with ``get()``.
+    Returns ``(header, arrays, code)``; or None once it has reported ``{"missing": why}``,
+    where the submission lacks what the assignment asks for."""
+    if quiet:
+        quiet_stdio()
+    header, arrays = unpack(data)
+    try:
+        code = get()
+    except Exception as exc:  # noqa: BLE001 - a rank reports, it never raises
+        report({"missing": str(exc)[:300]})
+        return None
+    return header, arrays, code
 
 
 # ----------------------------------------------------------------------------- tensors on the wire
@@ -277,3 +294,125 @@ def grade_submitted(path, name: str, titles: dict, points: dict, load, grade, **
     if problem:
         return Report(name, [Test(t, p, False, problem) for t, p in zip(titles.values(), points.values())])
     return grade(lambda: load(sources), **kwargs)
+
+
+def messages_by_case(group, count: int, missing=None) -> tuple:
+    """``(by_case, missing)``: what each rank of a finished ``group`` reported about each of
+    ``count`` cases, ``[{rank: message}]`` (a message names its case by index, ``"case"``),
+    and why the submission has nothing to grade where a rank said so (``{"missing": why}``;
+    else ``missing`` as given)."""
+    by_case = [{} for _ in range(count)]
+    for rank, messages in enumerate(group.messages):
+        for m in messages:
+            if "missing" in m:
+                missing = m["missing"]
+            c = m.get("case")
+            if isinstance(c, int) and 0 <= c < count:
+                by_case[c][rank] = m
+    return by_case, missing
+
+
+def finish_report(report: Report, titles: dict, points: dict, problems: dict, missing, started: float) -> Report:
+    """Fill ``report`` with one test per part of ``points``: passed when ``problems[part]``
+    (its feedback, a list of lines) is empty, else failed with those lines. A submission
+    that lacks what the assignment asks for (``missing``: why, or None) fails every part
+    with that reason. ``started``: ``time.monotonic()`` when grading began."""
+    for part, worth in points.items():
+        lines = problems[part]
+        report.tests.append(Test(titles[part], worth, not lines, "\n".join(lines)))
+    if missing:
+        for t in report.tests:
+            t.passed, t.feedback = False, missing
+    report.wall_s = time.monotonic() - started
+    return report
+
+
+def run_cases_in_rank(get_class, quiet: bool, run):
+    """A rank's main for :func:`grade_case_by_case`: the cases the grader sent, in turn,
+    each with ``run(cls, rank, world_size, case, salt) -> message``; the rank stops at its
+    first case that raises (the other ranks would wait for it), reporting the error."""
+    def main(rank, world_size, data, report):
+        opened = open_rank(data, get_class, report, quiet)
+        if opened is None:
+            return
+        header, _, cls = opened
+        for index, case in enumerate(header["cases"]):
+            try:
+                message = run(cls, rank, world_size, case, header["salt"])
+            except NotImplementedError as exc:
+                report({"case": index, "error": "NotImplementedError", "message": str(exc)[:200]})
+                return
+            except Exception as exc:  # noqa: BLE001  (the other ranks would wait for this one)
+                report({"case": index, "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
+                return
+            report(dict(message, case=index))
+    return main
+
+
+def grade_case_by_case(name: str, titles: dict, points: dict, get_class, run, cases: list, *, describe,
+                       reference, check, earns_after=None, world_sizes, salt: int, quiet: bool, limits,
+                       isolate: bool, warm) -> Report:
+    """The grading loop of the assignments that train a student's class (2 and 3). At each
+    world size n one group of ranks runs every case of ``cases`` (JSON values) in turn
+    (:func:`run_cases_in_rank`). A case that some rank failed or did not finish costs every
+    part, and ends that world size (the ranks stopped there). For the others
+    ``ref = reference(n, case)`` is computed once, and ``check(n, case, rank, message, ref)``
+    returns each rank's failures, ``{part: text}``; ``describe(case)`` names the case in the
+    feedback. A part's feedback is its first failure at each world size. ``earns_after``,
+    ``{part: (other parts, text)}``: a part that an empty answer would pass earns its points
+    only once those others pass; until then it fails saying ``text``. ``warm()`` runs once
+    here and in each rank before it drops its privileges."""
+    from autograde.multirank import run_ranks
+
+    warm()
+    started = time.monotonic()
+    fails = {p: [] for p in points}
+    missing = None
+    for n in world_sizes:
+        payloads = [payload({"cases": cases, "salt": salt}, [])] * n
+        group = run_ranks(n, run_cases_in_rank(get_class, quiet, run), payloads, limits, isolate=isolate,
+                          prepare=warm)
+        by_case, missing = messages_by_case(group, len(cases), missing)
+        for c, case in enumerate(cases):
+            ranks = by_case[c]
+            label = f"n={n}, {describe(case)}"
+            errors = [(r, m["error"]) for r, m in sorted(ranks.items()) if "error" in m]
+            if errors or len(ranks) < n:
+                if errors:
+                    r, e = first_cause(errors)
+                    text = "not implemented yet" if e == "NotImplementedError" else f"rank {r} raised {e}"
+                else:
+                    text = f"not finished ({group.detail or 'some ranks reported nothing'})"
+                for p in points:
+                    fails[p].append(f"{label}: {text}")
+                break  # the ranks stop at the first case that fails
+            ref = reference(n, case)
+            for r, m in sorted(ranks.items()):
+                for part, text in check(n, case, r, m, ref).items():
+                    fails[part].append(f"{label}, rank {r}: {text}")
+    shown = {p: [] for p in points}
+    for part in points:
+        feedback = list(dict.fromkeys(fails[part]))
+        for n in world_sizes:  # the first failure per world size is enough
+            shown[part] += [f for f in feedback if f.startswith(f"n={n},")][:1]
+    for part, (others, text) in (earns_after or {}).items():
+        if not shown[part] and any(fails[p] for p in others):
+            shown[part] = [text]
+    return finish_report(Report(name), titles, points, shown, missing, started)
+
+
+def self_check(grade, get, world_sizes, seeds) -> float:
+    """What a notebook's self-check does: ``grade(get, ...)`` with the ranks' prints shown
+    (they are forked from the notebook's process, so they have what it defines), then the
+    report printed. Returns the score."""
+    report = grade(get, world_sizes=world_sizes, seeds=seeds, quiet=False)
+    print(report.text())
+    return report.score
+
+
+def defined(namespace: dict, names) -> dict:
+    """``{name: namespace[name]}`` for each of ``names``; NameError naming those not defined yet."""
+    absent = [name for name in names if name not in namespace]
+    if absent:
+        raise NameError(f"define {', '.join(absent)} first (run the cells above)")
+    return {name: namespace[name] for name in names}

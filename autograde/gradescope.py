@@ -88,6 +88,22 @@ def no_submission(args, what: str) -> int:
     return 0
 
 
+def finish(args, report, note, visibility: str, extra: dict, how) -> int:
+    """Write a graded ``report`` as Gradescope's results.json (``note``, if any, said first;
+    hidden tests at ``visibility``; ``extra`` added to it) and say the score on stdout, with
+    ``how()`` in brackets. Exit status 3 where the grader itself failed (its errors on
+    stderr), else 0."""
+    if note:
+        report.notes.insert(0, note.rstrip("."))
+    write_gradescope(args.results, report, visibility, extra=extra)
+    if report.grader_errors:
+        for error in report.grader_errors:
+            print(f"autograde: grader error: {error}", file=sys.stderr)
+        return 3
+    print(f"{report.submission}: {report.score:g}/{report.max_score:g} ({how()})")
+    return 0
+
+
 def grade_assignment(args) -> int:
     """An assignment's submission: its grader (multi-rank sandbox), every part visible."""
     from assignments.common import grader
@@ -98,16 +114,8 @@ def grade_assignment(args) -> int:
         return no_submission(args, f"notebook for {module.NAME}")
     report = classrun.grade_assignment(path, args.assignment,
                                        label=textsafe.file_name(path.relative_to(args.submission_dir)))
-    if note:
-        report.notes.insert(0, note.rstrip("."))
-    write_gradescope(args.results, report, "visible", extra={"assignment": args.assignment})
-    if report.grader_errors:
-        for error in report.grader_errors:
-            print(f"autograde: grader error: {error}", file=sys.stderr)
-        return 3
-    print(f"{report.submission}: {report.score:g}/{report.max_score:g} "
-          f"({args.assignment}, ranks: {report.isolation}, {report.seconds:.2f} s)")
-    return 0
+    return finish(args, report, note, "visible", {"assignment": args.assignment},
+                  lambda: f"{args.assignment}, ranks: {report.isolation}, {report.seconds:.2f} s")
 
 
 def grade(args) -> int:
@@ -127,16 +135,8 @@ def grade(args) -> int:
     report = classrun.grade_student(path, checks, gradescope_student(args.submission_dir),
                                     timeout=args.timeout,
                                     label=textsafe.file_name(path.relative_to(args.submission_dir)))
-    if note:
-        report.notes.insert(0, note.rstrip("."))
-    write_gradescope(args.results, report, args.hidden_visibility, extra={"seed": seed})
-    if report.grader_errors:
-        for error in report.grader_errors:
-            print(f"autograde: grader error: {error}", file=sys.stderr)
-        return 3
-    print(f"{report.submission}: {report.score:g}/{report.max_score:g} "
-          f"(sandbox: {report.isolation}, {report.seconds:.2f} s, seed {seed})")
-    return 0
+    return finish(args, report, note, args.hidden_visibility, {"seed": seed},
+                  lambda: f"sandbox: {report.isolation}, {report.seconds:.2f} s, seed {seed}")
 
 
 if __name__ == "__main__":

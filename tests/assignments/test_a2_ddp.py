@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from assignments import a2_ddp
-from tools.student_notebook import write_student_version
 
 ROOT = Path(__file__).resolve().parents[2]
 MASTER = ROOT / "assignments" / "a2-ddp-by-hand.md"
@@ -50,10 +49,8 @@ def test_the_statement_states_the_graders_numbers():
     assert f"({a2_ddp.POINTS['result']} points)" in text and f"({a2_ddp.POINTS['no_sync']} point)" in text
 
 
-def test_the_students_stub_scores_zero_and_says_not_implemented(tmp_path):
-    ipynb, _ = write_student_version(MASTER, tmp_path)
-    assert "BEGIN SOLUTION" not in ipynb.read_text(encoding="utf-8")
-    report = a2_ddp.grade_file(ipynb, world_sizes=(2,), seeds=(0,))
+def test_the_students_stub_scores_zero_and_says_not_implemented(grade_stub):
+    report = grade_stub(a2_ddp, MASTER, world_sizes=(2,), seeds=(0,))
     assert report.score == 0, report.text()
     assert "not implemented yet" in report.text()
 
@@ -73,28 +70,22 @@ MUTANTS = {
 
 
 @pytest.mark.parametrize("name", list(MUTANTS))
-def test_each_planted_mistake_loses_points_and_is_named(tmp_path, name):
+def test_each_planted_mistake_loses_points_and_is_named(grade_planted, name):
     old, new, lost, words = MUTANTS[name]
-    source = MASTER.read_text(encoding="utf-8")
-    assert source.count(old) == 1, f"the reference no longer holds {old!r}"
-    path = tmp_path / "submission.md"
-    path.write_text(source.replace(old, new), encoding="utf-8")
-    report = a2_ddp.grade_file(path, world_sizes=(2,), seeds=(0,))
+    report = grade_planted(a2_ddp, MASTER, (old, new), world_sizes=(2,), seeds=(0,))
     assert report.score <= report.max_score - lost, report.text()
     assert words in report.text(), report.text()
 
 
-def test_an_all_reduce_after_the_backward_pass_loses_the_overlap_points(tmp_path):
+def test_an_all_reduce_after_the_backward_pass_loses_the_overlap_points(grade_planted):
     """All buckets all-reduced in finish_gradient_synchronization: right gradients, no overlap."""
-    source = MASTER.read_text(encoding="utf-8")
-    old = "            self.in_flight.append((b, flat, dist.all_reduce(flat, async_op=True)))\n"
-    new = "            self.in_flight.append((b, flat, None))\n"
-    later = "        for b, flat, work in self.in_flight:\n            work.wait()\n"
-    late = "        for b, flat, work in self.in_flight:\n            dist.all_reduce(flat, async_op=True).wait()\n"
-    assert source.count(old) == 1 and source.count(later) == 1
-    path = tmp_path / "late.md"
-    path.write_text(source.replace(old, new).replace(later, late), encoding="utf-8")
-    report = a2_ddp.grade_file(path, world_sizes=(2,), seeds=(0,))
+    report = grade_planted(
+        a2_ddp, MASTER,
+        ("            self.in_flight.append((b, flat, dist.all_reduce(flat, async_op=True)))\n",
+         "            self.in_flight.append((b, flat, None))\n"),
+        ("        for b, flat, work in self.in_flight:\n            work.wait()\n",
+         "        for b, flat, work in self.in_flight:\n            dist.all_reduce(flat, async_op=True).wait()\n"),
+        world_sizes=(2,), seeds=(0,))
     failed = {t.name for t in report.tests if not t.passed}
     assert failed == {a2_ddp.TITLES["overlap"]}, report.text()
     assert "only after the backward pass has ended" in report.text(), report.text()

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from assignments import a3_zero
-from tools.student_notebook import write_student_version
 
 ROOT = Path(__file__).resolve().parents[2]
 MASTER = ROOT / "assignments" / "a3-zero-sharded-optimizer.md"
@@ -52,10 +51,8 @@ def test_the_statement_states_the_graders_numbers():
     assert f"({points['traffic2']} points for stage 2, {points['traffic1']} for stage 1)" in text
 
 
-def test_the_students_stub_scores_zero_and_says_not_implemented(tmp_path):
-    ipynb, _ = write_student_version(MASTER, tmp_path)
-    assert "BEGIN SOLUTION" not in ipynb.read_text(encoding="utf-8")
-    report = a3_zero.grade_file(ipynb, world_sizes=(2,), seeds=(0,))
+def test_the_students_stub_scores_zero_and_says_not_implemented(grade_stub):
+    report = grade_stub(a3_zero, MASTER, world_sizes=(2,), seeds=(0,))
     assert report.score == 0, report.text()
     assert "not implemented yet" in report.text()
 
@@ -79,12 +76,8 @@ MUTANTS = {
 
 
 @pytest.mark.parametrize("name", list(MUTANTS))
-def test_each_planted_mistake_loses_points_and_is_named(tmp_path, name):
+def test_each_planted_mistake_loses_points_and_is_named(grade_planted, name):
     old, new, lost, words = MUTANTS[name]
-    source = (ROOT / MASTER).read_text(encoding="utf-8")
-    assert source.count(old) == 1, f"the reference no longer holds {old!r}"
-    path = tmp_path / "submission.md"
-    path.write_text(source.replace(old, new), encoding="utf-8")
-    report = a3_zero.grade_file(path, world_sizes=(2,), seeds=(0,))
+    report = grade_planted(a3_zero, MASTER, (old, new), world_sizes=(2,), seeds=(0,))
     assert report.score <= report.max_score - lost, report.text()
     assert words in report.text(), report.text()

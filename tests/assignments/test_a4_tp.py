@@ -8,19 +8,11 @@ from pathlib import Path
 import pytest
 
 from assignments import a4_tp
-from tools.student_notebook import write_student_version
 
 ROOT = Path(__file__).resolve().parents[2]
 MASTER = ROOT / "assignments" / "a4-tensor-parallel.md"
 
 pytestmark = pytest.mark.slow
-
-
-def mutate(source: str, *pairs) -> str:
-    for old, new in pairs:
-        assert source.count(old) == 1, f"the reference no longer holds {old!r}"
-        source = source.replace(old, new)
-    return source
 
 
 def test_reference_scores_full_marks_at_two_world_sizes_and_three_seeds():
@@ -29,9 +21,8 @@ def test_reference_scores_full_marks_at_two_world_sizes_and_three_seeds():
     assert report.score == report.max_score, report.text()
 
 
-def test_the_students_stub_scores_zero_and_says_not_implemented(tmp_path):
-    ipynb, _ = write_student_version(MASTER, tmp_path)
-    report = a4_tp.grade_file(ipynb, world_sizes=(2,), seeds=(0,))
+def test_the_students_stub_scores_zero_and_says_not_implemented(grade_stub):
+    report = grade_stub(a4_tp, MASTER, world_sizes=(2,), seeds=(0,))
     assert report.score == 0, report.text()
     assert all("not implemented yet" in t.feedback for t in report.tests), report.text()
 
@@ -64,11 +55,9 @@ MUTANTS = {
 
 
 @pytest.mark.parametrize("name", list(MUTANTS))
-def test_each_planted_mistake_loses_points_and_is_named(tmp_path, name):
+def test_each_planted_mistake_loses_points_and_is_named(grade_planted, name):
     pairs, lost, words = MUTANTS[name]
-    path = tmp_path / "submission.md"
-    path.write_text(mutate(MASTER.read_text(encoding="utf-8"), *pairs), encoding="utf-8")
-    report = a4_tp.grade_file(path, world_sizes=(2,), seeds=(0,))
+    report = grade_planted(a4_tp, MASTER, *pairs, world_sizes=(2,), seeds=(0,))
     assert report.score <= report.max_score - lost, report.text()
     assert words in report.text(), report.text()
 

@@ -12,7 +12,6 @@ import pytest
 from assignments import a5_pipeline
 from autograde.multirank import Limits
 from solutions.pipeline import _stage_order
-from tools.student_notebook import write_student_version
 
 ROOT = Path(__file__).resolve().parents[2]
 MASTER = ROOT / "assignments" / "a5-pipeline-1f1b.md"
@@ -40,9 +39,8 @@ def test_reference_scores_full_marks_at_two_world_sizes_and_three_seeds():
 
 
 @pytest.mark.slow
-def test_the_students_stub_scores_zero_and_says_not_implemented(tmp_path):
-    ipynb, _ = write_student_version(MASTER, tmp_path)
-    report = a5_pipeline.grade_file(ipynb, world_sizes=(2,), seeds=(0,))
+def test_the_students_stub_scores_zero_and_says_not_implemented(grade_stub):
+    report = grade_stub(a5_pipeline, MASTER, world_sizes=(2,), seeds=(0,))
     assert report.score == 0, report.text()
     assert all("not implemented yet" in t.feedback for t in report.tests), report.text()
 
@@ -65,13 +63,10 @@ MUTANTS = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(MUTANTS))
-def test_each_planted_mistake_loses_points_and_is_named(tmp_path, name):
+def test_each_planted_mistake_loses_points_and_is_named(grade_planted, name):
     old, new, lost, words = MUTANTS[name]
-    source = MASTER.read_text(encoding="utf-8")
-    assert source.count(old) == 1, f"the reference no longer holds {old!r}"
-    path = tmp_path / "submission.md"
-    path.write_text(source.replace(old, new), encoding="utf-8")
-    report = a5_pipeline.grade_file(path, world_sizes=(2,), seeds=(0,), limits=Limits(wall_s=30, stall_s=1.5))
+    report = grade_planted(a5_pipeline, MASTER, (old, new), world_sizes=(2,), seeds=(0,),
+                           limits=Limits(wall_s=30, stall_s=1.5))
     assert report.score <= report.max_score - lost, report.text()
     assert words in report.text(), report.text()
 
