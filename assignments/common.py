@@ -367,11 +367,12 @@ def grade_case_by_case(name: str, titles: dict, points: dict, get_class, run, ca
     warm()
     started = time.monotonic()
     fails = {p: [] for p in points}
-    missing = None
+    missing, isolated = None, None
     for n in world_sizes:
         payloads = [payload({"cases": cases, "salt": salt}, [])] * n
         group = run_ranks(n, run_cases_in_rank(get_class, quiet, run), payloads, limits, isolate=isolate,
                           prepare=warm)
+        isolated = group.isolated and isolated is not False  # every group had its own namespaces
         by_case, missing = messages_by_case(group, len(cases), missing)
         for c, case in enumerate(cases):
             ranks = by_case[c]
@@ -398,7 +399,9 @@ def grade_case_by_case(name: str, titles: dict, points: dict, get_class, run, ca
     for part, (others, text) in (earns_after or {}).items():
         if not shown[part] and any(fails[p] for p in others):
             shown[part] = [text]
-    return finish_report(Report(name), titles, points, shown, missing, started)
+    report = finish_report(Report(name), titles, points, shown, missing, started)
+    report.isolated = isolated
+    return report
 
 
 def self_check(grade, get, world_sizes, seeds) -> float:
