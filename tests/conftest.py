@@ -52,3 +52,21 @@ def browser():
             yield opened
     except BrowserUnavailable as exc:
         unavailable(str(exc))
+
+
+@pytest.fixture(scope="session")
+def site_visits():
+    """Every page of the built book at a phone's and a desktop's width, visited once for the
+    whole suite (tests/site_visits.py): ``(the server's base URL, {(path, width): found})``."""
+    from tests.site_visits import visit_every_page
+    from tools.browser import ROOT, SITE, BrowserUnavailable, chromium, serve
+
+    if not (SITE / "index.html").exists():
+        unavailable(f"no built site at {SITE.relative_to(ROOT)}: run `make book` first")
+    with serve(SITE) as url:
+        try:
+            with chromium() as opened:
+                found = visit_every_page(opened, url)
+        except BrowserUnavailable as exc:
+            unavailable(str(exc))
+        yield url, found

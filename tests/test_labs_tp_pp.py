@@ -180,7 +180,7 @@ TP_ARGS = ["--n-layer", "2", "--d-model", "32", "--n-head", "4", "--block-size",
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("t", [2, 4])
+@pytest.mark.parametrize("t", [4])  # two ranks: Lab 4's notebook (nbval compares its "all pass")
 def test_tensor_parallel_lab(tmp_path, t):
     report = _run("tensor_parallel", t, tmp_path, *TP_ARGS)
     assert all_ok(report), _failed(report)
@@ -207,18 +207,18 @@ def test_tensor_parallel_checks_fail_without_communication(tmp_path):
 
 
 PP_ARGS = ["--n-layer", "4", "--d-model", "64", "--micro-batch", "2", "--block-size", "32",
-           "--microbatches", "1,2,4", "--repeats", "3"]
+           "--microbatches", "1,4", "--repeats", "3"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("p", [2, 4])
+@pytest.mark.parametrize("p", [4])  # two stages: Lab 5's notebook (nbval compares its "all pass")
 def test_pipeline_parallel_lab(tmp_path, p):
     report = _run("pipeline_parallel", p, tmp_path, *PP_ARGS)
     assert all_ok(report), _failed(report)
-    # The bubble was checked at three micro-batch counts, for both schedules, against (p-1)/(m+p-1).
+    # The bubble was checked at two micro-batch counts, for both schedules, against (p-1)/(m+p-1).
     bubbles = [c for c in report["checks"] if "bubble" in c["name"]]
-    assert len(bubbles) == 6
-    for m in (1, 2, 4):
+    assert len(bubbles) == 4
+    for m in (1, 4):
         row = report["bubbles"][f"gpipe/{m}"]
         assert row["predicted"] == pytest.approx((p - 1) / (m + p - 1))
         assert abs(row["measured"] - row["predicted"]) <= report["config"]["bubble_tolerance"]

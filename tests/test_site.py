@@ -11,41 +11,26 @@ table of contents, at a desktop width (1280 px) and a phone width (390 px), and 
 * no "Show code cell source" toggle opens onto a cell that shows nothing: a cell whose only
   job is to compute numbers for the prose is removed from the page instead.
 
-Needs `make book` first (`make test` does it). Without Chromium the tests skip with a reason,
+Each page is opened once per width for the whole suite (tests/site_visits.py, shared with
+tests/test_site_reader.py). Needs `make book` first (`make test` does it). Without Chromium the tests skip with a reason,
 except under CI (CI=true), where a missing browser or site is a failure.
 """
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from urllib.parse import unquote, urljoin, urlparse
+from urllib.parse import unquote, urlparse
 
 import pytest
 
-from tools.browser import ROOT, SITE, toc_pages
+from tests.site_visits import PAGES, WIDTHS
+from tools.browser import ROOT, SITE
 
 
 pytestmark = pytest.mark.site
 
 
-PAGES = toc_pages()
-WIDTHS = {"desktop": 1280, "phone": 390}
 BIB_KEYS = sorted(set(re.findall(r"^@\w+\{([^,\s]+),", (ROOT / "book" / "references.bib").read_text(), re.M)))
-
-
-def _load(browser, url, width=1280):
-    """Open a page; return it with the console errors and uncaught exceptions it produced."""
-    page = browser.new_page(viewport={"width": width, "height": 900})
-    errors: list[str] = []
-    page.on("console", lambda m: errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
-    response = page.goto(url, wait_until="load")
-    assert response is not None and response.ok, f"{url}: HTTP {response and response.status}"
-    # Wait until MathJax (if the page loads it) has finished typesetting.
-    page.evaluate(
-        "() => (window.MathJax && MathJax.startup && MathJax.startup.promise) || null"
-    )
-    return page, errors
 
 
 def _anchors(html_file: Path) -> set[str]:
@@ -69,30 +54,6 @@ def _broken_links(hrefs: list[str], server: str) -> list[str]:
     return sorted(set(broken))
 
 
-# What a reader sees: the article's text without code, maths and scripts.
-_PROSE_JS = """() => {
-  const root = (document.querySelector('article') || document.body).cloneNode(true);
-  root.querySelectorAll('pre, code, script, style, mjx-container, .cell_input, details:not([open]) > :not(summary)')
-      .forEach(el => el.remove());
-  return root.textContent;
-}"""
-
-# Figures as displayed: SVG, or natural width at least twice the displayed width.
-_BLURRY_JS = """() => Array.from(document.querySelectorAll('article img'))
-  .filter(img => img.clientWidth > 0 && !/\\.svg(\\?|#|$)/i.test(img.currentSrc || img.src))
-  .filter(img => img.naturalWidth < 2 * img.clientWidth)
-  .map(img => `${(img.currentSrc || img.src).split('/').pop()}: ${img.naturalWidth}px shown at ${img.clientWidth}px`)"""
-
-# Code toggles (hidden cell sources) whose cell shows no output.
-_EMPTY_TOGGLES_JS = """() => Array.from(document.querySelectorAll('article div.cell'))
-  .filter(cell => cell.querySelector(':scope > details.hide, :scope > details.above-input'))
-  .filter(cell => {
-    const out = cell.querySelector('.cell_output');
-    return !out || (!out.textContent.trim() && !out.querySelector('img, svg, table, iframe'));
-  })
-  .map(cell => (cell.querySelector('pre') || cell).textContent.trim().split('\\n')[0].slice(0, 70))"""
-
-
 def raw_markup(prose: str) -> list[str]:
     """Markup a reader should never see in the prose: solution markers, citation roles or raw
     BibTeX keys, and TeX left between dollar signs."""
@@ -111,33 +72,15 @@ def test_raw_markup_is_detected():
 
 @pytest.mark.parametrize("width", WIDTHS.values(), ids=WIDTHS.keys())
 @pytest.mark.parametrize("path", PAGES)
-def test_page(browser, server, path, width):
+def test_page(site_visits, path, width):
     """One visit per page and width: console, maths, images, links, layout, markup, toggles."""
     assert (SITE / path).exists(), f"{path} is in the table of contents but was not built"
-    page, errors = _load(browser, urljoin(server, path), width)
-    try:
-        untypeset = page.evaluate(
-            """() => Array.from(document.querySelectorAll('div.math, span.math'))
-                      .filter(el => !el.querySelector('mjx-container')).map(el => el.textContent.slice(0, 60))"""
-        )
-        body_text = page.inner_text("article") if page.query_selector("article") else page.inner_text("body")
-        broken_images = page.evaluate(
-            """() => Array.from(document.images)
-                      .filter(img => !(img.complete && img.naturalWidth > 0)).map(img => img.src)"""
-        )
-        hrefs = page.evaluate("() => Array.from(document.querySelectorAll('a[href]')).map(a => a.href)")
-        scroll_width = page.evaluate("() => document.documentElement.scrollWidth")
-        wide = page.evaluate(
-            """(w) => Array.from(document.querySelectorAll('article *'))
-                 .filter(el => el.getBoundingClientRect().right > w + 1 && el.getClientRects().length)
-                 .filter(el => !el.closest('[style*=overflow], .pst-scrollable-table-container, .output, div.math, mjx-container, pre, .highlight'))
-                 .slice(0, 3).map(el => el.tagName.toLowerCase() + '.' + el.className)""", width)
-        blurry = page.evaluate(_BLURRY_JS)
-        prose = page.evaluate(_PROSE_JS)
-        empty_toggles = page.evaluate(_EMPTY_TOGGLES_JS)
-        article = page.evaluate("() => (document.querySelector('article') || document.body).textContent")
-    finally:
-        page.close()
+    server, found = site_visits
+    seen = found[path, width]
+    assert seen["status"] == 200, f"{path}: HTTP {seen['status']}"
+    errors, untypeset, body_text = seen["errors"], seen["untypeset"], seen["body_text"]
+    broken_images, hrefs, scroll_width, wide = seen["broken_images"], seen["hrefs"], seen["scroll_width"], seen["wide"]
+    blurry, prose, empty_toggles, article = seen["blurry"], seen["prose"], seen["empty_toggles"], seen["article"]
     problems = []
     if errors:
         problems.append(f"console errors: {errors}")

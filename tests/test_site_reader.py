@@ -4,14 +4,16 @@ Chromium:
 * the table of contents and the page's contents open from their header buttons, show their
   links, close again, and a link in them navigates;
 * axe-core (vendored under ``tests/assets/axe-core``, run offline) finds no serious or critical
-  accessibility violation on any page of the table of contents;
+  accessibility violation on any page of the table of contents at the phone's width, and on one
+  page of each kind (``DESKTOP_AXE``) at the desktop's;
 * no display equation is wider than its column (so none hides part of itself in a scroll box);
 * every figure's smallest text is at least ``MIN_TEXT_PX`` CSS px as displayed, measured from
   the figure file (:mod:`tools.figure_text`): the glyph sizes of an SVG, or a PNG's recorded
   smallest font size and resolution, scaled by the width the page shows it at;
 * clicking a figure opens it full screen, and Escape closes it.
 
-Each page is opened once per width (``measurements``); the tests read what that visit found.
+Each page is opened once per width for the whole suite (tests/site_visits.py, shared with
+tests/test_site.py); the tests read what that visit found.
 Needs `make book` first. Without Chromium the tests skip with a reason, except under CI.
 """
 from __future__ import annotations
@@ -20,87 +22,21 @@ from urllib.parse import urljoin
 
 import pytest
 
-from tools.browser import ROOT, SITE, toc_pages
+from tests.site_visits import DESKTOP_AXE, PAGES, WIDTHS
+from tools.browser import SITE
 from tools.figure_text import png_smallest_text_px, svg_smallest_text_px
 
 pytestmark = pytest.mark.site
 
-PAGES = toc_pages()
-WIDTHS = {"phone": 390, "desktop": 1280}
-AXE_VERSION = "4.11.0"
-AXE = ROOT / "tests" / "assets" / "axe-core" / "axe.min.js"
 MIN_TEXT_PX = 10.0
 # A page to start from, and a page the table of contents links to.
 START, TARGET = "chapters/01-single-gpu.html", "chapters/02-kaplan.html"
 
-_AXE_RUN = """async () => {
-  const result = await axe.run(document, {resultTypes: ['violations']});
-  return result.violations.filter(v => v.impact === 'serious' || v.impact === 'critical')
-    .map(v => `${v.id} (${v.impact}, ${v.nodes.length} nodes): ` +
-              v.nodes.slice(0, 3).map(n => n.target.join(' ')).join('; '));
-}"""
-
-# Display equations whose typeset width exceeds the width of the column that holds them.
-_WIDE_EQUATIONS_JS = """() => Array.from(document.querySelectorAll('article mjx-container[display="true"]'))
-  .map(box => {
-    const svg = box.querySelector('svg');
-    const column = (box.closest('div.math') || box).parentElement;
-    const style = getComputedStyle(column);
-    const room = column.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
-    return [(box.closest('[id]') || {}).id || box.textContent.slice(0, 40),
-            Math.round(svg ? svg.getBoundingClientRect().width : box.scrollWidth), Math.round(room)];
-  })
-  .filter(([, width, room]) => width > room + 1)
-  .map(([id, width, room]) => `${id}: ${width}px in a ${room}px column`)"""
-
-_FIGURES_JS = """() => Array.from(document.querySelectorAll('article .cell_output img, article figure img'))
-  .filter(img => img.clientWidth > 0)
-  .map(img => [img.getAttribute('src'), img.getBoundingClientRect().width])"""
-
-
-def _measure(browser, server: str, width: int) -> dict:
-    """Open every page at ``width`` in ``browser``: what ``measurements`` holds for it."""
-    found = {}
-    context = browser.new_context(viewport={"width": width, "height": 844})
-    for path in PAGES:
-        page = context.new_page()
-        page.goto(urljoin(server, path), wait_until="load")
-        page.evaluate("() => (window.MathJax && MathJax.startup && MathJax.startup.promise) || null")
-        page.add_script_tag(path=str(AXE))
-        found[path, width] = {
-            "axe": page.evaluate(_AXE_RUN),
-            "equations": page.evaluate(_WIDE_EQUATIONS_JS),
-            "figures": [(urljoin(urljoin(server, path), src), shown)
-                        for src, shown in page.evaluate(_FIGURES_JS)],
-        }
-        page.close()
-    context.close()
-    return found
-
-
-def _measure_in_own_browser(server: str, width: int) -> dict:
-    from tools.browser import chromium
-
-    with chromium() as browser:  # Playwright's sync API: one instance per thread
-        return _measure(browser, server, width)
-
 
 @pytest.fixture(scope="module")
-def measurements(browser, server):
-    """{(path, width): {"axe": [...], "equations": [...], "figures": [(src, displayed px)]}}.
-    The phone's visits run in a second browser on a thread of their own, beside the
-    desktop's: axe-core takes 1-3 s a page, and two widths in turn took three minutes."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    if not AXE.exists():
-        pytest.fail(f"axe-core {AXE_VERSION} is missing at {AXE.relative_to(ROOT)}")
-    assert f"axe v{AXE_VERSION}" in AXE.read_text(encoding="utf-8")[:200]
-    phone, desktop = WIDTHS["phone"], WIDTHS["desktop"]
-    with ThreadPoolExecutor(1) as pool:
-        on_phone = pool.submit(_measure_in_own_browser, server, phone)
-        found = _measure(browser, server, desktop)
-        found.update(on_phone.result())
-    return found
+def measurements(site_visits):
+    """{(path, width): what the suite's one visit found} (tests/site_visits.py)."""
+    return site_visits[1]
 
 
 def smallest_text(url: str, server: str, displayed_px: float) -> float | None:
@@ -180,6 +116,8 @@ def test_page_contents_open_and_navigate(browser, server, width):
 
 @pytest.mark.parametrize("width", WIDTHS.values(), ids=WIDTHS.keys())
 def test_axe_core_finds_no_serious_violation(measurements, width):
+    checked = [path for (path, w), m in measurements.items() if w == width and m["axe"] is not None]
+    assert len(checked) == (len(PAGES) if width == WIDTHS["phone"] else len(DESKTOP_AXE)) >= 5
     bad = {path: m["axe"] for (path, w), m in measurements.items() if w == width and m["axe"]}
     assert not bad, "\n".join(f"{path}: {v}" for path, v in bad.items())
 
@@ -190,7 +128,8 @@ def test_display_equations_fit_a_phone(measurements):
 
 
 @pytest.mark.parametrize("width", WIDTHS.values(), ids=WIDTHS.keys())
-def test_figure_text_is_legible(measurements, server, width):
+def test_figure_text_is_legible(site_visits, width):
+    server, measurements = site_visits
     small, unmeasured, count = [], [], 0
     for (path, w), m in measurements.items():
         for url, shown in m["figures"] if w == width else ():

@@ -1,0 +1,154 @@
+"""One visit per page of the built book and width, shared by tests/test_site.py and
+tests/test_site_reader.py: each page of the table of contents is opened once at a phone's width
+(390 px) and once at a desktop's (1280 px), and everything both files check is read in that visit.
+
+The visits are split between two headless Chromiums (the second on a thread of its own), page
+by page in turn, so that both cores work all along; the site took two visits per page and width
+before, about three minutes of the suite.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urljoin
+
+from tools.browser import ROOT, toc_pages
+
+PAGES = toc_pages()
+WIDTHS = {"phone": 390, "desktop": 1280}
+AXE_VERSION = "4.11.0"
+AXE = ROOT / "tests" / "assets" / "axe-core" / "axe.min.js"
+# Every page is one template around its content. At the phone's width axe-core checks every page
+# (the content, in the narrow layout where tables and code must scroll); at the desktop's, one page
+# of each kind (the wide layout's sidebar and header): the first of each folder, and the first
+# chapter with its tables and figures. axe-core takes about a second a page.
+DESKTOP_AXE = sorted({"chapters/01-single-gpu.html"} | {next(p for p in PAGES if p.rpartition("/")[0] == folder)
+                                                        for folder in {p.rpartition("/")[0] for p in PAGES}})
+
+_AXE_RUN = """async () => {
+  const result = await axe.run(document, {resultTypes: ['violations']});
+  return result.violations.filter(v => v.impact === 'serious' || v.impact === 'critical')
+    .map(v => `${v.id} (${v.impact}, ${v.nodes.length} nodes): ` +
+              v.nodes.slice(0, 3).map(n => n.target.join(' ')).join('; '));
+}"""
+
+# What a reader sees: the article's text without code, maths and scripts.
+_PROSE_JS = """() => {
+  const root = (document.querySelector('article') || document.body).cloneNode(true);
+  root.querySelectorAll('pre, code, script, style, mjx-container, .cell_input, details:not([open]) > :not(summary)')
+      .forEach(el => el.remove());
+  return root.textContent;
+}"""
+
+# Figures as displayed: SVG, or natural width at least twice the displayed width.
+_BLURRY_JS = """() => Array.from(document.querySelectorAll('article img'))
+  .filter(img => img.clientWidth > 0 && !/\\.svg(\\?|#|$)/i.test(img.currentSrc || img.src))
+  .filter(img => img.naturalWidth < 2 * img.clientWidth)
+  .map(img => `${(img.currentSrc || img.src).split('/').pop()}: ${img.naturalWidth}px shown at ${img.clientWidth}px`)"""
+
+# Code toggles (hidden cell sources) whose cell shows no output.
+_EMPTY_TOGGLES_JS = """() => Array.from(document.querySelectorAll('article div.cell'))
+  .filter(cell => cell.querySelector(':scope > details.hide, :scope > details.above-input'))
+  .filter(cell => {
+    const out = cell.querySelector('.cell_output');
+    return !out || (!out.textContent.trim() && !out.querySelector('img, svg, table, iframe'));
+  })
+  .map(cell => (cell.querySelector('pre') || cell).textContent.trim().split('\\n')[0].slice(0, 70))"""
+
+# Display equations whose typeset width exceeds the width of the column that holds them.
+_WIDE_EQUATIONS_JS = """() => Array.from(document.querySelectorAll('article mjx-container[display="true"]'))
+  .map(box => {
+    const svg = box.querySelector('svg');
+    const column = (box.closest('div.math') || box).parentElement;
+    const style = getComputedStyle(column);
+    const room = column.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    return [(box.closest('[id]') || {}).id || box.textContent.slice(0, 40),
+            Math.round(svg ? svg.getBoundingClientRect().width : box.scrollWidth), Math.round(room)];
+  })
+  .filter(([, width, room]) => width > room + 1)
+  .map(([id, width, room]) => `${id}: ${width}px in a ${room}px column`)"""
+
+_FIGURES_JS = """() => Array.from(document.querySelectorAll('article .cell_output img, article figure img'))
+  .filter(img => img.clientWidth > 0)
+  .map(img => [img.getAttribute('src'), img.getBoundingClientRect().width])"""
+
+_UNTYPESET_JS = """() => Array.from(document.querySelectorAll('div.math, span.math'))
+  .filter(el => !el.querySelector('mjx-container')).map(el => el.textContent.slice(0, 60))"""
+
+_BROKEN_IMAGES_JS = """() => Array.from(document.images)
+  .filter(img => !(img.complete && img.naturalWidth > 0)).map(img => img.src)"""
+
+# Elements of the article that stick out of the window without a scroll box of their own.
+_WIDE_JS = """(w) => Array.from(document.querySelectorAll('article *'))
+  .filter(el => el.getBoundingClientRect().right > w + 1 && el.getClientRects().length)
+  .filter(el => !el.closest('[style*=overflow], .pst-scrollable-table-container, .output, div.math, mjx-container, pre, .highlight'))
+  .slice(0, 3).map(el => el.tagName.toLowerCase() + '.' + el.className)"""
+
+
+def _visit(page, server: str, path: str, width: int) -> dict:
+    """What one page shows at one width (``errors``: console errors and uncaught exceptions)."""
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
+    url = urljoin(server, path)
+    response = page.goto(url, wait_until="load")
+    status = response.status if response is not None else None
+    page.evaluate("() => (window.MathJax && MathJax.startup && MathJax.startup.promise) || null")
+    found = {
+        "status": status,
+        "untypeset": page.evaluate(_UNTYPESET_JS),
+        "body_text": page.inner_text("article") if page.query_selector("article") else page.inner_text("body"),
+        "broken_images": page.evaluate(_BROKEN_IMAGES_JS),
+        "hrefs": page.evaluate("() => Array.from(document.querySelectorAll('a[href]')).map(a => a.href)"),
+        "scroll_width": page.evaluate("() => document.documentElement.scrollWidth"),
+        "wide": page.evaluate(_WIDE_JS, width),
+        "blurry": page.evaluate(_BLURRY_JS),
+        "prose": page.evaluate(_PROSE_JS),
+        "empty_toggles": page.evaluate(_EMPTY_TOGGLES_JS),
+        "article": page.evaluate("() => (document.querySelector('article') || document.body).textContent"),
+        "equations": page.evaluate(_WIDE_EQUATIONS_JS),
+        "figures": [(urljoin(url, src), shown) for src, shown in page.evaluate(_FIGURES_JS)],
+        "axe": None,  # not run at this width
+    }
+    # The page's own errors, before axe-core runs: axe fetches the stylesheets again itself
+    # (resolving one @import against the page, a 404 of its own making).
+    found["errors"] = list(errors)
+    if width != WIDTHS["desktop"] or path in DESKTOP_AXE:
+        page.add_script_tag(path=str(AXE))
+        found["axe"] = page.evaluate(_AXE_RUN)
+    return found
+
+
+def _visit_all(browser, server: str, visits: list[tuple[str, int]]) -> dict:
+    found, contexts = {}, {}
+    for path, width in visits:
+        if width not in contexts:
+            contexts[width] = browser.new_context(viewport={"width": width, "height": 844})
+        page = contexts[width].new_page()
+        try:
+            found[path, width] = _visit(page, server, path, width)
+        finally:
+            page.close()
+    for context in contexts.values():
+        context.close()
+    return found
+
+
+def _visit_all_in_own_browser(server: str, visits: list[tuple[str, int]]) -> dict:
+    from tools.browser import chromium
+
+    with chromium() as browser:  # Playwright's sync API: one instance per thread
+        return _visit_all(browser, server, visits)
+
+
+def visit_every_page(browser, server: str) -> dict:
+    """``{(path, width): what that visit found}`` for every page of ``PAGES`` at both widths."""
+    if not AXE.exists():
+        raise FileNotFoundError(f"axe-core {AXE_VERSION} is missing at {AXE.relative_to(ROOT)}")
+    if f"axe v{AXE_VERSION}" not in AXE.read_text(encoding="utf-8")[:200]:
+        raise ValueError(f"{AXE.relative_to(ROOT)} is not axe-core {AXE_VERSION}")
+    visits = [(path, width) for width in WIDTHS.values() for path in PAGES]
+    with ThreadPoolExecutor(1) as pool:
+        other = pool.submit(_visit_all_in_own_browser, server, visits[1::2])
+        found = _visit_all(browser, server, visits[::2])
+        found.update(other.result())
+    return found
