@@ -32,8 +32,16 @@ from .sandbox import ISOLATION_MODES
 from .submission import SUFFIXES
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a refused argument costs one line, not the whole usage block: a student
+    who mistypes a file name sees what is wrong and where to look, nothing else."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def parse_args(argv):
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m autograde",
         description="Grade exercise submissions (.ipynb, paired .md, .py, or folders of them) "
                     "in a sandbox, with the public and hidden tests.")

@@ -446,6 +446,7 @@ def test_cli_refuses_bad_arguments_with_a_clear_message(args, message):
     done = run_cli(*args)
     assert done.returncode == 2
     assert message in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr  # one line, no usage block
 
 
 def test_the_namespace_sandbox_without_switching_uid(tmp_path):

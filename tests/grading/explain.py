@@ -25,6 +25,12 @@ WHY = {
         "the function fails when N and D are numpy arrays. Use numpy-friendly arithmetic "
         "(`**`, `np.power`) instead of `math.pow`, `float(...)` or Python loops, so one call "
         "evaluates a whole grid."),
+    "ex1_n_term_grows": (
+        "your model-size term grows with N: it matches A * N**alpha (a positive exponent). "
+        "The exponent is negative, -alpha: write the term as A / N**alpha."),
+    "ex1_d_term_grows": (
+        "your data term grows with D: it matches B * D**beta (a positive exponent). "
+        "The exponent is negative, -beta: write the term as B / D**beta."),
     # Exercise 2
     "ex2_returns_last_point": (
         "you returned the last point of the grid, not the best one: keep a candidate only when "

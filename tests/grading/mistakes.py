@@ -48,6 +48,16 @@ def ex1_multiplies(N, D):
     return 1.69 + 406.0 * N**0.34 + 410.0 * D**0.28
 
 
+def ex1_n_term_grows(N, D):
+    """The sign slip on one exponent: A * N**alpha (N**+alpha) in place of A / N**alpha."""
+    return 1.69 + 406.0 * N**0.34 + 410.0 / D**0.28
+
+
+def ex1_d_term_grows(N, D):
+    """The same slip on the data term: B * D**beta in place of B / D**beta."""
+    return 1.69 + 406.0 / N**0.34 + 410.0 * D**0.28
+
+
 def ex1_not_vectorised(N, D):
     return 1.69 + 406.0 / math.pow(N, 0.34) + 410.0 / math.pow(D, 0.28)
 
@@ -148,6 +158,10 @@ MISTAKES = [
             frozenset(EX1_VALUES | EX1_PROPERTIES)),
     Mistake("ex1_not_vectorised", "chinchilla_loss", ex1_not_vectorised,
             frozenset({"ex1_vectorised"})),
+    Mistake("ex1_n_term_grows", "chinchilla_loss", ex1_n_term_grows,
+            frozenset(EX1_VALUES | EX1_PROPERTIES)),
+    Mistake("ex1_d_term_grows", "chinchilla_loss", ex1_d_term_grows,
+            frozenset(EX1_VALUES | EX1_PROPERTIES)),
 
     Mistake("ex2_returns_last_point", "compute_optimal", ex2_returns_last_point,
             frozenset(EX2_VALUES | {"ex2_custom_ratios", "ex2_returns_four_numbers"})),
