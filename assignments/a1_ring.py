@@ -124,14 +124,20 @@ def _rank_main(get_function, quiet):
 
 # ----------------------------------------------------------------------------- the grader's side
 
-def _diagnose_sum(got, expected, n, part):
-    """One line naming the likely mistake when a sum is wrong."""
+def _diagnose_sum(got, expected, n, part, op="sum", even_ok=True):
+    """One line naming the likely mistake when a sum (or mean) is wrong. ``even_ok``: the
+    sizes that divide by ``n`` came out right at this world size; only then is a wrong
+    uneven size blamed on the padding (else the ring itself is wrong, and padding is a
+    false lead)."""
     if got is None:
         return "the tensor came back with the wrong number of elements"
     if np.isnan(got).any():
         return "the result holds NaN (uninitialised memory? torch.empty where zeros were meant?)"
     chunks = np.array_split(np.arange(expected.size), n)
     bad = [k for k, idx in enumerate(chunks) if idx.size and not np.allclose(got[idx], expected[idx], rtol=1e-4, atol=1e-4)]
+    if part == "uneven" and not even_ok:
+        return (f"the result is not the {op} of every rank's input here either: fix the sizes "
+                "that divide by the world size first")
     if part == "uneven" and len(bad) < n:
         return (f"chunks {bad} of {n} are wrong at this size, which is not a multiple of the world "
                 "size: pad the buffer (or split it into uneven chunks) and copy back only the real elements")
@@ -139,7 +145,11 @@ def _diagnose_sum(got, expected, n, part):
         return (f"chunks {bad} of {n} are wrong: check which chunk each step sends and receives "
                 "(reduce-scatter step s: send (r - s) mod n, receive (r - s - 1) mod n; all-gather: "
                 "send (r + 1 - s) mod n)")
-    return "the result is not the sum of every rank's input"
+    return f"the result is not the {op} of every rank's input"
+
+
+def _elements(size: int) -> str:
+    return f"{size} element" + ("" if size == 1 else "s")
 
 
 def _tolerance(expected, n):
@@ -178,13 +188,13 @@ def grade(get_function, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, qui
                 if part == "uneven" and not group.ok:
                     why += ("; at a size that is not a multiple of the world size the chunks "
                             "differ in size: pad the buffer to a multiple of n")
-                verdict[part] = verdict[part] or f"n={n}, {size} elements: not finished ({why})"
+                verdict[part] = verdict[part] or f"n={n}, {_elements(size)}: not finished ({why})"
                 continue
             errors = [(r, m["error"]) for r, m in sorted(ranks.items()) if "error" in m]
             if errors:
                 r, e = errors[0]
                 text = "not implemented yet" if e == "NotImplementedError" else f"rank {r} raised {e}"
-                verdict[part] = verdict[part] or f"n={n}, {size} elements, op={op!r}: {text}"
+                verdict[part] = verdict[part] or f"n={n}, {_elements(size)}, op={op!r}: {text}"
                 continue
             total = np.sum([row.astype(np.float64) for row in data[c]], axis=0)
             expected = total / n if op == "mean" else total
@@ -202,9 +212,10 @@ def grade(get_function, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, qui
                 elif op == "mean" and got is not None and np.all(np.abs(got - total / n**2) <= tol / n):
                     problems.append(f"rank {r}: the mean is divided by the world size twice")
                 else:
-                    problems.append(f"rank {r}: {_diagnose_sum(got, expected, n, part)}")
+                    even_ok = seen["sum"] and verdict["sum"] is None
+                    problems.append(f"rank {r}: {_diagnose_sum(got, expected, n, part, op, even_ok)}")
             if problems:
-                verdict[part] = verdict[part] or f"n={n}, {size} elements, op={op!r}: {problems[0]} (tolerance {tol:.2g})"
+                verdict[part] = verdict[part] or f"n={n}, {_elements(size)}, op={op!r}: {problems[0]} (tolerance {tol:.2g})"
             seen[part] = True
             calls = {k: v for m in ranks.values() for k, v in (m.get("calls") or {}).items()
                      if isinstance(k, str) and isinstance(v, int)}

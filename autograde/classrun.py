@@ -633,12 +633,21 @@ def read_journal(path) -> tuple[dict, dict]:
 
 # ----------------------------------------------------------------------------- assignments
 
-def _assignment_check(title: str, name: str, points: float):
+def _assignment_check(title: str, name: str, points: float, function: str | None = None):
     """A part of an assignment as the reports read a check: its group is the assignment's
-    title (which the per-test text prints), its points the part's."""
+    title (which the per-test text prints), its points the part's; ``function`` the code the
+    student writes (what an untouched stub's line names), the title when not given."""
     from tests.grading import Check
 
-    return Check(title, name, float(points), False, title, run=lambda call: None)
+    return Check(title, name, float(points), False, function or title, run=lambda call: None)
+
+
+def graded_names(module) -> str:
+    """What an assignment's grader loads from the submission, as the report names it:
+    ``ring_all_reduce``, or ``one_f_one_b`, `pipeline_step`` (shown inside backticks)."""
+    names = getattr(module, "FUNCTIONS", None) or [
+        n for n in (getattr(module, "FUNCTION", None), getattr(module, "CLASS", None)) if n]
+    return "`, `".join(names) or module.NAME
 
 
 def assignment_checks(assignment: str) -> list:
@@ -689,7 +698,7 @@ def grade_assignment(path, assignment: str, label: str | None = None):
         # The untouched stub: nothing earned and some part says so (the class report counts
         # such rows apart from work that scored 0).
         stub = graded.score == 0 and any("not implemented yet" in (t.feedback or "") for t in graded.tests)
-        report.results = [(_assignment_check(module.NAME, t.name, t.max_points),
+        report.results = [(_assignment_check(module.NAME, t.name, t.max_points, graded_names(module)),
                            Result(bool(t.passed), t.feedback or "", stub)) for t in graded.tests]
         isolated = getattr(graded, "isolated", None)
         report.isolation = {True: "namespaces", False: "none"}.get(isolated, "ranks")

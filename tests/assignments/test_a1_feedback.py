@@ -1,0 +1,35 @@
+"""Assignment feedback a student reads, checked without starting ranks: a wrong ring is not
+blamed on the padding, a wrong mean is not called a wrong sum, and an untouched stub names the
+function to write (not the assignment's title)."""
+from __future__ import annotations
+
+import numpy as np
+
+from assignments import a1_ring, a5_pipeline
+from autograde.classrun import _assignment_check, graded_names
+from tests.grading import Result
+from tests.grading.report import format_report
+
+
+def test_a_wrong_uneven_size_blames_the_padding_only_when_the_even_sizes_pass():
+    n, expected = 4, np.arange(1001, dtype=np.float64)
+    got = expected.copy()
+    got[:10] += 1.0  # chunk 0 wrong, the others right: the padding's signature
+    assert "pad the buffer" in a1_ring._diagnose_sum(got, expected, n, "uneven", even_ok=True)
+    text = a1_ring._diagnose_sum(got, expected, n, "uneven", even_ok=False)
+    assert "pad" not in text and "divide by the world size first" in text
+
+
+def test_a_wrong_mean_is_called_a_wrong_mean():
+    expected = np.ones(8)
+    text = a1_ring._diagnose_sum(expected * 3.0, expected, 2, "mean", op="mean")
+    assert "not the mean" in text and "sum" not in text
+
+
+def test_the_stub_line_names_the_function_to_write():
+    assert graded_names(a1_ring) == "ring_all_reduce"
+    assert graded_names(a5_pipeline) == "one_f_one_b`, `pipeline_step"
+    check = _assignment_check(a1_ring.NAME, "sum", 3, graded_names(a1_ring))
+    text = format_report([(check, Result(False, "not implemented yet", True))])
+    assert "`ring_all_reduce` still raises NotImplementedError" in text
+    assert "implement Assignment 1 (`ring_all_reduce`)" in text
