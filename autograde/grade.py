@@ -212,6 +212,11 @@ def _regrade_exercise_2(path, checks, report, **options) -> None:
             # copy of a mistyped loss, which substitution cannot reach ("one slip", fairly)
         elif first.passed:  # paid only because the student's own loss put its minimum there
             results.append((c, dataclasses.replace(again_r, feedback=OWN_LOSS_REFUSED + "\n" + again_r.feedback)))
+        elif again_r.mistake and not first.mistake:
+            # Failed either way, but only with the exercise's loss is Exercise 2's own mistake
+            # recognised (the student's loss hides it): show that feedback, which says what to fix.
+            used = True
+            results.append((c, dataclasses.replace(again_r, feedback=REGRADE_NOTE + "\n" + again_r.feedback)))
         else:
             results.append((c, first))
     report.results = results

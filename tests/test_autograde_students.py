@@ -255,3 +255,31 @@ def test_gradescope_passes_the_submitting_students_id(tmp_path, monkeypatch):
     assert gradescope_student(tmp_path / "submission") == "1234"
     from autograde import classrun
     assert classrun._takes_student()  # the class run and Gradescope pass student= through
+
+
+def test_a_wrong_loss_does_not_hide_exercise_2s_own_mistake(tmp_path):
+    """chinchilla_loss with A * N**alpha and compute_optimal without the 6: every Exercise 2
+    test fails under either loss, but only the exercise's loss lets the grader recognise the
+    missing 6, so those tests explain it (and their points stay 0)."""
+    from tests.grading.explain import WHY
+
+    path = _with(tmp_path, "both.py", {
+        "chinchilla_loss": """
+        def chinchilla_loss(N, D):
+            return 1.69 + 406.0 * N**0.34 + 410.0 / D**0.28
+        """,
+        "compute_optimal": """
+        def compute_optimal(C, ratios=None):
+            ratios = np.logspace(-1, 3.3, 200) if ratios is None else np.asarray(ratios, float)
+            N = np.sqrt(C / ratios)
+            losses = chinchilla_loss(N, ratios * N)
+            i = int(np.argmin(losses))
+            return float(N[i]), float(ratios[i] * N[i]), float(ratios[i]), float(losses[i])
+        """})
+    report = grade_submission(path, only({"ex1", "ex2"}), timeout=5)
+    ex2 = {c.name: r for c, r in report.results if c.exercise == "ex2"}
+    assert not report.grader_errors
+    assert not ex2["ex2_grid_minimum"].passed and not ex2["ex2_returns_four_numbers"].passed
+    assert WHY["ex2_forgets_the_6"] in ex2["ex2_grid_minimum"].feedback
+    assert WHY["ex2_forgets_the_6"] in ex2["ex2_returns_four_numbers"].feedback
+    assert ex2["ex2_custom_ratios"].passed  # what was right stays right

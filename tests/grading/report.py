@@ -65,6 +65,7 @@ def format_report(results: Sequence[tuple[Check, Result]], first_problem: str | 
     not_implemented: list[str] = []
     why_shown: dict = {}  # each "Why:" paragraph in full once, under the first test that has it
     fix_first: str | None = None  # from the earliest exercise with a failure
+    fix_first_in, fix_first_why = None, False  # its exercise; whether it explains the mistake
     for exercise in order:
         group = by_exercise[exercise.id]
         earned, possible = score(group)
@@ -94,11 +95,14 @@ def format_report(results: Sequence[tuple[Check, Result]], first_problem: str | 
             lines.append(f"  {mark} {check.name:<{width}}  {fmt_points(got)}/{fmt_points(check.points)}{tag}")
             if not result.passed:
                 lines.append(_indent(_why_once(result.feedback, check.name, why_shown), "      "))
-                if fix_first is None:
-                    feedback = result.feedback.splitlines() or [""]
-                    why = [line for line in feedback[1:] if line.startswith("Why:")]
+                feedback = result.feedback.splitlines() or [""]
+                why = [line for line in feedback[1:] if line.startswith("Why:")]
+                # The first failure of the first failing exercise, unless a later test of that
+                # exercise recognised the mistake (a "Why:"): that one says what to change.
+                if fix_first is None or (fix_first_in == exercise.id and why and not fix_first_why):
                     fix_first = f"{_short(exercise.title)}, {check.name}: " + \
                         "\n  ".join(feedback[:1] + why)
+                    fix_first_in, fix_first_why = exercise.id, bool(why)
         lines.append("")
     earned, possible = score(results)
     hidden = hidden_not_run(results)

@@ -213,3 +213,25 @@ def test_random_seeds_never_produce_failures_for_the_reference():
         results = grade_callable(lambda name: local_call(getattr(solutions, name)),
                                  [c for c in load_checks(seed=seed) if c.hidden])
         assert all(r.passed for _, r in results), (seed, format_report(results))
+
+
+
+def test_fix_first_prefers_the_failure_that_explains_the_mistake():
+    """Within the first failing exercise, "Fix first" quotes a test that recognised the
+    mistake (a "Why:" line) over an earlier one that only says the values are off; a later
+    exercise's explanation never displaces it."""
+    from tests.grading import Check, Result
+
+    def check(exercise, name):
+        return Check(exercise, name, 1.0, False, "f", run=lambda call: None)
+
+    results = [
+        (check("ex2", "ex2_a"), Result(False, "f(1) returned 3; expected 2.")),
+        (check("ex2", "ex2_b"), Result(False, "f(2) returned 6; expected 4.\nWhy: the factor 6 is missing.")),
+        (check("ex3", "ex3_a"), Result(False, "g(1) returned 9.\nWhy: bytes, not GiB.")),
+    ]
+    fix_first = format_report(results).split("Fix first: ", 1)[1]
+    assert fix_first.startswith("Exercise 2, ex2_b: f(2) returned 6")
+    assert "Why: the factor 6 is missing." in fix_first and "GiB" not in fix_first
+    plain = format_report(results[:1] + results[2:]).split("Fix first: ", 1)[1]
+    assert plain.startswith("Exercise 2, ex2_a:")  # no explanation in Exercise 2: its first failure
