@@ -145,6 +145,10 @@ def _diagnose_sum(got, expected, n, part, op="sum", even_ok=True):
         return (f"chunks {bad} of {n} are wrong: check which chunk each step sends and receives "
                 "(reduce-scatter step s: send (r - s) mod n, receive (r - s - 1) mod n; all-gather: "
                 "send (r + 1 - s) mod n)")
+    if part != "uneven" and bad:
+        return (f"the result is not the {op} of every rank's input, in any of the {n} chunks: check "
+                "which chunk each step sends, receives and adds or copies (the hint 'which chunk "
+                "at which step')")
     return f"the result is not the {op} of every rank's input"
 
 

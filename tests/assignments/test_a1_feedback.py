@@ -24,6 +24,7 @@ def test_a_wrong_mean_is_called_a_wrong_mean():
     expected = np.ones(8)
     text = a1_ring._diagnose_sum(expected * 3.0, expected, 2, "mean", op="mean")
     assert "not the mean" in text and "sum" not in text
+    assert "which chunk" in text  # every chunk wrong: the ring's chunk indices, most likely
 
 
 def test_the_stub_line_names_the_function_to_write():
