@@ -32,7 +32,7 @@ from .sandbox import ISOLATION_MODES
 from .submission import SUFFIXES
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
     """argparse, but a refused argument costs one line, not the whole usage block: a student
     who mistypes a file name sees what is wrong and where to look, nothing else."""
 
@@ -41,7 +41,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parse_args(argv):
-    parser = _Parser(
+    parser = OneLineParser(
         prog="python -m autograde",
         description="Grade exercise submissions (.ipynb, paired .md, .py, or folders of them) "
                     "in a sandbox, with the public and hidden tests.")

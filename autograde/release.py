@@ -284,7 +284,14 @@ them, and the book's outputs are kept for reading. The labs run whole.
 
 `assignments/` holds one notebook per assignment, in which you write distributed training
 code that runs on real processes (torch's gloo backend, on the CPU). Each has a self-check
-cell that runs the grader's own checks; your instructor says how to hand it in.
+cell that runs the grader's own checks; your instructor says how to hand it in. To see the
+grader's whole report on a saved assignment notebook, run from this folder, for Assignment 1:
+
+```sh
+python -m autograde --assignment a1 assignments/a1-ring-allreduce.ipynb
+```
+
+(`a2` to `a5` for the others). It runs the checks with three seeds, the self-check with one.
 Assignment 1's `ring_all_reduce` is also the ring the labs run: in this kit,
 `labs/collectives.py` holds a stub in its place, which your answer can replace. Until then
 the labs say so in one line and use torch's built-in all-reduce instead (Labs 2 and 4, and

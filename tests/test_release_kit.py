@@ -276,6 +276,19 @@ def test_the_kit_readme_says_how_to_get_torch_s_cpu_build_and_start_jupyterlab(k
     assert "myst_nb" not in "".join(p.read_text() for p in (kit / "chapters").glob("*.md"))
 
 
+def test_the_kit_readme_s_assignment_command_names_a_real_assignment_and_notebook(kit):
+    import re
+
+    from assignments import ASSIGNMENTS
+
+    readme = (kit / "README.md").read_text()
+    found = re.findall(r"python -m autograde --assignment (a\d) (assignments/\S+\.ipynb)", readme)
+    assert found, "the kit's README no longer says how to grade an assignment"
+    for assignment, notebook in found:
+        assert assignment in ASSIGNMENTS and (kit / notebook).is_file(), (assignment, notebook)
+        assert Path(ASSIGNMENTS[assignment][1]).stem == Path(notebook).stem
+
+
 # ----------------------------------------------------------------------------- no reference
 
 def _reference_lines() -> dict[str, str]:

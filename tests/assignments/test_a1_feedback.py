@@ -34,3 +34,15 @@ def test_the_stub_line_names_the_function_to_write():
     text = format_report([(check, Result(False, "not implemented yet", True))])
     assert "`ring_all_reduce` still raises NotImplementedError" in text
     assert "implement Assignment 1 (`ring_all_reduce`)" in text
+
+
+def test_a_missing_file_is_one_line_for_the_assignments_command(tmp_path, capsys):
+    import pytest
+
+    from assignments.__main__ import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["a1", str(tmp_path / "a1-ring-allreduce.ipynb")])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "no such file" in err
+    assert len(err.strip().splitlines()) == 1, err  # no usage block
