@@ -102,6 +102,11 @@ def load_names(sources: list, names) -> dict:
                 errors.append(f"{filename}: {type(exc).__name__}: {exc}")
     for name in names:
         if not callable(namespace.get(name)):
+            defined = re.compile(rf"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+{re.escape(name)}\b", re.M)
+            if not any(defined.search(source) for _, source in sources):
+                # Not written anywhere: most likely another file (a cell's error would mislead).
+                raise LookupError(f"no function `{name}` in the submission: nowhere does it "
+                                  f"define `{name}` (the wrong file?)")
             more = f" ({errors[0]})" if errors else ""
             raise LookupError(f"no function `{name}` in the submission{more}")
     return {name: namespace[name] for name in names}

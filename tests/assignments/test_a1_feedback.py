@@ -46,3 +46,16 @@ def test_a_missing_file_is_one_line_for_the_assignments_command(tmp_path, capsys
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "no such file" in err
     assert len(err.strip().splitlines()) == 1, err  # no usage block
+
+
+def test_a_file_without_the_function_says_so_not_a_cell_s_error():
+    import pytest
+
+    from assignments.common import load_function
+
+    other = [("cell 1", "import no_such_module_here\n"), ("cell 2", "def chinchilla_loss(N, D):\n    return 0\n")]
+    with pytest.raises(LookupError, match=r"nowhere does it define `ring_all_reduce` \(the wrong file\?\)"):
+        load_function(other, "ring_all_reduce")
+    broken = [("cell 1", "import no_such_module_here\ndef ring_all_reduce(t, op='sum'):\n    return t\n")]
+    with pytest.raises(LookupError, match="cell 1: ModuleNotFoundError"):  # the cause, when it is one
+        load_function(broken, "ring_all_reduce")
