@@ -214,9 +214,10 @@ def _regrade_exercise_2(path, checks, report, **options) -> None:
             results.append((c, dataclasses.replace(again_r, feedback=OWN_LOSS_REFUSED + "\n" + again_r.feedback)))
         elif again_r.mistake and not first.mistake:
             # Failed either way, but only with the exercise's loss is Exercise 2's own mistake
-            # recognised (the student's loss hides it): show that feedback, which says what to fix.
+            # recognised (the student's loss hides it): show that feedback, which says what to fix
+            # (the report's note, said once, tells that the exercise's loss was used).
             used = True
-            results.append((c, dataclasses.replace(again_r, feedback=REGRADE_NOTE + "\n" + again_r.feedback)))
+            results.append((c, again_r))
         else:
             results.append((c, first))
     report.results = results

@@ -283,3 +283,4 @@ def test_a_wrong_loss_does_not_hide_exercise_2s_own_mistake(tmp_path):
     assert WHY["ex2_forgets_the_6"] in ex2["ex2_grid_minimum"].feedback
     assert WHY["ex2_forgets_the_6"] in ex2["ex2_returns_four_numbers"].feedback
     assert ex2["ex2_custom_ratios"].passed  # what was right stays right
+    assert REGRADE_NOTE.rstrip(".") in report.notes  # said once, for the whole exercise
