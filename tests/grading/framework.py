@@ -540,7 +540,7 @@ def gate(function: str, probes: Sequence[Probe], values: Sequence, what: str,
             continue
         got, exp = fmt_pair(value, expected)
         return Result(False, with_why(
-            f"{fmt_call(function, probe.args)} returned {got}; expected {exp}. {what} holds, "
+            f"{fmt_call(function, probe.args)} returned {got}; expected {exp}. {what}: that holds, "
             "but this test pays only when the values are right too (within "
             f"{PROPERTY_GATE_REL:.0%}).", recognise({"value": value}, probe)))
     return None

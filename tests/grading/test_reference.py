@@ -235,3 +235,20 @@ def test_fix_first_prefers_the_failure_that_explains_the_mistake():
     assert "Why: the factor 6 is missing." in fix_first and "GiB" not in fix_first
     plain = format_report(results[:1] + results[2:]).split("Fix first: ", 1)[1]
     assert plain.startswith("Exercise 2, ex2_a:")  # no explanation in Exercise 2: its first failure
+
+
+def test_a_property_that_holds_on_wrong_values_reads_as_a_sentence():
+    """ex1_decreasing_in_d with a loss far off but falling in D: the line names the property,
+    says it holds, and says why no point is paid."""
+    import solutions
+
+    def call_for(name):
+        if name == "chinchilla_loss":
+            return local_call(lambda N, D: 1.69 + 406.0 * N**0.34 + 410.0 / D**0.28)
+        return local_call(getattr(solutions, name))
+
+    results = grade_callable(call_for, [c for c in load_checks(seed=0) if c.name == "ex1_decreasing_in_d"])
+    (_, result), = results
+    assert not result.passed
+    assert "The loss falls as D grows: that holds, but this test pays only when the values are right" \
+        in result.feedback
