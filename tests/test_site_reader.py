@@ -21,6 +21,7 @@ Needs `make book` first. Without Chromium the tests skip with a reason, except u
 """
 from __future__ import annotations
 
+import re
 from urllib.parse import urljoin
 
 import pytest
@@ -166,14 +167,24 @@ def natural_width(url: str, server: str) -> float | None:
 DESKTOP_FIGURE_ROOM = 600
 
 
+def _sized_by_the_page(path: str) -> set[str]:
+    """The figure files a page gives a width of its own (a figure's ``:width:``)."""
+    html = (SITE / path).read_text(encoding="utf-8")
+    return {m.group(1).rsplit("/", 1)[-1] for m in re.finditer(r'<img [^>]*src="([^"]+)"[^>]*style="width: [^"]+"', html)}
+
+
 def test_figures_are_shown_at_their_own_size_on_a_desktop(site_visits):
+    """A PNG figure at its width in inches; an SVG at its own width unless the page sets one."""
     server, measurements = site_visits
     wrong, pngs = [], 0
     for (path, w), m in measurements.items():
+        sized = _sized_by_the_page(path) if w == WIDTHS["desktop"] else set()
         for url, shown in m["figures"] if w == WIDTHS["desktop"] else ():
             natural = natural_width(url, server)
             if natural is None or natural > DESKTOP_FIGURE_ROOM:
                 continue
+            if url.endswith(".svg") and url.rsplit("/", 1)[-1] in sized:
+                continue  # the author chose its width
             pngs += url.endswith(".png")
             if abs(shown - natural) > 1.5:
                 wrong.append(f"{path}: {url.rsplit('/', 1)[-1][:12]} shown {shown:.0f}px, its size {natural:.0f}px")
