@@ -7,7 +7,8 @@ table of contents, at a desktop width (1280 px) and a phone width (390 px), and 
   own box);
 * every figure is vector (SVG) or has at least twice the pixels it is displayed with, so it
   stays sharp on high-density screens;
-* no page shows a solution marker, a raw BibTeX key, or raw ``$`` maths;
+* no page shows a solution marker, a raw BibTeX key, raw ``$`` maths, or a Markdown table
+  left as text (a ``Markdown(...)`` output rendered without ``markdown_format: gfm``);
 * no "Show code cell source" toggle opens onto a cell that shows nothing: a cell whose only
   job is to compute numbers for the prose is removed from the page instead.
 
@@ -56,10 +57,12 @@ def _broken_links(hrefs: list[str], server: str) -> list[str]:
 
 def raw_markup(prose: str) -> list[str]:
     """Markup a reader should never see in the prose: solution markers, citation roles or raw
-    BibTeX keys, and TeX left between dollar signs."""
+    BibTeX keys, TeX left between dollar signs, and a Markdown table's rule row ``|---|``
+    (which smartquotes turn into ``|—|``) left as text."""
     found = [m for m in ("BEGIN SOLUTION", "END SOLUTION", "{cite", "{glue", "{doc}") if m in prose]
     found += [f"BibTeX key {key}" for key in BIB_KEYS if re.search(rf"(?<![\\w/.-]){re.escape(key)}(?![\\w-])", prose)]
     found += [f"raw maths {m.group(0)[:40]!r}" for m in re.finditer(r"\$\$|\$[^$\s][^$\n]{0,200}?[\\^_{}][^$\n]*?\$", prose)]
+    found += [f"Markdown table as text {m.group(0)!r}" for m in re.finditer(r"\|:?[-–—]+:?\|", prose)][:1]
     return found
 
 
@@ -68,6 +71,9 @@ def test_raw_markup_is_detected():
     assert raw_markup(f"see {key} and $\\alpha_1$ ### BEGIN SOLUTION") == [
         "BEGIN SOLUTION", f"BibTeX key {key}", "raw maths '$\\\\alpha_1$'"]
     assert raw_markup("costs $5 and $10 per hour; see Kaplan et al. (2020)") == []
+    assert raw_markup("| run | ms |\n|—|—:|\n| a | 1 |") == ["Markdown table as text '|—|'"]
+    assert raw_markup("| a | b |\n|---|---|") == ["Markdown table as text '|---|'"]
+    assert raw_markup("a ratio |x| - |y| and a dash – here") == []
 
 
 @pytest.mark.parametrize("width", WIDTHS.values(), ids=WIDTHS.keys())

@@ -10,6 +10,9 @@ Chromium:
 * every figure's smallest text is at least ``MIN_TEXT_PX`` CSS px as displayed, measured from
   the figure file (:mod:`tools.figure_text`): the glyph sizes of an SVG, or a PNG's recorded
   smallest font size and resolution, scaled by the width the page shows it at;
+* at the desktop's width every figure is shown at its own size (an SVG's width, a coursefig
+  PNG's width in inches at 96 CSS px an inch), so the labs' PNGs and the chapters' SVGs have
+  text of one size, rather than a 400-dpi PNG filling the column at one px per pixel;
 * clicking a figure opens it full screen, and Escape closes it.
 
 Each page is opened once per width for the whole suite (tests/site_visits.py, shared with
@@ -18,13 +21,14 @@ Needs `make book` first. Without Chromium the tests skip with a reason, except u
 """
 from __future__ import annotations
 
+import re
 from urllib.parse import urljoin
 
 import pytest
 
 from tests.site_visits import DESKTOP_AXE, PAGES, WIDTHS
 from tools.browser import SITE
-from tools.figure_text import png_smallest_text_px, svg_smallest_text_px
+from tools.figure_text import PNG_KEY, _natural_width_px, png_smallest_text_px, svg_smallest_text_px
 
 pytestmark = pytest.mark.site
 
@@ -142,6 +146,50 @@ def test_figure_text_is_legible(site_visits, width):
     assert count > 20, f"only {count} figures found"
     assert not unmeasured, f"figures whose text size cannot be read: {unmeasured}"
     assert not small, f"figures with text under {MIN_TEXT_PX}px at {width}px:\n  " + "\n  ".join(small)
+
+
+def natural_width(url: str, server: str) -> float | None:
+    """The width in CSS px a figure file asks for: an SVG's own width; a PNG with coursefig's
+    record, its width in inches at 96 px an inch; None for anything else."""
+    from PIL import Image
+
+    path = SITE / url[len(server):]
+    if path.suffix == ".svg":
+        return _natural_width_px(path.read_text(encoding="utf-8"))
+    if path.suffix == ".png":
+        with Image.open(path) as png:
+            dpi = png.info.get("dpi", (0, 0))[0]
+            return png.width / dpi * 96 if PNG_KEY in png.info and dpi else None
+    return None
+
+
+# The desktop's text column is 672 CSS px; a figure narrower than this is shown at its own size.
+DESKTOP_FIGURE_ROOM = 600
+
+
+def _sized_by_the_page(path: str) -> set[str]:
+    """The figure files a page gives a width of its own (a figure's ``:width:``)."""
+    html = (SITE / path).read_text(encoding="utf-8")
+    return {m.group(1).rsplit("/", 1)[-1] for m in re.finditer(r'<img [^>]*src="([^"]+)"[^>]*style="width: [^"]+"', html)}
+
+
+def test_figures_are_shown_at_their_own_size_on_a_desktop(site_visits):
+    """A PNG figure at its width in inches; an SVG at its own width unless the page sets one."""
+    server, measurements = site_visits
+    wrong, pngs = [], 0
+    for (path, w), m in measurements.items():
+        sized = _sized_by_the_page(path) if w == WIDTHS["desktop"] else set()
+        for url, shown in m["figures"] if w == WIDTHS["desktop"] else ():
+            natural = natural_width(url, server)
+            if natural is None or natural > DESKTOP_FIGURE_ROOM:
+                continue
+            if url.endswith(".svg") and url.rsplit("/", 1)[-1] in sized:
+                continue  # the author chose its width
+            pngs += url.endswith(".png")
+            if abs(shown - natural) > 1.5:
+                wrong.append(f"{path}: {url.rsplit('/', 1)[-1][:12]} shown {shown:.0f}px, its size {natural:.0f}px")
+    assert pngs >= 5, f"only {pngs} PNG figures measured"
+    assert not wrong, "figures not shown at their own size at 1280px:\n  " + "\n  ".join(wrong)
 
 
 def test_a_figure_opens_full_screen(browser, server):

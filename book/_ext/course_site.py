@@ -30,6 +30,11 @@
 6. Make the site usable on a phone and by keyboard and screen reader (``book/_static/course.js``):
    the header's sidebar toggles work (see the script), the bibliography's entries are list
    items, and a click on a figure shows it full screen.
+7. Show the labs' PNG figures at the scale of the chapters' SVGs. A browser shows a PNG at one
+   CSS px per image pixel, so a 400-dpi figure (``coursefig.PNG_DPI``) would fill the whole
+   column, its text half again as large as the prose, while an SVG figure is shown at its
+   size in inches (96 CSS px an inch). Each PNG figure that carries coursefig's record gets
+   that width too (``max-width: 100%`` still shrinks it to a phone's column).
 """
 from __future__ import annotations
 
@@ -148,6 +153,25 @@ def _student_sources(app, exception):
                 jupytext.write(student, target, fmt="md:myst")
 
 
+def _png_figure_widths(app, doctree, docname):
+    """Give each coursefig PNG its width in inches as CSS px (item 7 of the module's list)."""
+    from PIL import Image
+
+    from tools.figure_text import PNG_KEY
+
+    for image in doctree.findall(nodes.image):
+        uri = image.get("candidates", {}).get("image/png") or image.get("uri", "")
+        if image.get("width") or not uri.endswith(".png"):
+            continue
+        path = Path(uri) if Path(uri).is_absolute() else Path(app.srcdir) / uri
+        if not path.is_file():
+            continue
+        with Image.open(path) as png:
+            dpi, natural, recorded = png.info.get("dpi", (0, 0))[0], png.width, PNG_KEY in png.info
+        if recorded and dpi > 0:
+            image["width"] = f"{round(natural / dpi * 96)}px"
+
+
 def _dedupe_scripts(app, pagename, templatename, context, doctree):
     seen, unique = set(), []
     for script in context.get("script_files", []):
@@ -185,6 +209,7 @@ def setup(app):
     app.add_config_value("course_edition", "public", "env", [str])
     app.connect("config-inited", _configure, priority=900)
     app.connect("doctree-read", _apply_edition)
+    app.connect("doctree-resolved", _png_figure_widths)
     app.add_css_file("course.css")
     app.add_js_file("course.js", defer="defer")
     app.connect("html-page-context", _dedupe_scripts, priority=1)
