@@ -68,8 +68,9 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {self.warmup}")
-        if not (self.lr > 0 and 0 <= self.min_lr_ratio <= 1 and self.grad_clip > 0):
-            raise ValueError("lr and grad_clip must be > 0 and min_lr_ratio in [0, 1]")
+        if not (0 < self.lr < math.inf and 0 <= self.min_lr_ratio <= 1 and 0 < self.grad_clip < math.inf):
+            raise ValueError(f"lr and grad_clip must be finite and > 0 and min_lr_ratio in [0, 1], got "
+                             f"lr={self.lr}, grad_clip={self.grad_clip}, min_lr_ratio={self.min_lr_ratio}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -143,6 +144,9 @@ def validate_model_args(args, world_size: int) -> None:
     The vocabulary comes from the corpus, which no flag changes, so any size will do here."""
     _, train = configs_from_args(args, vocab_size=256)
     split_steps(train.steps, args.check_steps)
+    delay = getattr(args, "reference_delay", 0.0)
+    if not 0 <= delay < math.inf:
+        raise ValueError(f"--reference-delay must be seconds >= 0, got {delay}")
 
 
 def configs_from_args(args, vocab_size: int) -> tuple[GPTConfig, TrainConfig]:
