@@ -273,10 +273,7 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
                 elif schedule and schedule != "interleaved":
                     scheds = [(schedule, 1)]
                 else:
-                    # Interleaving needs whole layers per stage for each of its v chunks, and at
-                    # least one layer per chunk (p * v chunks of the model).
-                    vs = [virtual_stages] if virtual_stages else [
-                        v for v in VIRTUAL_STAGE_CHOICES if per_stage % v == 0 and (v == 1 or p * v <= shape.layers)]
+                    vs = [virtual_stages] if virtual_stages else [v for v in VIRTUAL_STAGE_CHOICES if per_stage % v == 0]
                     scheds = [("interleaved" if v > 1 else (schedule or "1f1b"), v) for v in vs]
                     if schedule == "interleaved":
                         scheds = [x for x in scheds if x[0] == "interleaved"] or scheds

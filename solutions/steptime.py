@@ -473,9 +473,6 @@ def step_time(shape: Shape, lay: Layout, cluster: Cluster, global_batch: int, co
     layers_here = math.ceil(shape.layers / lay.pp)
     if lay.virtual_stages > 1 and layers_here % lay.virtual_stages:
         raise ValueError(f"virtual_stages must divide the layers per stage ({layers_here}), got {lay.virtual_stages}")
-    if lay.virtual_stages > 1 and lay.pp * lay.virtual_stages > shape.layers:
-        raise ValueError(f"pp x virtual_stages model chunks must not outnumber the layers: every chunk holds at least "
-                         f"one layer, got pp={lay.pp} x virtual_stages={lay.virtual_stages} for {shape.layers} layers")
     cal = calibration or CALIBRATION[generation(cluster.gpu)]
     net = NETWORK_EFFICIENCY if network_efficiency is None else network_efficiency
     m = global_batch // (lay.dp * lay.micro_batch)
