@@ -338,6 +338,14 @@ def _describe(returncode: int | None) -> str:
     return f"exited with status {returncode}"
 
 
+def _fate(returncode: int | None, stopped: bool) -> str:
+    """:func:`_describe`, except for a rank the launcher stopped before it had set up its
+    stack dump (``SIGUSR1``'s default action then ends it): it was still starting up."""
+    if stopped and returncode == -signal.SIGUSR1:
+        return "stopped while still starting up"
+    return _describe(returncode)
+
+
 def _tail(path: Path, lines: int = 30) -> str:
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -428,17 +436,20 @@ def _launch(lab: str, argv: list[str], nproc: int, backend: str, reason: str, ar
             failed = [r for r, c in enumerate(codes) if c != 0]
             fates = {}
             for r in failed:
-                fates.setdefault(_describe(codes[r]), []).append(r)
+                fates.setdefault(_fate(codes[r], r in stopped), []).append(r)
             lines = [f"lab {lab} failed after {elapsed:.1f} s ({stopped_by or 'a rank failed'}): "
                      + "; ".join(f"{_ranks(rs)} {fate}" for fate, rs in fates.items())]
             entries = []
             for r in range(nproc):
                 story = _tail(logdir / f"rank{r}.err") or _tail(logdir / f"rank{r}.out", 5)
-                if r in stopped:
+                if r in stopped and codes[r] == -signal.SIGUSR1:
+                    story += ("\n(stopped by the launcher while still starting up, before it could show its stack; "
+                              "starting a rank takes seconds: a larger --timeout may help)")
+                elif r in stopped:
                     story += "\n(stopped by the launcher; above, where it was when asked for its stack)"
                 elif codes[r] == -signal.SIGKILL:
                     story += "\n(killed by SIGKILL: a process killed this way cannot print a traceback)"
-                entries.append((r, _describe(codes[r]), story))
+                entries.append((r, _fate(codes[r], r in stopped), story))
             lines += [f"--- {_ranks(rs)} ({fate}):\n{story}" for rs, fate, story in group_stories(entries)]
             raise LabFailed("\n".join(lines))
     finally:

@@ -86,3 +86,11 @@ def test_ctrl_c_is_one_line_and_status_130(monkeypatch, capsys):
     assert launch.main("ddp", None, None, []) == 130
     err = capsys.readouterr().err
     assert err.strip().count("\n") == 0 and "interrupted" in err, err
+
+
+def test_a_rank_stopped_before_it_could_dump_its_stack_is_said_to_be_starting_up():
+    import signal
+
+    assert launch._fate(-signal.SIGUSR1, stopped=True) == "stopped while still starting up"
+    assert launch._fate(-signal.SIGUSR1, stopped=False) == "killed by SIGUSR1"
+    assert launch._fate(-signal.SIGKILL, stopped=True) == "killed by SIGKILL"
