@@ -616,6 +616,9 @@ def run(lab: str, parser: argparse.ArgumentParser, worker, argv: list[str] | Non
     if not (0 < args.timeout <= MAX_TIMEOUT and 0 <= args.grace <= MAX_TIMEOUT):
         raise ValueError(f"--timeout must be in (0, {MAX_TIMEOUT:g}] s and --grace in [0, {MAX_TIMEOUT:g}] s, "
                          f"got {args.timeout:g}, {args.grace:g}")
+    seed = getattr(args, "seed", None)
+    if seed is not None and not 0 <= seed < 2**32:  # torch's and numpy's generators both take these
+        raise ValueError(f"--seed must be an integer in 0..{2**32 - 1}, got {seed}")
     if args.fail_rank is not None and not 0 <= args.fail_rank < args.nproc:
         raise ValueError(f"--fail-rank must be a rank in 0..{args.nproc - 1}, got {args.fail_rank}")
     if validate is not None:

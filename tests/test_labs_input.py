@@ -24,6 +24,7 @@ def _main(lab: str, argv: list[str], capsys) -> tuple[int, str]:
     ("ddp", ["--nproc", "2", "--lr", "inf"], "lr and grad_clip must be finite"),
     ("ddp", ["--nproc", "2", "--bucket-mb", "inf"], "--bucket-mb must be a finite number"),
     ("ddp", ["--nproc", "2", "--reference-delay", "-1"], "--reference-delay must be seconds >= 0"),
+    ("tensor_parallel", ["--nproc", "2", "--seed", str(2**64)], "--seed must be an integer in 0.."),
     ("fsdp", ["--nproc", "2", "--d-model", "100000"], "cannot be done here"),
     ("ddp", ["--nproc", "100000"], "cannot be done here"),
     ("collectives", ["--nproc", "2", "--max-bytes", HUGE], "cannot be done here"),
