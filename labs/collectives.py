@@ -321,10 +321,14 @@ def validate(args, world_size: int) -> None:
     """Arguments checked before any rank starts."""
     if args.check_elements < 1 or args.ring_elements < 1:
         raise ValueError("--check-elements and --ring-elements must be >= 1")
-    if args.max_bytes is not None and args.max_bytes < 1:
-        raise ValueError(f"--max-bytes must be >= 1, got {args.max_bytes}")
+    if args.max_bytes is not None and args.max_bytes < 0:
+        raise ValueError(f"--max-bytes must be >= 0 (0 skips the sweep), got {args.max_bytes}")
     if args.iters is not None and args.iters < 1:
         raise ValueError(f"--iters must be >= 1, got {args.iters}")
+    # Each rank holds a buffer, a shard and the collective's scratch copy: about 3 buffers.
+    largest = max(args.max_bytes or 0, args.ring_elements * 4, args.check_elements * 4 * world_size)
+    launch.check_fits_in_memory(3 * largest, world_size, "--max-bytes/--ring-elements/--check-elements",
+                                getattr(args, "backend", "auto"))
     ring_is_stub()  # asked here, before the process group exists: the probe never sends
 
 

@@ -174,8 +174,8 @@ def _timed(fn, device) -> float:
 def validate(args, world_size: int) -> None:
     """Arguments checked before any rank starts (``launch.run``)."""
     validate_model_args(args, world_size)
-    if not args.bucket_mb > 0:
-        raise ValueError(f"--bucket-mb must be > 0, got {args.bucket_mb}")
+    if not 0 < args.bucket_mb < math.inf:
+        raise ValueError(f"--bucket-mb must be a finite number > 0, got {args.bucket_mb}")
     resolve_ring_mode(args, "allreduce", "--allreduce")
 
 

@@ -327,7 +327,10 @@ def _say(start: float, text: str) -> None:
 
 
 def _parse(argv):
-    parser = argparse.ArgumentParser(prog="python -m labs.gpu_check", description=__doc__.splitlines()[0])
+    from solutions._validate import terse_argparse_errors
+
+    parser = terse_argparse_errors(
+        argparse.ArgumentParser(prog="python -m labs.gpu_check", description=__doc__.splitlines()[0]))
     parser.add_argument("--out", default="reports/gpu-check", help="folder for the summary and runs/ (logs, reports)")
     parser.add_argument("--only", nargs="+", default=None, metavar="LABEL", help="run only these rows of LABS")
     parser.add_argument("--budget", type=float, default=540.0,
@@ -340,7 +343,7 @@ def _parse(argv):
     unknown = sorted(set(args.only or ()) - set(labels))
     if unknown:
         parser.error(f"--only: no such row in labs.gpu_check.LABS: {', '.join(unknown)} (rows: {', '.join(labels)})")
-    if not args.budget > 0:
+    if not 0 < args.budget < float("inf"):
         parser.error(f"--budget must be > 0 seconds, got {args.budget:g}")
     return parser, args
 

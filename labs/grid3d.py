@@ -34,6 +34,7 @@ from solutions.layout import dp_groups, process_grid, tp_groups
 from . import launch
 from .collectives import RING_STUB_NOTE, RingStats, ring_all_reduce, ring_is_stub
 from .model import Block, GPTConfig
+from .training import check_model_fits
 from .report import check_at_most, check_exact, check_skipped
 from .tensor_parallel import TOLERANCE, TensorParallelBlock, TensorParallelComm, relative_l2
 
@@ -94,6 +95,7 @@ def validate(args, world_size: int) -> tuple[int, GPTConfig]:
         raise ValueError(f"--n-head {cfg.n_head} must be divisible by the tensor-parallel degree {tp} (--tp)")
     if args.batch < 1:
         raise ValueError(f"--batch must be >= 1, got {args.batch}")
+    check_model_fits(cfg, args.batch, world_size, args.backend)
     ring_is_stub()  # asked here, before the process group exists: the probe never sends
     return tp, cfg
 

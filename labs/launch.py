@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import re
 import shlex
@@ -42,7 +43,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 BACKENDS = ("auto", "gloo", "nccl")
 
 __all__ = ["choose_backend", "agree_on_backend", "local_rank_from_env", "check_report_path", "cpu_cores",
-           "oversubscription_warning", "add_common_args", "RankContext", "LabFailed", "run", "main", "run_lab",
+           "oversubscription_warning", "check_fits_in_memory", "add_common_args", "RankContext", "LabFailed", "run", "main", "run_lab",
            "exit_now"]
 
 
@@ -83,6 +84,9 @@ def choose_backend(requested: str, nproc: int, gpu_count: int) -> tuple[str, str
 
 
 def add_common_args(parser: argparse.ArgumentParser, lab: str) -> argparse.ArgumentParser:
+    from solutions._validate import terse_argparse_errors
+
+    terse_argparse_errors(parser)  # a typo costs one line, not the usage block
     g = parser.add_argument_group("launch")
     g.add_argument("--nproc", type=int, default=None,
                    help="number of ranks to start (under torchrun: taken from WORLD_SIZE)")
@@ -334,6 +338,14 @@ def _describe(returncode: int | None) -> str:
     return f"exited with status {returncode}"
 
 
+def _fate(returncode: int | None, stopped: bool) -> str:
+    """:func:`_describe`, except for a rank the launcher stopped before it had set up its
+    stack dump (``SIGUSR1``'s default action then ends it): it was still starting up."""
+    if stopped and returncode == -signal.SIGUSR1:
+        return "stopped while still starting up"
+    return _describe(returncode)
+
+
 def _tail(path: Path, lines: int = 30) -> str:
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -424,17 +436,20 @@ def _launch(lab: str, argv: list[str], nproc: int, backend: str, reason: str, ar
             failed = [r for r, c in enumerate(codes) if c != 0]
             fates = {}
             for r in failed:
-                fates.setdefault(_describe(codes[r]), []).append(r)
+                fates.setdefault(_fate(codes[r], r in stopped), []).append(r)
             lines = [f"lab {lab} failed after {elapsed:.1f} s ({stopped_by or 'a rank failed'}): "
                      + "; ".join(f"{_ranks(rs)} {fate}" for fate, rs in fates.items())]
             entries = []
             for r in range(nproc):
                 story = _tail(logdir / f"rank{r}.err") or _tail(logdir / f"rank{r}.out", 5)
-                if r in stopped:
+                if r in stopped and codes[r] == -signal.SIGUSR1:
+                    story += ("\n(stopped by the launcher while still starting up, before it could show its stack; "
+                              "starting a rank takes seconds: a larger --timeout may help)")
+                elif r in stopped:
                     story += "\n(stopped by the launcher; above, where it was when asked for its stack)"
                 elif codes[r] == -signal.SIGKILL:
                     story += "\n(killed by SIGKILL: a process killed this way cannot print a traceback)"
-                entries.append((r, _describe(codes[r]), story))
+                entries.append((r, _fate(codes[r], r in stopped), story))
             lines += [f"--- {_ranks(rs)} ({fate}):\n{story}" for rs, fate, story in group_stories(entries)]
             raise LabFailed("\n".join(lines))
     finally:
@@ -494,6 +509,18 @@ def check_report_path(report) -> Path:
     path = Path(report)
     if str(report) == "" or path.is_dir():
         raise ValueError(f"--report {report!s}: is a folder; give a file name, e.g. {path / 'lab.json'}")
+    if path.exists() or path.is_symlink():
+        # The launcher deletes an old report before the run: never a device, a pipe or a
+        # file that is not a lab report (a typo such as --report labs/ddp.py).
+        if not path.is_file():
+            raise ValueError(f"--report {report!s}: exists and is not a regular file; give a new file name")
+        try:
+            old = path.read_text(encoding="utf-8")
+            ok = old.strip() == "" or "lab" in json.loads(old)
+        except (OSError, UnicodeDecodeError, ValueError, TypeError):
+            ok = False
+        if not ok:
+            raise ValueError(f"--report {report!s}: exists and is not a lab report; refusing to overwrite it")
     parent = path.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
@@ -521,6 +548,52 @@ def oversubscription_warning(nproc: int, cores: int) -> str | None:
             f"--nproc {cores} or fewer is the most this machine runs at full speed")
 
 
+#: The longest --timeout / --grace accepted, in seconds (30 days; ``timedelta`` and the
+#: store's millisecond timeout overflow far beyond it, and no lab needs longer).
+MAX_TIMEOUT = 30 * 86400.0
+#: Memory one CPU rank takes before the lab allocates anything (torch and gloo loaded).
+RANK_MEMORY = 300 * 2**20
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to new processes (``MemAvailable``), else ``None``."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def ranks_that_fit(available: int | None) -> int | float:
+    """How many CPU ranks of :data:`RANK_MEMORY` fit in ``available`` bytes (at least 1;
+    unlimited when the available memory is unknown)."""
+    if available is None:
+        return math.inf
+    return max(1, available // RANK_MEMORY)
+
+
+def check_fits_in_memory(bytes_per_rank: float, nproc: int, what: str, backend: str = "auto") -> None:
+    """A one-line ``ValueError`` before any rank starts when ``nproc`` CPU ranks of
+    ``bytes_per_rank`` (plus :data:`RANK_MEMORY` each) cannot fit in this machine's available
+    memory: such a run would die in an allocation, or swap, and measure nothing. Skipped inside
+    a rank (the other ranks already use memory) and when the ranks will run on GPUs."""
+    if _in_rank_environment() or backend == "nccl":
+        return
+    if backend == "auto":
+        import torch
+
+        if torch.cuda.device_count() >= nproc:
+            return
+    available = available_memory()
+    need = nproc * (bytes_per_rank + RANK_MEMORY)
+    if available is not None and need > available:
+        raise ValueError(f"{what} needs about {need / 2**30:.1f} GiB for {nproc} CPU rank(s), but this machine has "
+                         f"{available / 2**30:.1f} GiB available: this run cannot be done here; make it smaller")
+
+
 def run(lab: str, parser: argparse.ArgumentParser, worker, argv: list[str] | None = None,
         validate=None) -> dict | None:
     """Run lab ``lab`` (module ``labs.<lab>``) with ``argv``: as a rank when the environment
@@ -540,8 +613,12 @@ def run(lab: str, parser: argparse.ArgumentParser, worker, argv: list[str] | Non
         raise ValueError("--nproc is required (the number of ranks to start)")
     if args.nproc < 1:
         raise ValueError(f"--nproc must be a positive integer, got {args.nproc}")
-    if args.timeout <= 0 or args.grace < 0:
-        raise ValueError(f"--timeout must be > 0 and --grace >= 0, got {args.timeout}, {args.grace}")
+    if not (0 < args.timeout <= MAX_TIMEOUT and 0 <= args.grace <= MAX_TIMEOUT):
+        raise ValueError(f"--timeout must be in (0, {MAX_TIMEOUT:g}] s and --grace in [0, {MAX_TIMEOUT:g}] s, "
+                         f"got {args.timeout:g}, {args.grace:g}")
+    seed = getattr(args, "seed", None)
+    if seed is not None and not 0 <= seed < 2**32:  # torch's and numpy's generators both take these
+        raise ValueError(f"--seed must be an integer in 0..{2**32 - 1}, got {seed}")
     if args.fail_rank is not None and not 0 <= args.fail_rank < args.nproc:
         raise ValueError(f"--fail-rank must be a rank in 0..{args.nproc - 1}, got {args.fail_rank}")
     if validate is not None:
@@ -553,6 +630,11 @@ def run(lab: str, parser: argparse.ArgumentParser, worker, argv: list[str] | Non
     backend, reason = choose_backend(args.backend, args.nproc, gpus)
     print(f"backend: {backend} ({reason})", flush=True)
     if backend == "gloo":
+        room = ranks_that_fit(available_memory())
+        if args.nproc > room:
+            raise ValueError(f"--nproc {args.nproc} starts {args.nproc} CPU processes of about "
+                             f"{RANK_MEMORY / 2**30:.1f} GiB each (torch alone), but this machine has room for "
+                             f"about {room}: this run cannot be done here; use a smaller --nproc")
         warning = oversubscription_warning(args.nproc, cpu_cores())
         if warning:
             print(f"warning: {warning}", file=sys.stderr, flush=True)
@@ -572,6 +654,12 @@ def main(lab: str, parser: argparse.ArgumentParser, worker, argv: list[str] | No
     1 when a rank failed or the run timed out, 2 for bad arguments (also under torchrun)."""
     try:
         report = run(lab, parser, worker, argv, validate)
+    except KeyboardInterrupt:
+        if _in_rank_environment():
+            raise
+        # _launch's cleanup has already killed every rank's process group.
+        print(f"\ninterrupted: lab {lab} stopped, every rank it started was killed", file=sys.stderr, flush=True)
+        return 130
     except LabFailed as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 1

@@ -57,6 +57,7 @@ from . import launch
 from .data import batch_offsets, get_batch, load_corpus
 from .ddp import relative_l2
 from .model import GPT, GPTConfig, padded_vocab, param_count
+from .training import check_model_fits
 from .report import check_at_most, check_exact
 from .tensor_parallel import SavedTensorBytes
 
@@ -418,9 +419,10 @@ def validate(args, world_size: int) -> tuple[list[int], float]:
         raise ValueError(f"--pace must be 'auto' or seconds >= 0, got {args.pace!r}") from None
     if not 0 <= pace < float("inf"):
         raise ValueError(f"--pace must be 'auto' or seconds >= 0, got {args.pace!r}")
-    GPTConfig(block_size=args.block_size, n_layer=args.n_layer, n_head=args.n_head, d_model=args.d_model)
+    cfg = GPTConfig(block_size=args.block_size, n_layer=args.n_layer, n_head=args.n_head, d_model=args.d_model)
     if args.n_layer % world_size:
         raise ValueError(f"--n-layer {args.n_layer} must be divisible by the number of stages {world_size} (--nproc)")
+    check_model_fits(cfg, args.micro_batch * ms[-1], world_size, args.backend)  # a whole batch in flight at most
     return ms, pace
 
 

@@ -188,7 +188,14 @@ def load_cache(path=CACHE) -> dict:
     path = Path(path)
     if not path.exists():
         raise ValueError(f"no cached grid at {path}: run `{REGENERATE}` to train it")
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        cache = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"--cache {path}: not a cached grid ({type(exc).__name__}); run `{REGENERATE}` "
+                         "to train one") from None
+    if not isinstance(cache, dict) or "runs" not in cache:
+        raise ValueError(f"--cache {path}: not a cached grid (no runs in it); run `{REGENERATE}` to train one")
+    return cache
 
 
 def _write(cache: dict, path) -> None:
@@ -275,8 +282,8 @@ def _check_args(args, world_size: int | None = None) -> None:
         raise ValueError(f"--fit-top-k must be >= 0, got {args.fit_top_k}")
     if args.bootstrap < 0 or args.bootstrap == 1:
         raise ValueError(f"--bootstrap must be 0 or at least 2, got {args.bootstrap}")
-    if not args.rerun and not Path(args.cache).exists():
-        raise ValueError(f"no cached grid at {args.cache}: run `{REGENERATE}` to train it")
+    if not args.rerun:
+        load_cache(args.cache)  # there, and a grid: one line now, not a traceback in a rank
 
 
 def main(argv=None) -> int:

@@ -50,6 +50,7 @@ from solutions.model_parallel import (norm_activation_elements_per_layer, sequen
 from . import ddp, launch
 from .collectives import RING_STUB_NOTE, RingStats, resolve_ring_mode, all_gather_single, reduce_scatter_single, ring_all_reduce
 from .model import Block, GPTConfig
+from .training import check_model_fits
 from .report import check_at_most, check_exact, check_skipped
 
 LAB = "tensor_parallel"
@@ -513,6 +514,7 @@ def validate(args, world_size: int) -> GPTConfig:
         raise ValueError(f"--block-size {cfg.block_size} must be divisible by {t} (--nproc) for sequence parallelism")
     if args.batch < 1:
         raise ValueError(f"--batch must be >= 1, got {args.batch}")
+    check_model_fits(cfg, args.batch, world_size, args.backend)
     resolve_ring_mode(args, "comm", "--comm")
     return cfg
 

@@ -68,8 +68,9 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {self.warmup}")
-        if not (self.lr > 0 and 0 <= self.min_lr_ratio <= 1 and self.grad_clip > 0):
-            raise ValueError("lr and grad_clip must be > 0 and min_lr_ratio in [0, 1]")
+        if not (0 < self.lr < math.inf and 0 <= self.min_lr_ratio <= 1 and 0 < self.grad_clip < math.inf):
+            raise ValueError(f"lr and grad_clip must be finite and > 0 and min_lr_ratio in [0, 1], got "
+                             f"lr={self.lr}, grad_clip={self.grad_clip}, min_lr_ratio={self.min_lr_ratio}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -137,12 +138,41 @@ def split_steps(steps: int, check_steps: int | None) -> int:
     return check_steps
 
 
+def model_bytes_per_rank(cfg: GPTConfig, batch: int) -> float:
+    """A generous estimate of one CPU rank's memory for training ``cfg`` on ``batch``
+    sequences in fp32, unsharded (the most any lab holds): weights, gradients, AdamW's two
+    moments and the single-process reference's copy of all four (``32 P`` bytes), plus the
+    activations, Korthikanti et al.'s ``s b h (34 + 5 a s / h)`` bytes per layer at 16 bits
+    (:func:`solutions.memory.activation_memory_per_layer`), doubled for fp32, and the logits."""
+    from solutions.memory import activation_memory_per_layer
+
+    from .model import param_count
+
+    acts = 2 * cfg.n_layer * activation_memory_per_layer(cfg.block_size, batch, cfg.d_model, cfg.n_head)
+    logits = 3 * 4 * batch * cfg.block_size * cfg.vocab_size  # logits, their softmax and gradient
+    return 32 * param_count(cfg) + acts + logits
+
+
+def check_model_fits(cfg: GPTConfig, batch: int, world_size: int, backend: str = "auto") -> None:
+    """One line before any rank starts when ``world_size`` CPU ranks of this model cannot fit
+    in memory (:func:`labs.launch.check_fits_in_memory`)."""
+    from .launch import check_fits_in_memory
+
+    check_fits_in_memory(model_bytes_per_rank(cfg, batch), world_size,
+                         f"a model of d_model {cfg.d_model}, {cfg.n_layer} layers, block {cfg.block_size}, "
+                         f"batch {batch}", backend)
+
+
 def validate_model_args(args, world_size: int) -> None:
     """Raise ``ValueError`` (one line) for model and training flags no rank could run with
     (``--n-head`` not dividing ``--d-model``, ``--steps 0``, ``--check-steps`` out of range).
     The vocabulary comes from the corpus, which no flag changes, so any size will do here."""
-    _, train = configs_from_args(args, vocab_size=256)
+    model, train = configs_from_args(args, vocab_size=256)
     split_steps(train.steps, args.check_steps)
+    check_model_fits(model, train.batch_per_rank, world_size, getattr(args, "backend", "auto"))
+    delay = getattr(args, "reference_delay", 0.0)
+    if not 0 <= delay < math.inf:
+        raise ValueError(f"--reference-delay must be seconds >= 0, got {delay}")
 
 
 def configs_from_args(args, vocab_size: int) -> tuple[GPTConfig, TrainConfig]:

@@ -25,6 +25,7 @@ __all__ = [
     "divides",
     "ratios_array",
     "is_scalar",
+    "terse_argparse_errors",
 ]
 
 
@@ -164,3 +165,14 @@ def ratios_array(name: str, ratios) -> np.ndarray:
         raise ValueError(f"{name} must be a 1-D sequence of positive ratios, got shape {arr.shape}")
     return arr
 
+
+
+def terse_argparse_errors(parser):
+    """Make ``parser`` report a bad command line in one line (exit status 2), not argparse's
+    usage block: ``prog: error: MESSAGE (see prog --help)``. Returns ``parser``."""
+
+    def error(message):
+        parser.exit(2, f"{parser.prog}: error: {message} (see {parser.prog} --help)\n")
+
+    parser.error = error
+    return parser

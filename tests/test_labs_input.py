@@ -1,0 +1,97 @@
+"""Wrong input to the labs: every case gets one line on stderr and exit status 2 before any
+rank starts (no process is started here: each call is in-process and stops at validation)."""
+from __future__ import annotations
+
+import importlib
+import json
+
+import pytest
+
+from labs import launch
+
+HUGE = str(10**14)
+
+
+def _main(lab: str, argv: list[str], capsys) -> tuple[int, str]:
+    mod = importlib.import_module(f"labs.{lab}")
+    code = mod.main(["--timeout", "20", *argv])  # argv comes last: it may set --timeout itself
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("lab, argv, says", [
+    ("ddp", ["--nproc", "2", "--timeout", "inf"], "--timeout must be in"),
+    ("ddp", ["--nproc", "2", "--grace", "nan"], "--grace in"),
+    ("ddp", ["--nproc", "2", "--lr", "inf"], "lr and grad_clip must be finite"),
+    ("ddp", ["--nproc", "2", "--bucket-mb", "inf"], "--bucket-mb must be a finite number"),
+    ("ddp", ["--nproc", "2", "--reference-delay", "-1"], "--reference-delay must be seconds >= 0"),
+    ("tensor_parallel", ["--nproc", "2", "--seed", str(2**64)], "--seed must be an integer in 0.."),
+    ("fsdp", ["--nproc", "2", "--d-model", "100000"], "cannot be done here"),
+    ("ddp", ["--nproc", "100000"], "cannot be done here"),
+    ("collectives", ["--nproc", "2", "--max-bytes", HUGE], "cannot be done here"),
+    ("pipeline_parallel", ["--nproc", "2", "--microbatches", "100000000000"], "cannot be done here"),
+    ("tensor_parallel", ["--nproc", "2", "--d-model", "65536"], "cannot be done here"),
+    ("grid3d", ["--nproc", "2", "--batch", "1000000"], "cannot be done here"),
+    ("scaling_law", ["--nproc", "1", "--cache", "pyproject.toml"], "not a cached grid"),
+    ("fsdp", ["--nproc", "2", "--report", "/dev/null"], "not a regular file"),
+    ("ddp", ["--nproc", "2", "--report", "pyproject.toml"], "not a lab report"),
+])
+def test_bad_input_is_one_line_and_status_2(lab, argv, says, capsys):
+    code, err = _main(lab, argv, capsys)
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and says in err, err
+
+
+def test_an_old_lab_report_or_an_empty_file_may_be_overwritten(tmp_path):
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"lab": "ddp", "checks": []}))
+    empty = tmp_path / "empty.json"
+    empty.write_text("")
+    assert launch.check_report_path(old) == old
+    assert launch.check_report_path(empty) == empty
+
+
+@pytest.mark.parametrize("module", ["labs.ddp", "labs.pipeline_parallel", "labs.gpu_check"])
+def test_argparse_typos_are_one_line(module, capsys):
+    mod = importlib.import_module(module)
+    parse = mod._parse if module == "labs.gpu_check" else mod.build_parser().parse_args
+    with pytest.raises(SystemExit) as exc:
+        parse(["--no-such-flag"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert err.count("\n") == 1 and "unrecognized arguments: --no-such-flag" in err and "--help" in err, err
+
+
+def test_collectives_max_bytes_0_skips_the_sweep_as_its_help_says():
+    from labs import collectives
+
+    args = collectives.build_parser().parse_args(["--nproc", "2", "--max-bytes", "0"])
+    collectives.validate(args, 2)  # no error: 0 is allowed
+    with pytest.raises(ValueError, match="--max-bytes must be >= 0"):
+        collectives.validate(collectives.build_parser().parse_args(["--nproc", "2", "--max-bytes", "-1"]), 2)
+
+
+def test_memory_check_passes_small_runs_and_is_skipped_inside_a_rank(monkeypatch):
+    launch.check_fits_in_memory(1e6, 2, "tiny", "gloo")  # a few MB always fits
+    with pytest.raises(ValueError, match="cannot be done here"):
+        launch.check_fits_in_memory(1e18, 2, "huge", "gloo")
+    for k, v in {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "x", "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(k, v)
+    launch.check_fits_in_memory(1e18, 2, "huge", "gloo")  # inside a rank: not asked again
+
+
+def test_ctrl_c_is_one_line_and_status_130(monkeypatch, capsys):
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(launch, "run", interrupted)
+    assert launch.main("ddp", None, None, []) == 130
+    err = capsys.readouterr().err
+    assert err.strip().count("\n") == 0 and "interrupted" in err, err
+
+
+def test_a_rank_stopped_before_it_could_dump_its_stack_is_said_to_be_starting_up():
+    import signal
+
+    assert launch._fate(-signal.SIGUSR1, stopped=True) == "stopped while still starting up"
+    assert launch._fate(-signal.SIGUSR1, stopped=False) == "killed by SIGUSR1"
+    assert launch._fate(-signal.SIGKILL, stopped=True) == "killed by SIGKILL"
