@@ -689,6 +689,8 @@ def run_lab(lab: str, *args: str, timeout: float | None = None) -> dict:
     args = [str(a) for a in args]
     report = "reports/lab-%s.json" % lab
     if "--report" in args:
+        if args.index("--report") + 1 == len(args):
+            raise ValueError("--report needs a path after it")
         report = args[args.index("--report") + 1]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))

@@ -95,3 +95,8 @@ def test_a_rank_stopped_before_it_could_dump_its_stack_is_said_to_be_starting_up
     assert launch._fate(-signal.SIGUSR1, stopped=True) == "stopped while still starting up"
     assert launch._fate(-signal.SIGUSR1, stopped=False) == "killed by SIGUSR1"
     assert launch._fate(-signal.SIGKILL, stopped=True) == "killed by SIGKILL"
+
+
+def test_run_lab_with_report_and_no_path_is_one_line():
+    with pytest.raises(ValueError, match="--report needs a path after it"):
+        launch.run_lab("ddp", "--nproc", 2, "--report")
