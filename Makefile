@@ -44,12 +44,12 @@ $(STAMP): requirements.txt
 	    pin=$$(sed -n 's/.*No matching distribution found for \([^ ]*\).*/\1/p' $(VENV)/pip-errors.log | head -1); \
 	    if [ -n "$$pin" ]; then echo "error: $$pin has no package for $$($(PY) -c 'import platform; print("Python", platform.python_version(), "on", platform.machine())'); use Python 3.11-3.13 (README, 'Supported Pythons')"; \
 	    else echo "error: pip could not install requirements.txt; its messages are in $(VENV)/pip-errors.log"; fi; exit 1; }
-	@# Make the course's own packages (solutions, autograde, labs, tests) importable from any
+	@# Make the course's own packages (solutions, labs, sandbox, grading, assignments, autograde, instructor, tests) importable from any
 	@# folder, e.g. by notebooks executing inside chapters/.
 	@$(PY) -c "import sysconfig, pathlib; pathlib.Path(sysconfig.get_paths()['purelib'], 'course-root.pth').write_text(str(pathlib.Path.cwd()) + '\n')"
 	@# Byte-compile the course's packages once: a cold `python -m autograde` then starts in
 	@# under half a second even where Python is told not to write bytecode caches.
-	@$(PY) -m compileall -q -x '/redteam/' solutions autograde tests labs tools coursefig
+	@$(PY) -m compileall -q -x '/redteam/' solutions labs sandbox grading assignments autograde instructor tests tools coursefig
 	@touch $(STAMP)
 
 book: $(STAMP)
@@ -78,10 +78,10 @@ notebooks: $(STAMP)
 	$(PY) tools/sync_notebooks.py --execute
 
 student-release: $(STAMP)
-	$(PY) -m autograde.release student --out _build/student-release
+	$(PY) -m instructor.release student --out _build/student-release
 
 gradescope: $(STAMP)
-	$(PY) -m autograde.release gradescope --out _build/gradescope $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT))
+	$(PY) -m instructor.release gradescope --out _build/gradescope $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT))
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_build.py

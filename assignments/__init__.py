@@ -1,5 +1,5 @@
 """Assignments: students write torch.distributed code, graded on real gloo ranks in the
-multi-rank sandbox (``autograde.multirank``). One module per assignment holds its grader;
+multi-rank sandbox (``sandbox.multirank``). One module per assignment holds its grader;
 its notebook (``assignments/a1-*.md``) holds the statement, the stub and, in the master,
 the reference solution."""
 

@@ -8,18 +8,20 @@ schema (``name``, ``score``, ``max_score``, ``tests``). Exit 0 when every file w
 """
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import sys
 from pathlib import Path
 
-from autograde.cli import OneLineParser
+from solutions._validate import terse_argparse_errors
 
 from . import ASSIGNMENTS
 
 
 def main(argv=None) -> int:
-    parser = OneLineParser(prog="python -m assignments", description=__doc__.splitlines()[0])
+    parser = terse_argparse_errors(argparse.ArgumentParser(prog="python -m assignments",
+                                                            description=__doc__.splitlines()[0]))
     parser.add_argument("assignment", choices=sorted(ASSIGNMENTS))
     parser.add_argument("submissions", nargs="+", type=Path)
     parser.add_argument("--json", type=Path, help="write the reports here")

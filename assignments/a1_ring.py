@@ -5,7 +5,7 @@ The student writes ``ring_all_reduce(tensor, op="sum")``: reduce a contiguous fl
 divides the sum by the world size. Any size (also not a multiple of the world size, also
 smaller than it), any world size from 2 to 8.
 
-Each world size runs as one group of real gloo ranks (``autograde.multirank``: a private
+Each world size runs as one group of real gloo ranks (``sandbox.multirank``: a private
 loopback, every rank dies with the group). The grader sends each rank its own random
 inputs, gets back what the ring left in the tensor and what the rank sent (the labs'
 collective counter, extended to sends), and compares:
@@ -163,7 +163,7 @@ def _tolerance(expected, n):
 def grade(get_function, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=True,
           limits=None, isolate=True) -> Report:
     """Grade ``get_function()`` (called inside each rank) at each world size; a Report."""
-    from autograde.multirank import Limits, run_ranks
+    from sandbox.multirank import Limits, run_ranks
 
     limits = limits or Limits(wall_s=30.0, stall_s=5.0)
     warm_up()  # here, once: the ranks are forked from this process and inherit the imports

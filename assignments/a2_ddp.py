@@ -16,7 +16,7 @@ The student writes a class ``BucketedDDP(model, bucket_bytes)``:
   (micro-batches); the first backward pass after it synchronises the sum.
 
 The grader runs k AdamW steps of M micro-batches on each rank of a real gloo group
-(``autograde.multirank``) and, at world sizes 2 and 4 and three seeds (a bucket size per
+(``sandbox.multirank``) and, at world sizes 2 and 4 and three seeds (a bucket size per
 seed), checks:
 
 * **result**: after each step's synchronisation the gradients equal those of one process
@@ -371,7 +371,7 @@ def check_traffic(m: dict, n: int, total_bytes: int) -> str | None:
 def grade(get_class, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=True,
           limits=None, isolate=True) -> Report:
     """Grade ``get_class()`` (called inside each rank) at each world size; a Report."""
-    from autograde.multirank import Limits
+    from sandbox.multirank import Limits
 
     sizes = param_bytes(make_model(0))
 

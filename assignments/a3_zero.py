@@ -13,7 +13,7 @@ size n), are cut into n equal shards; rank r owns elements ``[r P/n, (r+1) P/n)`
 * the updated shards are all-gathered (``dist.all_gather_single``) into every rank's
   parameters.
 
-Graded at world sizes 2 and 4 and three seeds, on real gloo ranks (``autograde.multirank``):
+Graded at world sizes 2 and 4 and three seeds, on real gloo ranks (``sandbox.multirank``):
 
 * **result**, for each stage: the parameters after each of k steps equal one process's
   AdamW on the whole global batch (L2 difference at most ``PARAM_TOL`` of the L2 of the
@@ -231,7 +231,7 @@ def check_state(m: dict, n: int, numel: int) -> str | None:
 def grade(get_class, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=True,
           limits=None, isolate=True) -> Report:
     """Grade ``get_class()`` (called inside each rank) at each world size, both stages."""
-    from autograde.multirank import Limits
+    from sandbox.multirank import Limits
 
     numel = sum(p.numel() for p in make_model(0).parameters())
 

@@ -11,7 +11,7 @@ The student writes (Shoeybi et al. 2019, sec. 3 and Fig. 3):
 * ``tp_mlp(x, shard)`` and ``tp_attention(x, shard, n_head)``: the block on this rank,
   ``f`` before the column-parallel linear and ``g`` after the row-parallel one.
 
-Each world size runs as one group of gloo ranks (``autograde.multirank``). The inputs and
+Each world size runs as one group of gloo ranks (``sandbox.multirank``). The inputs and
 the unsharded blocks are built from the seed (and a salt drawn afresh each grading) on both
 sides; the single-process outputs and gradients are computed here, in the grader's process,
 and each rank reports what the student's code produced. What is compared:
@@ -403,7 +403,7 @@ def grade(get_functions, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, qu
           limits=None, isolate=True) -> Report:
     """Grade ``get_functions()`` (called inside each rank, returning the six names of
     ``FUNCTIONS``) at each world size; a Report."""
-    from autograde.multirank import Limits, run_ranks
+    from sandbox.multirank import Limits, run_ranks
     from labs.tensor_parallel import shard_slicers
 
     limits = limits or Limits(wall_s=40.0, stall_s=5.0)

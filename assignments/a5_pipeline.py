@@ -431,7 +431,7 @@ def grade(get_functions, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, qu
           limits=None, isolate=True) -> Report:
     """Grade ``get_functions()`` (called inside each rank, returning ``FUNCTIONS``) at each
     world size; a Report."""
-    from autograde.multirank import Limits, run_ranks
+    from sandbox.multirank import Limits, run_ranks
     from labs import pipeline_parallel  # noqa: F401  (imported once here: the ranks are forked from us)
 
     limits = limits or Limits(wall_s=40.0, stall_s=5.0)

@@ -74,7 +74,7 @@ class Report:
 def submission_sources(path) -> tuple[list, str | None]:
     """``[(filename, source)]`` of a submitted notebook or .py file (text only: nothing is
     run here), without the cells that set up the self-check; or the reason there are none."""
-    from autograde.submission import read_submission
+    from sandbox.submission import read_submission
 
     sub = read_submission(Path(path))
     if sub.problem:
@@ -367,7 +367,7 @@ def grade_case_by_case(name: str, titles: dict, points: dict, get_class, run, ca
     ``{part: (other parts, text)}``: a part that an empty answer would pass earns its points
     only once those others pass; until then it fails saying ``text``. ``warm()`` runs once
     here and in each rank before it drops its privileges."""
-    from autograde.multirank import run_ranks
+    from sandbox.multirank import run_ranks
 
     warm()
     started = time.monotonic()

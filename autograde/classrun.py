@@ -30,16 +30,16 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import textsafe
+from sandbox import textsafe
 from .grade import SubmissionReport, grade_submission
-from .submission import SUFFIXES, read_submission
+from sandbox.submission import SUFFIXES, read_submission
 
 #: Files that configure Python or pytest rather than answer exercises. They are never graded
 #: and never run: the sandbox copies only the submission file itself.
 NOT_SUBMISSIONS = {"conftest.py", "sitecustomize.py", "usercustomize.py", "setup.py"}
 #: The exercises' file, by its stem (after an LMS's prefix and resubmission number).
 EXERCISES_STEM = "09-exercises"
-#: The four functions a submission defines (tests.grading.EXERCISES, without its import).
+#: The four functions a submission defines (grading.EXERCISES, without its import).
 FUNCTIONS = ("chinchilla_loss", "compute_optimal", "memory_per_gpu", "communication_time_per_step")
 MAX_DEPTH = 12  # folders deeper than this are not looked into (a class has two or three levels)
 MAX_ENTRIES = 100_000  # directory entries looked at in one class folder
@@ -53,7 +53,7 @@ RESUBMISSION = re.compile(r"^(?P<stem>.*?)-(?P<n>\d{1,3})$")
 def display(name: str) -> str:
     """A file or folder name as text that can be written anywhere: bytes that are not UTF-8
     (a Latin-1 name from an old zip) shown as ``\\xe9``, control characters escaped
-    (:func:`autograde.textsafe.file_name`), never a lone surrogate that a UTF-8 file refuses."""
+    (:func:`sandbox.textsafe.file_name`), never a lone surrogate that a UTF-8 file refuses."""
     return textsafe.file_name(name)
 
 
@@ -552,7 +552,7 @@ def report_record(report) -> dict:
 def report_from_record(record: dict, checks):
     """The :class:`~autograde.grade.SubmissionReport` a journal line holds, with ``checks``
     (the same checks: the journal's header says which seed); None if they differ."""
-    from tests.grading import Result
+    from grading import Result
 
     from .grade import SubmissionReport
 
@@ -637,7 +637,7 @@ def _assignment_check(title: str, name: str, points: float, function: str | None
     """A part of an assignment as the reports read a check: its group is the assignment's
     title (which the per-test text prints), its points the part's; ``function`` the code the
     student writes (what an untouched stub's line names), the title when not given."""
-    from tests.grading import Check
+    from grading import Check
 
     return Check(title, name, float(points), False, function or title, run=lambda call: None)
 
@@ -684,7 +684,7 @@ def grade_assignment(path, assignment: str, label: str | None = None):
     file's "grader error")."""
     import time
 
-    from tests.grading import Result
+    from grading import Result
 
     from assignments.common import grader
 

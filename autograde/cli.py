@@ -28,8 +28,8 @@ from pathlib import Path
 
 from . import classrun
 from .classrun import Student
-from .sandbox import ISOLATION_MODES
-from .submission import SUFFIXES
+from sandbox.handle import ISOLATION_MODES
+from sandbox.submission import SUFFIXES
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -223,7 +223,7 @@ class Run:
                 if self.journal is not None and not self.stop.is_set() and not reused:
                     self.journal.add(student.student_id, digest, report)
         except Exception as exc:
-            from tests.grading import Result
+            from grading import Result
 
             report = reports.SubmissionReport(submission=student.shown)
             report.grader_errors = [f"{type(exc).__name__} while reading this student's files"]
@@ -252,7 +252,8 @@ class Run:
             self.progress(report)
 
     def progress(self, report) -> None:
-        from . import reports, textsafe
+        from . import reports
+        from sandbox import textsafe
 
         if len(self.students) > 1 and not self.args.quiet and sys.stderr.isatty():
             print(textsafe.console(
@@ -273,7 +274,7 @@ class Run:
             for t in threads:
                 t.join(timeout=0.05)
         if self.stop.is_set():
-            from .sandbox import stop_all
+            from sandbox.handle import stop_all
 
             stop_all()  # every worker dies with its zygote; grading threads return soon
             until = time.monotonic() + 1.0
@@ -360,14 +361,14 @@ def main(argv=None) -> int:
     handlers = {}
     run = None
     try:
-        from .sandbox import prestart, protect_grader_memory, stop_all
+        from sandbox.handle import prestart, protect_grader_memory, stop_all
 
         stop_all(False)
         if args.assignment:  # graded by its own multi-rank sandbox: no exercise checks
             checks = classrun.assignment_checks(args.assignment)
         else:
             prestart(args.isolation)  # the sandbox's template process starts while we import
-            from tests.grading import load_checks
+            from grading import load_checks
 
             protect_grader_memory()
             checks = load_checks(include_hidden=not args.public_only, seed=seed)
@@ -388,7 +389,7 @@ def main(argv=None) -> int:
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
-        from .sandbox import stop_all
+        from sandbox.handle import stop_all
 
         stop_all(False)
         tempfile.tempdir = previous_tmp
@@ -397,7 +398,9 @@ def main(argv=None) -> int:
 
 def finish(args, results, run, seed, started, single, journal_path) -> int:
     """Print and write what was graded (all of it, or what was done before a stop)."""
-    from . import lms, reports, textsafe
+    from sandbox import textsafe
+
+    from . import lms, reports
 
     try:
         if not args.quiet:
@@ -446,8 +449,10 @@ def finish(args, results, run, seed, started, single, journal_path) -> int:
 
 
 def print_results(args, results, seed, started) -> None:
-    from . import reports, textsafe
-    from .sandbox import readable_by_others
+    from sandbox import textsafe
+    from sandbox.handle import readable_by_others
+
+    from . import reports
 
     if len(results) == 1:
         report = results[0]

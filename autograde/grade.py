@@ -1,7 +1,7 @@
 """Grade submissions: run the exercise checks against sandboxed submissions.
 
-The checks (``tests.grading``) and every expected value stay in this process; a check talks
-to the submission only through ``call(*args)``, which :class:`autograde.sandbox.Sandbox`
+The checks (``grading``) and every expected value stay in this process; a check talks
+to the submission only through ``call(*args)``, which :class:`sandbox.handle.Sandbox`
 turns into a request to the confined worker. Points come only from the checks' own
 comparisons: nothing the submission prints, returns as an exit code or writes to a file
 takes part.
@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import textsafe
-from .sandbox import Sandbox
+from sandbox import textsafe
+from sandbox.handle import Sandbox
 
 
 @dataclass
@@ -46,7 +46,7 @@ class SubmissionReport:
 
     def exercises(self) -> list:
         """The report's ``exercises`` list (schema in ``book/instructors.md``)."""
-        from tests.grading import EXERCISES
+        from grading import EXERCISES
 
         out = []
         for exercise in EXERCISES:
@@ -76,9 +76,9 @@ def grade_submission(path, checks, *, timeout: float = 10.0, isolation: str = "a
     """Grade one file with ``checks``; never raises for anything the submission does.
 
     ``student``: the student's id. The hidden checks then run on this student's own inputs,
-    derived from the checks' seed and the id (:func:`tests.grading.for_student`): the same
+    derived from the checks' seed and the id (:func:`grading.for_student`): the same
     for every grading of this student, other numbers for every classmate."""
-    from tests.grading import Result, SubmissionError, for_student
+    from grading import Result, SubmissionError, for_student
 
     checks = for_student(checks, student)
 
@@ -186,7 +186,7 @@ def _regrade_exercise_2(path, checks, report, **options) -> None:
     import dataclasses
     import tempfile
 
-    from tests.grading.ex2 import exercise_loss_source
+    from grading.ex2 import exercise_loss_source
 
     ex2 = [c for c in checks if c.exercise == "ex2"]
     with tempfile.TemporaryDirectory(prefix="autograde-ex2-") as tmp:

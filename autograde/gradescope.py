@@ -2,7 +2,7 @@
 
     python -m autograde.gradescope /autograder/submission /autograder/results/results.json
 
-``run_autograder`` (see ``autograde/bundle/``) calls this on Gradescope's machines, with the
+``run_autograder`` (see ``instructor/bundle/``) calls this on Gradescope's machines, with the
 hidden tests. A student may upload several files: the one graded is chosen by the rule a
 class run uses (:func:`autograde.classrun.pick`: the file that defines the most of the four
 functions, then the exercises notebook by name, then the newest), and the feedback names it
@@ -21,7 +21,9 @@ import random
 import sys
 from pathlib import Path
 
-from . import classrun, textsafe
+from sandbox import textsafe
+
+from . import classrun
 from .reports import VISIBILITIES, write_atomically, write_gradescope
 
 def pick_submission(folder: Path):
@@ -121,10 +123,10 @@ def grade_assignment(args) -> int:
 def grade(args) -> int:
     if args.assignment:
         return grade_assignment(args)
-    from .sandbox import prestart, protect_grader_memory
+    from sandbox.handle import prestart, protect_grader_memory
 
     prestart()
-    from tests.grading import load_checks
+    from grading import load_checks
 
     protect_grader_memory()
     path, note = pick_submission(args.submission_dir)

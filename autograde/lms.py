@@ -30,7 +30,7 @@ from __future__ import annotations
 import csv
 import io
 
-from . import textsafe
+from sandbox import textsafe
 
 CANVAS_ID_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 MOODLE_COLUMNS = ("Identifier", "Full name", "Email address", "ID number", "Grade",

@@ -40,7 +40,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from . import textsafe
+from sandbox import textsafe
+
 from .grade import SubmissionReport
 
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
@@ -83,9 +84,9 @@ def write_atomically(path, text: str) -> None:
 # ----------------------------------------------------------------------------- console
 
 def student_text(report: SubmissionReport, include_hidden: bool = True) -> str:
-    """The per-test report of :func:`tests.grading.report.format_report` (the same text the
+    """The per-test report of :func:`grading.report.format_report` (the same text the
     notebook's self-check prints), preceded by what did not run."""
-    from tests.grading.report import format_report
+    from grading.report import format_report
 
     results = [(c, r) for c, r in report.results if include_hidden or not c.hidden]
     lines = []
@@ -107,8 +108,8 @@ def _fix_first(report: SubmissionReport, results, problems) -> str | None:
     """What to fix first where something did not run: the first cell that did not run, unless
     its error was raised inside one of the exercise functions that fails a test (a plot cell
     calling a broken ``chinchilla_loss``): then that test, the cause, naming the cell too."""
-    from tests.grading import EXERCISE_BY_ID
-    from tests.grading.report import _short
+    from grading import EXERCISE_BY_ID
+    from grading.report import _short
 
     if not problems or all(r.passed for _, r in results):
         return None
@@ -126,7 +127,7 @@ def _fix_first(report: SubmissionReport, results, problems) -> str | None:
             + f"\n  (The same error in `{inside}` stopped {place}: fix `{inside}` first.)")
 
 
-#: What the sandbox lets submitted code import (autograde.sandbox.ALLOWED_PACKAGES).
+#: What the sandbox lets submitted code import (sandbox.handle.ALLOWED_PACKAGES).
 ALLOWED_IMPORTS = "numpy and the Python standard library"
 
 
@@ -213,7 +214,7 @@ STUB_STATUS = "not attempted (still the stub)"
 
 def missing_report(student_id: str, name: str, why: str, checks) -> SubmissionReport:
     """The report of a student on the roster who submitted nothing: zero, and why."""
-    from tests.grading import Result
+    from grading import Result
 
     report = SubmissionReport(submission="", student_id=student_id, name=name, missing=True)
     report.results = [(c, Result(False, f"No submission: {why}.")) for c in checks]
@@ -240,7 +241,7 @@ def write_csv(path, reports) -> None:
 # ----------------------------------------------------------------------------- class report
 
 def misconceptions(report: SubmissionReport) -> set:
-    """The known mistakes (ids of tests.grading.explain.WHY) that the feedback explained, from
+    """The known mistakes (ids of grading.explain.WHY) that the feedback explained, from
     each failed test's structured ``mistake`` field (never from the feedback's text); for an
     assignment's report, the ids of its own ``known_mistakes`` whose words its feedback holds."""
     found = {r.mistake for _, r in report.results if not r.passed and getattr(r, "mistake", None)}
@@ -321,16 +322,16 @@ def other_troubles(report: SubmissionReport) -> set:
 def _explain(mistake: str, table: dict | None = None) -> str:
     """What the feedback told a student about this mistake: its "Why:" paragraph (from
     ``table``, an assignment's mistakes, first), or what a mistake recognised by its form means
-    (tests.grading.explain.PATTERNS)."""
-    from tests.grading.explain import WHY, pattern_text
+    (grading.explain.PATTERNS)."""
+    from grading.explain import WHY, pattern_text
 
     return (table or {}).get(mistake) or WHY.get(mistake) or pattern_text(mistake) or ""
 
 
 def known_mistakes(reports) -> dict:
-    """Mistake id -> the words its feedback holds: the exercises' (tests.grading.explain.WHY)
+    """Mistake id -> the words its feedback holds: the exercises' (grading.explain.WHY)
     and those of the assignments graded (a report's ``known_mistakes``)."""
-    from tests.grading.explain import WHY
+    from grading.explain import WHY
 
     table = dict(WHY)
     for r in reports:
@@ -341,7 +342,7 @@ def known_mistakes(reports) -> dict:
 def sections(reports) -> list:
     """``(id, title, max points)`` of what the reports grade: the four exercises, or an
     assignment (from the reports' own ``exercises()``)."""
-    from tests.grading import EXERCISES
+    from grading import EXERCISES
 
     found = {}
     for r in reports:

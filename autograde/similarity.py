@@ -14,7 +14,7 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
-from .submission import read_submission
+from sandbox.submission import read_submission
 
 K = 20  # tokens per k-gram: short enough to catch a copied function, long enough to skip idioms
 WINDOW = 4  # winnowing window (a match of K + WINDOW - 1 tokens is always found)

@@ -37,7 +37,7 @@ t1 = time.monotonic()
 import autograde.cli, assignments.common as common
 module = common.grader(sys.argv[1])
 t2 = time.monotonic()
-import autograde.multirank as multirank
+import sandbox.multirank as multirank
 groups, real = [], multirank.run_ranks
 def timed(n, *args, **kwargs):
     start = time.monotonic()

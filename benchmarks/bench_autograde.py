@@ -45,8 +45,8 @@ TARGETS = {"py": 0.5, "notebook": 2.0, "class": 30.0}
 
 def median_in_process(path: Path, repeat: int) -> float:
     from autograde.grade import grade_submission
-    from autograde.sandbox import zygote_for
-    from tests.grading import load_checks
+    from sandbox.handle import zygote_for
+    from grading import load_checks
 
     checks = load_checks(seed=1)
     zygote_for("auto")

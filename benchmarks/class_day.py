@@ -186,7 +186,7 @@ def variant_scores(seed: int, timeout: float = 5.0) -> dict:
 
     sys.path.insert(0, str(ROOT))
     from autograde.grade import grade_submission
-    from tests.grading import load_checks
+    from grading import load_checks
 
     checks = load_checks(include_hidden=True, seed=seed)
     out = {}

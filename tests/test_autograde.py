@@ -17,13 +17,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autograde import protocol
+from sandbox import protocol
 from autograde.classrun import find_submissions
-from autograde.confined import frames
+from sandbox.confined import frames
 from autograde.grade import grade_submission
-from autograde.sandbox import COURSE_ROOT, Sandbox, readable_by_others
-from autograde.submission import clean_cell, read_submission, units_from_python
-from tests.grading import EXERCISES, SubmissionError, load_checks
+from sandbox.handle import COURSE_ROOT, Sandbox, readable_by_others
+from sandbox.submission import clean_cell, read_submission, units_from_python
+from grading import EXERCISES, SubmissionError, load_checks
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "tests" / "redteam" / "reference_submission.py"
@@ -150,7 +150,7 @@ def test_reader_counts_everything_a_worker_sends(monkeypatch):
 def test_python_statements_become_units_with_their_own_line_numbers():
     text = ("import numpy as np\n\n@staticmethod\ndef f(x):\n    return x\n"
             "a = 1; b = 2\nif __name__ == '__main__':\n    print('self test')\n"
-            "from tests.grading.selfcheck import self_check\n")
+            "from autograde.selfcheck import self_check\n")
     units, problem = units_from_python(text, "s.py")
     assert problem is None
     assert [u.label for u in units] == ["line 1", "line 3", "line 6", "line 7"]
@@ -173,7 +173,7 @@ def test_ipython_lines_are_removed_without_moving_lines():
 
 def test_notebook_units_skip_plumbing_and_remember_markdown_definitions(tmp_path):
     cells = [
-        {"cell_type": "code", "source": "from tests.grading import load_checks"},
+        {"cell_type": "code", "source": "from grading import load_checks"},
         {"cell_type": "code", "source": ["import numpy as np\n", "def f(x):\n", "    return x"]},
         {"cell_type": "markdown", "source": "def chinchilla_loss(N, D):\n    return 0"},
         {"cell_type": "raw", "source": "def g():"},
@@ -210,7 +210,7 @@ def facts():
            "path": sys.path, "env": dict(os.environ),
            "as": resource.getrlimit(resource.RLIMIT_AS)[0],
            "nproc": resource.getrlimit(resource.RLIMIT_NPROC)[0]}
-    for name in ("solutions", "tests", "autograde"):
+    for name in ("solutions", "tests", "grading", "sandbox", "autograde", "assignments", "labs"):
         try:
             __import__(name)
             out[name] = "imported"
@@ -275,7 +275,7 @@ def test_the_working_folder_holds_only_the_submission(facts):
 
 def test_the_course_cannot_be_imported_or_read(facts):
     mode, f = facts
-    assert f["solutions"] == f["tests"] == f["autograde"] == "absent"
+    assert {f[name] for name in ("solutions", "tests", "grading", "sandbox", "autograde", "assignments", "labs")} == {"absent"}
     assert not any(str(COURSE_ROOT) in p for p in f["path"]), f["path"]
     if mode == "namespaces":
         assert f["course_file"] == "FileNotFoundError"
@@ -374,7 +374,7 @@ def test_the_reference_scores_full_marks_as_py_notebook_and_markdown(checks):
 
 
 def test_the_student_notebook_scores_zero_with_a_message_per_exercise(tmp_path, checks):
-    subprocess.run([sys.executable, str(ROOT / "tools" / "student_notebook.py"),
+    subprocess.run([sys.executable, str(ROOT / "instructor" / "student_notebook.py"),
                     str(ROOT / "chapters" / "09-exercises.md"), "--out", str(tmp_path)],
                    check=True, capture_output=True, cwd=ROOT)
     report = grade_submission(tmp_path / "09-exercises.ipynb", checks)

@@ -484,7 +484,7 @@ def rename(source: str, names) -> str:
 def test_renamed_copies_rank_above_every_honest_pair(tmp_path):
     from autograde import similarity
 
-    independent = (ROOT / "tests" / "grading" / "independent.py").read_text()
+    independent = (ROOT / "grading" / "independent.py").read_text()
     codes = {"original": REFERENCE,
              "copier": rename(REFERENCE, [("model_params", "P"), ("num_gpus", "g"),
                                           ("ratios", "grid"), ("loss", "value"), ("best", "k")]),

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from autograde.sandbox import MAX_WORK_DEPTH, Sandbox, folder_usage, remove_tree
-from autograde.submission import (COURSE_PLUMBING, MAX_LINES, MAX_TOKENS, code_too_large,
+from sandbox.handle import MAX_WORK_DEPTH, Sandbox, folder_usage, remove_tree
+from sandbox.submission import (COURSE_PLUMBING, MAX_LINES, MAX_TOKENS, code_too_large,
                                   read_submission, units_from_python, yaml_aliases)
-from autograde.textsafe import csv_cell, file_name
+from sandbox.textsafe import csv_cell, file_name
 from tests.redteam import build
 from tests.redteam.cases import Case
 from tests.redteam.leftovers import in_ci, leftover_processes
@@ -36,7 +36,7 @@ SEED = 11
 def strong_isolation():
     """Hostile code runs here: as in the red-team suite, only with the namespace or uid
     sandbox (a failure under CI, a skip elsewhere)."""
-    from autograde.sandbox import zygote_for
+    from sandbox.handle import zygote_for
 
     if zygote_for("auto").isolation == "rlimits":
         reason = "these tests need the namespace or uid sandbox; only rlimits is available here"
@@ -158,7 +158,7 @@ def test_without_a_pid_namespace_nothing_outlives_grading_either():
     """The weakest mode (no namespaces, no root: the grader's own uid) has only the process
     group; seccomp keeps the daemon of setsid_daemon.py from leaving it."""
     from autograde.grade import grade_submission
-    from tests.grading import load_checks
+    from grading import load_checks
 
     report = grade_submission(REDTEAM / "setsid_daemon.py", load_checks(seed=SEED),
                               timeout=3, isolation="rlimits")
@@ -304,8 +304,8 @@ def test_a_submission_cannot_fill_the_disk_without_namespaces(tmp_path, attack):
     """In the uid mode (no tmpfs of its own) a function that creates 20,000 files, or
     folders 1,000 deep, is stopped by the grader's folder check and told why; the
     submission's folder is gone afterwards."""
-    from autograde.sandbox import can_switch_uid
-    from tests.grading import SubmissionError
+    from sandbox.handle import can_switch_uid
+    from grading import SubmissionError
 
     if not can_switch_uid():
         pytest.skip("the uid mode needs root")
@@ -333,7 +333,7 @@ def flood(kind):
 def test_one_memory_limit_covers_all_of_a_submissions_processes(tmp_path):
     """15 children of 150 MB each (2.2 GB in all) under a 512 MB limit: each child is
     within its own address-space limit, the group is not, and the grader stops it."""
-    from tests.grading import SubmissionError
+    from grading import SubmissionError
 
     probe = tmp_path / "children.py"
     probe.write_text('''
@@ -502,8 +502,8 @@ def test_gradescope_shows_uploaded_names_escaped(tmp_path):
 def test_a_reply_that_came_in_time_counts_however_late_the_grader_reads_it():
     """A grading thread kept from running past its deadline (another thread held the GIL)
     still finds the reply the worker sent in time; with nothing in the pipe, it times out."""
-    from autograde import protocol
-    from autograde.confined import frames
+    from sandbox import protocol
+    from sandbox.confined import frames
 
     r, w = os.pipe()
     try:

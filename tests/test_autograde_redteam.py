@@ -18,7 +18,7 @@ import pytest
 
 from autograde.classrun import find_submissions, grade_many
 from autograde.grade import grade_submission
-from tests.grading import EXERCISES, load_checks
+from grading import EXERCISES, load_checks
 from tests.redteam import build
 from tests.redteam.cases import CASES, Case
 from tests.redteam.leftovers import in_ci, leftover_processes
@@ -37,7 +37,7 @@ def strong_isolation():
     (no user namespaces and not root: some laptops and locked-down runners) the student's code
     runs as the grader's own user, and a case such as "signal every process" would take the
     test session down with it. Skip there, with the reason; CI must have the real thing."""
-    from autograde.sandbox import zygote_for
+    from sandbox.handle import zygote_for
 
     mode = zygote_for("auto").isolation
     if mode == "rlimits":

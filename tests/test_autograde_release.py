@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from autograde import release
+from instructor import release
 from autograde.gradescope import pick_submission
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,12 +43,13 @@ def test_student_release_leaves_out_answers_hidden_tests_and_instructor_material
              and "__pycache__" not in p.parts}
     assert not [f for f in files if f.startswith(("tests/redteam/", "benchmarks/"))]
     assert "book/instructors.md" not in files and "Makefile" not in files
-    assert "tests/grading/independent.py" not in files and "tests/grading/mistakes.py" not in files
-    assert "autograde/release.py" not in files and "tools/student_notebook.py" not in files
-    assert {f for f in files if f.startswith("tests/")} == \
-        {f"tests/grading/{name}" for name in __import__("tests.grading").grading.STUDENT_RELEASE_FILES}
+    assert "grading/independent.py" not in files and "grading/mistakes.py" not in files
+    assert "instructor/release.py" not in files and "instructor/student_notebook.py" not in files
+    assert {f for f in files if f.startswith("grading/")} == \
+        {f"grading/{name}" for name in __import__("grading").STUDENT_RELEASE_FILES}
+    assert {f for f in files if f.startswith("tests/")} == set(release.OLD_NAME_SHIMS)
     for name in ("ex1.py", "ex2.py", "ex3.py", "ex4.py"):
-        text = (student / "tests" / "grading" / name).read_text()
+        text = (student / "grading" / name).read_text()
         assert "hidden=True" not in text
         # The hidden checks' generators are gone: hidden_checks returns [] and nothing else. (A
         # check may still draw fresh random probes of its own, as Exercise 2's guard does.)
@@ -77,7 +78,7 @@ def test_student_release_verification_catches_a_broken_release(student, tmp_path
 
     broken = tmp_path / "broken"
     shutil.copytree(student, broken)
-    (broken / "tests" / "grading" / "public_expected.json").write_text("{}")
+    (broken / "grading" / "public_expected.json").write_text("{}")
     with pytest.raises(SystemExit):
         release.verify_student(broken)
 
@@ -87,11 +88,11 @@ def test_gradescope_bundle_layout(bundle):
         names = set(z.namelist())
         modes = {i.filename: i.external_attr >> 16 for i in z.infolist()}
         requirements = z.read("requirements-autograder.txt").decode().split()
-        ex1 = z.read("tests/grading/ex1.py").decode()
+        ex1 = z.read("grading/ex1.py").decode()
     assert {"setup.sh", "run_autograder", "requirements-autograder.txt"} <= names
     assert modes["setup.sh"] & 0o111 and modes["run_autograder"] & 0o111
-    assert {"autograde/worker.py", "autograde/gradescope.py", "autograde/plain.py",
-            "solutions/__init__.py", "tests/grading/public_expected.json"} <= names
+    assert {"sandbox/worker.py", "autograde/gradescope.py", "sandbox/plain.py",
+            "solutions/__init__.py", "grading/public_expected.json"} <= names
     assert "hidden=True" in ex1  # the real checks, hidden ones included
     assert not [n for n in names if n.startswith("tests/redteam") or "/test_" in n]
     assert all("==" in line for line in requirements)
@@ -163,7 +164,7 @@ def test_the_release_has_its_own_readme_and_every_command_it_gives_runs(student)
     readme = (student / "README.md").read_text()
     notebook = (student / "chapters" / "09-exercises.md").read_text()
     assert "make " not in readme and "Makefile" not in readme
-    assert "tools/student_notebook.py" not in notebook and "tools/student_notebook.py" not in readme
+    assert "instructor/student_notebook.py" not in notebook and "instructor/student_notebook.py" not in readme
     commands = _commands_in(readme) + _commands_in(notebook)
     assert set(release.STUDENT_COMMANDS) <= set(commands)
     hidden, total = release.hidden_and_total_points()

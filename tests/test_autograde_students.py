@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from autograde.grade import OWN_LOSS_REFUSED, REGRADE_NOTE, grade_submission
-from tests.grading import CheckList, independent, load_checks, local_call
+from grading import CheckList, independent, load_checks, local_call
 from tools.browser import ROOT
 
 REFERENCE = (ROOT / "tests" / "redteam" / "reference_submission.py").read_text()
@@ -43,7 +43,7 @@ def _with(tmp_path, name: str, replaced: dict) -> str:
 def _answers_for(student: str) -> dict:
     """The hidden Exercise 1 inputs ``student`` is graded on, with the right answers: what an
     accomplice graded as ``student`` could pass on."""
-    from tests.grading import for_student
+    from grading import for_student
 
     table = {}
 
@@ -104,7 +104,7 @@ def test_a_chosen_minimum_earns_no_search_points_and_an_honest_search_keeps_them
     """In one process (the fallback alone) the chosen minimum passes the search tests; through
     the grader, which also grades the search with the exercise's loss, it earns none of them,
     while the same wrong loss with a real search earns all of Exercise 2."""
-    from tests.grading import grade_callable
+    from grading import grade_callable
 
     functions = dict(independent.FUNCTIONS)
     namespace = {"np": __import__("numpy")}
@@ -232,7 +232,7 @@ def test_one_why_per_mistake_and_fix_first_names_the_cause_not_the_cell_it_stopp
 def test_an_untouched_stub_is_not_attempted_even_when_a_cell_did_not_run():
     from autograde.grade import SubmissionReport
     from autograde.reports import STUB_STATUS, status
-    from tests.grading import Result
+    from grading import Result
 
     checks = only({"ex1"})
     report = SubmissionReport(submission="x.ipynb", problems=["cell 5 (`plot(...)`) raised NotImplementedError"],
@@ -261,7 +261,7 @@ def test_a_wrong_loss_does_not_hide_exercise_2s_own_mistake(tmp_path):
     """chinchilla_loss with A * N**alpha and compute_optimal without the 6: every Exercise 2
     test fails under either loss, but only the exercise's loss lets the grader recognise the
     missing 6, so those tests explain it (and their points stay 0)."""
-    from tests.grading.explain import WHY
+    from grading.explain import WHY
 
     path = _with(tmp_path, "both.py", {
         "chinchilla_loss": """

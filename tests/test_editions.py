@@ -36,7 +36,7 @@ IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 JUPYTER_BOOK = Path(sys.executable).parent / "jupyter-book"
 EXERCISES = ROOT / "chapters" / "09-exercises.md"
 sys.path.insert(0, str(ROOT))
-from tools.student_notebook import BEGIN, END  # noqa: E402
+from instructor.student_notebook import BEGIN, END  # noqa: E402
 from tools.browser import toc_pages  # noqa: E402
 
 MIN_LINE = 16  # shorter lines ("return full", "D = r * N") could occur in any code

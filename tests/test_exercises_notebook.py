@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import solutions
-from tools import student_notebook as sn
+from instructor import student_notebook as sn
 
 ROOT = Path(__file__).resolve().parents[1]
 MASTER_PATH = ROOT / "chapters" / "09-exercises.md"
@@ -267,7 +267,7 @@ def test_the_page_states_the_rules_first_hints_before_templates_and_labels_solut
     intro = "\n".join(c.source for c in cells[:first_code] if c.cell_type == "markdown")
     assert "only numpy and" in intro and "standard library" in intro
     assert "python -m autograde chapters/09-exercises.ipynb" in intro
-    assert "tools/student_notebook.py" not in "\n".join(c.source for c in cells)
+    assert "instructor/student_notebook.py" not in "\n".join(c.source for c in cells)
     assert "entropy of text" not in "\n".join(c.source for c in cells)
     for index, cell in enumerate(cells):
         if cell.cell_type == "code" and sn.BEGIN in cell.source:
@@ -282,9 +282,9 @@ def test_the_page_states_the_rules_first_hints_before_templates_and_labels_solut
 def test_the_autograder_grades_master_and_student_versions(tmp_path):
     """Through the sandbox: the master earns every point, the student version none, and
     every test of the student version says "not implemented yet"."""
-    sandbox = pytest.importorskip("autograde.sandbox")
-    from tests.grading import grade_callable, load_checks
-    from tests.grading.report import score
+    sandbox = pytest.importorskip("sandbox.handle")
+    from grading import grade_callable, load_checks
+    from grading.report import score
 
     ipynb, _ = sn.write_student_version(MASTER_PATH, tmp_path)
     for path, full in ((MASTER_PATH.with_suffix(".ipynb"), True), (ipynb, False)):

@@ -1,4 +1,4 @@
-"""autograde.multirank: a submission's ranks run as one group that leaves nothing behind and
+"""sandbox.multirank: a submission's ranks run as one group that leaves nothing behind and
 cannot reach another group. Needs root for the namespaces: skipped elsewhere with the reason,
 a failure under CI."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from autograde.multirank import Limits, namespaces_available, run_ranks
+from sandbox.multirank import Limits, namespaces_available, run_ranks
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autograde import release
+from instructor import release
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
@@ -222,7 +222,7 @@ def _kit_imports(kit: Path) -> dict[str, set[str]]:
     sources = [(p, p.read_text()) for p in kit.rglob("*.py")]
     sources += [(p, c) for p in kit.rglob("*.ipynb") for c in _code_cells(p)]
     for path, source in sources:
-        siblings = {q.stem for q in path.parent.iterdir()}  # e.g. autograde/worker.py: confined
+        siblings = {q.stem for q in path.parent.iterdir()}  # e.g. sandbox/worker.py: confined
         for name in _imports(source) - own - siblings - set(sys.stdlib_module_names) - {"__future__"}:
             found.setdefault(name, set()).add(path.relative_to(kit).as_posix())
     return found
@@ -301,7 +301,7 @@ def _reference_lines() -> dict[str, str]:
     such as ``n = positive_integer("num_gpus", num_gpus)``)."""
     import jupytext
 
-    from tools.student_notebook import BEGIN, END
+    from instructor.student_notebook import BEGIN, END
 
     lines: dict[str, str] = {}
     public: set[str] = set()
@@ -320,7 +320,7 @@ def _reference_lines() -> dict[str, str]:
     graded = {"chinchilla_loss", "compute_optimal", "memory_per_gpu", "communication_time_per_step"}
     sources = {rel: set(functions) for rel, functions in release.STUBBED.items()}
     sources["tests/redteam/reference_submission.py"] = graded
-    sources["tests/grading/independent.py"] = graded
+    sources["grading/independent.py"] = graded
     for rel, functions in sources.items():
         source = (ROOT / rel).read_text()
         rows = set()
@@ -342,7 +342,7 @@ def test_the_reference_lines_are_found():
     lines = _reference_lines()
     origins = {where.split(":")[0] for where in lines.values()}
     assert {"chapters/09-exercises.md", "tests/redteam/reference_submission.py",
-            "tests/grading/independent.py", "solutions/memory.py"} <= origins
+            "grading/independent.py", "solutions/memory.py"} <= origins
     assert len(lines) >= 40
 
 
@@ -373,8 +373,8 @@ import json, os, sys
 kit, course = sys.argv[1:3]
 sys.path[:] = [kit] + [p for p in sys.path if os.path.realpath(p or ".") != course]
 from solutions import communication, memory, scaling
-from tests.grading import grade_callable, load_checks
-from tests.grading.report import score
+from grading import grade_callable, load_checks
+from grading.report import score
 assert scaling.__file__.startswith(kit)
 X = scaling.EXERCISE
 mine = scaling.ChinchillaConstants(1.69, 406.0, 410.0, 0.34, 0.28, "mine", "x")
@@ -446,7 +446,7 @@ def test_the_guard_leaves_the_library_s_other_constants_alone(routes):
 def test_the_grader_leaves_the_setup_cell_out(kit):
     """The setup cell is course plumbing: graded in the sandbox (no git, no coursefig) it
     would only add notes telling the student to remove the course's import."""
-    from autograde.submission import read_submission
+    from sandbox.submission import read_submission
 
     submission = read_submission(kit / NOTEBOOK)
     assert not [u for u in submission.units if "COURSE_URL" in u.source or "coursefig.use()" in u.source]

@@ -16,7 +16,7 @@
    * ``public`` (the default, what ``make book`` builds and the site publishes): every code
      cell that holds a worked solution (lines between ``### BEGIN SOLUTION`` and
      ``### END SOLUTION``) shows the student's stub instead, made by the same function that
-     writes the student notebook (``tools/student_notebook.py``), and none of its outputs;
+     writes the student notebook (``instructor/student_notebook.py``), and none of its outputs;
      cells that call an exercise function or ``self_check`` lose their printed outputs (what
      the reference prints is the answer) but keep figures. A cell whose code was collapsed
      and that has nothing left to show is shown open, so no toggle opens onto nothing. The
@@ -48,7 +48,7 @@ from docutils import nodes
 from sphinx.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # tools.student_notebook, for the public edition's stubs
+if str(ROOT) not in sys.path:  # instructor.student_notebook, for the public edition's stubs
     sys.path.insert(0, str(ROOT))
 
 EDITIONS = ("public", "instructor")
@@ -93,7 +93,7 @@ def _is_figure(node) -> bool:
 
 def _apply_edition(app, doctree):
     """Turn each worked solution into the student's stub (public) or label it (instructor)."""
-    from tools.student_notebook import BEGIN, EXERCISE_FUNCTIONS, strip_solutions
+    from instructor.student_notebook import BEGIN, EXERCISE_FUNCTIONS, strip_solutions
 
     calls = re.compile(r"(?<!def )\b(" + "|".join(EXERCISE_FUNCTIONS + ("self_check",)) + r")\s*\(")
     public = app.config.course_edition == "public"
@@ -139,7 +139,7 @@ def _student_sources(app, exception):
         return
     import jupytext
     import nbformat
-    from tools.student_notebook import BEGIN, student_notebook
+    from instructor.student_notebook import BEGIN, student_notebook
 
     for docname in app.env.found_docs:
         source = Path(app.env.doc2path(docname))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tools.student_notebook import write_student_version
+from instructor.student_notebook import write_student_version
 
 
 @pytest.fixture

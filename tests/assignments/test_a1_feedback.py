@@ -7,8 +7,8 @@ import numpy as np
 
 from assignments import a1_ring, a5_pipeline
 from autograde.classrun import _assignment_check, graded_names
-from tests.grading import Result
-from tests.grading.report import format_report
+from grading import Result
+from grading.report import format_report
 
 
 def test_a_wrong_uneven_size_blames_the_padding_only_when_the_even_sizes_pass():

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from assignments import a1_ring
-from tools.student_notebook import write_student_version
+from instructor.student_notebook import write_student_version
 
 ROOT = Path(__file__).resolve().parents[2]
 MASTER = ROOT / "assignments" / "a1-ring-allreduce.md"
@@ -98,7 +98,7 @@ def test_the_master_notebook_calls_the_labs_ring_and_its_student_version_does_no
     output is the labs' ring graded), and the student's version of it holds a stub."""
     import jupytext
 
-    from tools.student_notebook import BEGIN, END, strip_solutions
+    from instructor.student_notebook import BEGIN, END, strip_solutions
 
     cell = next(c.source for c in jupytext.read(MASTER).cells if BEGIN in c.source)
     region = cell.split(BEGIN, 1)[1].split(END, 1)[0]

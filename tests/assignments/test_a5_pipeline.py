@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from assignments import a5_pipeline
-from autograde.multirank import Limits
+from sandbox.multirank import Limits
 from solutions.pipeline import _stage_order
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from assignments import ASSIGNMENTS
-from autograde.release import STUDENT_EXCLUDED
-from tools.student_notebook import BEGIN, END, write_student_version
+from instructor.release import STUDENT_EXCLUDED
+from instructor.student_notebook import BEGIN, END, write_student_version
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from assignments import ASSIGNMENTS, a1_ring
-from autograde import release
-from tools.student_notebook import BEGIN, END, write_student_version
+from instructor import release
+from instructor.student_notebook import BEGIN, END, write_student_version
 
 ROOT = Path(__file__).resolve().parents[2]
 MASTER = ROOT / ASSIGNMENTS["a1"][1]

@@ -3,7 +3,7 @@
     pytest tests/grading --submission path/to/submission.ipynb
 
 Without ``--submission`` the grading tests run against ``solutions/``. With it, the
-reference-scoring tests grade that file through ``autograde.sandbox`` (skipped if the
+reference-scoring tests grade that file through ``sandbox.handle`` (skipped if the
 autograder is not installed); the planted-mistake tests are unaffected. The options are
 registered in tests/conftest.py, so that they parse from the repository root as well.
 """
@@ -29,11 +29,11 @@ def call_for_function(submission_path, request):
     """``name -> call`` for the code under test: the reference, or the sandboxed submission."""
     if not submission_path:
         import solutions
-        from tests.grading import local_call
+        from grading import local_call
 
         yield lambda name: local_call(getattr(solutions, name))
         return
-    sandbox = pytest.importorskip("autograde.sandbox", reason="the autograder's sandbox is not available")
+    sandbox = pytest.importorskip("sandbox.handle", reason="the autograder's sandbox is not available")
     timeout = _option(request.config, "--submission-timeout", 10.0)
     with sandbox.Sandbox(submission_path, timeout=timeout) as box:
         yield lambda name: (lambda *args: box.call(name, *args))

@@ -21,8 +21,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from . import independent
-from .framework import REL_TOL
+from grading import independent
+from grading.framework import REL_TOL
 
 TEMPLATES = {
     "ex1": ("chinchilla_loss", '''

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.grading import grade_callable, independent, load_checks, local_call
-from tests.grading.report import score
+from grading import grade_callable, independent, load_checks, local_call
+from grading.report import score
 
 EXERCISE_CHECKS = {}
 
@@ -182,7 +182,7 @@ def test_numbers_of_any_plain_numeric_type_earn_full_marks():
 
 def test_an_error_in_another_function_is_placed_in_that_function(tmp_path):
     from autograde.grade import function_at
-    from autograde.submission import read_submission
+    from sandbox.submission import read_submission
 
     path = tmp_path / "s.py"
     path.write_text("import math\n\n\ndef chinchilla_loss(N, D):\n    return math.pow(N, 0.34)\n\n\n"

@@ -1,4 +1,4 @@
-"""The grading expectations come from tests/grading/independent.py, not from solutions/.
+"""The grading expectations come from grading/independent.py, not from solutions/.
 
 The two implementations must agree on thousands of random inputs; and a bug planted in
 solutions/ must be noticed: by this agreement test and by grading the reference itself.
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import solutions
-from tests.grading import grade_callable, independent, load_checks, local_call
-from tests.grading.report import score
+from grading import grade_callable, independent, load_checks, local_call
+from grading.report import score
 
 REL = 1e-12  # closed-form arithmetic in a different order: agreement to rounding error
 STRATEGIES = ("dp", "tp", "pp", "fsdp")
@@ -97,8 +97,8 @@ def test_a_bug_planted_in_the_reference_is_noticed():
 def test_the_regrades_exercise_loss_is_the_exercise_loss():
     """The loss the grader puts in place of a wrong chinchilla_loss (ex2.exercise_loss_source)
     is this module's, to the last digit of its constants."""
-    from tests.grading import ex2
-    from tests.grading import independent
+    from grading import ex2
+    from grading import independent
 
     assert ex2.EXERCISE_LOSS == (independent.E, independent.A, independent.B,
                                  independent.ALPHA, independent.BETA)

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from tests.grading import grade_callable, independent, load_checks, local_call
-from tests.grading.explain import WHY, pattern_text
-from tests.grading.mistakes import _comm
+from grading import grade_callable, independent, load_checks, local_call
+from grading.explain import WHY, pattern_text
+from grading.mistakes import _comm
 
 
 def _grade(functions, seed=0, exercise=None):
@@ -85,7 +85,7 @@ def test_the_tp_diagnosis_is_a_structured_field_and_survives_a_second_slip():
 # ------------------------------------------------------------ every wrong answer classified
 
 def test_every_wrong_answer_carries_its_value_and_a_known_mistake_or_none():
-    from tests.grading.mistakes import MISTAKES
+    from grading.mistakes import MISTAKES
 
     for m in MISTAKES:
         functions = dict(independent.FUNCTIONS, **{m.function: m.impl})
@@ -102,7 +102,7 @@ def test_every_wrong_answer_carries_its_value_and_a_known_mistake_or_none():
 def test_the_class_report_lists_known_mistakes_and_the_commonest_other_answers():
     from autograde.grade import SubmissionReport
     from autograde.reports import class_report_html, misconceptions, wrong_answers
-    from tests.grading.mistakes import MISTAKE_BY_ID
+    from grading.mistakes import MISTAKE_BY_ID
 
     def as_report(name, **replaced):
         functions = dict(independent.FUNCTIONS, **replaced)
@@ -123,7 +123,7 @@ def test_the_class_report_lists_known_mistakes_and_the_commonest_other_answers()
 
 
 def test_each_student_has_own_hidden_inputs_the_same_every_time():
-    from tests.grading import for_student, student_seed
+    from grading import for_student, student_seed
 
     def inputs(student):
         seen = {}

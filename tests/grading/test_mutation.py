@@ -8,9 +8,9 @@ import warnings
 import numpy as np
 import pytest
 
-from tests.grading import EXERCISES, grade_callable, independent, load_checks, local_call
+from grading import EXERCISES, grade_callable, independent, load_checks, local_call
 from tests.grading import mutants as M
-from tests.grading.report import score
+from grading.report import score
 
 SEEDS = (0, 1, 2)
 MIN_SCORE = 0.95

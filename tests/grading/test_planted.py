@@ -1,17 +1,17 @@
 """Each planted mistake loses exactly the points of the checks it declares, and is explained.
 
 A planted submission is the reference with one function replaced by a known wrong
-implementation from tests/grading/mistakes.py.
+implementation from grading/mistakes.py.
 """
 from __future__ import annotations
 
 import pytest
 
 import solutions
-from tests.grading import load_checks, grade_callable, local_call
-from tests.grading.explain import WHY
-from tests.grading.mistakes import MISTAKES, MISTAKE_BY_ID
-from tests.grading.report import format_report, score
+from grading import load_checks, grade_callable, local_call
+from grading.explain import WHY
+from grading.mistakes import MISTAKES, MISTAKE_BY_ID
+from grading.report import format_report, score
 
 SEEDS = [0, 1, 2]
 

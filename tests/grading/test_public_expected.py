@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from tests.grading import load_checks
-from tests.grading.framework import PUBLIC_EXPECTED_PATH, PUBLIC_SPECS
-from tests.grading.public_expected import STORED_REL_TOL, compute, differences
+from grading import load_checks
+from grading.framework import PUBLIC_EXPECTED_PATH, PUBLIC_SPECS
+from grading.public_expected import STORED_REL_TOL, compute, differences
 
 
 def test_stored_file_matches_the_independent_implementation():
@@ -14,7 +14,7 @@ def test_stored_file_matches_the_independent_implementation():
     fresh = json.loads(json.dumps(compute()))
     diff = differences(stored, fresh)
     assert not diff, ("public_expected.json is out of date "
-                      "(run `python -m tests.grading.public_expected`):\n" + "\n".join(diff[:10]))
+                      "(run `python -m grading.public_expected`):\n" + "\n".join(diff[:10]))
 
 
 def test_the_comparison_tolerates_the_last_bit_and_nothing_more():

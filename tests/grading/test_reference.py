@@ -10,10 +10,10 @@ import random
 import numpy as np
 import pytest
 
-from tests.grading import (
+from grading import (
     EXERCISES, SubmissionError, grade_callable, load_checks, local_call, missing_call,
 )
-from tests.grading.report import format_report, score
+from grading.report import format_report, score
 
 SEEDS = [0, 1, 2, 3, 20240601]
 
@@ -220,7 +220,7 @@ def test_fix_first_prefers_the_failure_that_explains_the_mistake():
     """Within the first failing exercise, "Fix first" quotes a test that recognised the
     mistake (a "Why:" line) over an earlier one that only says the values are off; a later
     exercise's explanation never displaces it."""
-    from tests.grading import Check, Result
+    from grading import Check, Result
 
     def check(exercise, name):
         return Check(exercise, name, 1.0, False, "f", run=lambda call: None)

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from autograde.grade import grade_submission
-from tests.grading import EXERCISES, STUDENT_RELEASE_FILES, load_checks
-from tests.grading.selfcheck import check_code, self_check
+from grading import EXERCISES, STUDENT_RELEASE_FILES, load_checks
+from autograde.selfcheck import check_code, self_check
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "tests" / "redteam" / "reference_submission.py"
@@ -173,26 +173,26 @@ def test_self_check_of_a_py_file_is_the_grader_on_that_file(tmp_path, capsys):
 
 def test_self_check_in_the_student_release(tmp_path):
     """Copy only the release files; make solutions/ and the repository unimportable."""
-    (tmp_path / "tests" / "grading").mkdir(parents=True)
+    (tmp_path / "grading").mkdir(parents=True)
     for name in STUDENT_RELEASE_FILES:
-        shutil.copy(ROOT / "tests" / "grading" / name, tmp_path / "tests" / "grading" / name)
-    shutil.copytree(ROOT / "autograde", tmp_path / "autograde",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy(ROOT / "grading" / name, tmp_path / "grading" / name)
+    for package in ("autograde", "sandbox"):
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     script = textwrap.dedent(f"""
         import os, sys
         root = {str(ROOT)!r}
         sys.path = [p for p in sys.path if os.path.realpath(p or ".") != root]
         sys.path.insert(0, {str(tmp_path)!r})
         sys.modules["solutions"] = None  # importing it now raises ImportError
-        from tests.grading.selfcheck import self_check
-        import tests.grading
-        assert tests.grading.__file__.startswith({str(tmp_path)!r}), tests.grading.__file__
+        from autograde.selfcheck import self_check
+        import grading
+        assert grading.__file__.startswith({str(tmp_path)!r}), grading.__file__
         good = "E, A, B, ALPHA, BETA = 1.69, 406.0, 410.0, 0.34, 0.28\\n" \\
                "def chinchilla_loss(N, D):\\n    return E + A / N**ALPHA + B / D**BETA\\n"
         todo = "def compute_optimal(C, ratios=None):\\n    raise NotImplementedError\\n"
         print("SCORE", self_check("ex1", None, cells=[good]), self_check("ex2", None, cells=[good, todo]))
-        assert "tests.grading.mistakes" not in sys.modules
-        assert "tests.grading.independent" not in sys.modules
+        assert "grading.mistakes" not in sys.modules
+        assert "grading.independent" not in sys.modules
     """)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env,
@@ -302,7 +302,7 @@ def test_a_saved_notebook_like_the_kernel_is_graded_without_a_warning(tmp_path, 
 
 
 def test_the_saved_notebook_is_found_from_the_session_or_beside_the_kernel(tmp_path, monkeypatch):
-    from tests.grading.selfcheck import saved_notebook
+    from autograde.selfcheck import saved_notebook
 
     monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
     monkeypatch.chdir(tmp_path)

@@ -73,7 +73,7 @@ def notebook_cells(case: Case) -> list:
     for n, exercise in enumerate(EXERCISE_IDS, start=1):
         cells.append(_cell("markdown", f"## Exercise {n}"))
         cells.append(_cell("code", blocks[exercise]))
-        cells.append(_cell("code", "from tests.grading.selfcheck import self_check\n"
+        cells.append(_cell("code", "from autograde.selfcheck import self_check\n"
                                    f"self_check({exercise!r}, globals());"))
     transform = case.notebook or "plain"
     code_of = {e: 3 + 3 * i for i, e in enumerate(EXERCISE_IDS)}  # index of each code cell

@@ -14,7 +14,7 @@ def leftover_processes() -> list:
     processes keep the template's command line (this checkout's worker.py), since none of
     them execs anything: that tells them from other checkouts' graders on the same
     machine, whose sandboxes may run under the same range of uids."""
-    from autograde import sandbox
+    from sandbox import handle as sandbox
 
     zygotes = {z.process.pid for z in sandbox._zygotes.values()}
     marker = str(sandbox.WORKER).encode()

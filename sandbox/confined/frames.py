@@ -4,7 +4,7 @@ Requests and replies on a worker's pipes are length-prefixed JSON frames
 (:func:`read_frame`, :func:`write_frame`); control messages between the grader and the
 zygote travel on a Unix socket, with file descriptors attached (:func:`send_message`,
 :func:`recv_message`). The grader parses what a worker sends with the strict decoder of
-:mod:`autograde.protocol`, never with this module.
+:mod:`sandbox.protocol`, never with this module.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ The zygote builds what every worker shares (:func:`prepare_zygote`: in the ``nam
 mode a root holding only the standard library, numpy and the system libraries); each forked
 worker then adds its own walls (:func:`enter_worker`: namespaces or a chroot, an
 unprivileged uid, resource limits, the seccomp filter of :mod:`.seccomp`). The modes are
-described in :mod:`autograde.confined`.
+described in :mod:`sandbox.confined`.
 """
 from __future__ import annotations
 

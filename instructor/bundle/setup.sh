@@ -19,10 +19,10 @@ if [ -f torch-version ]; then
 fi
 "${PIP[@]}" -r requirements-autograder.txt
 # Compile the grader once, so that no grading run pays for it.
-/autograder/venv/bin/python -m compileall -q -x '/redteam/' autograde tests solutions $(ls -d assignments labs 2>/dev/null)
+/autograder/venv/bin/python -m compileall -q autograde sandbox grading solutions $(ls -d assignments labs 2>/dev/null)
 # Smoke test: the grader imports, and its sandbox can be built on this image.
 if [ -f assignment ]; then
     /autograder/venv/bin/python -c "import assignments.common as c, torch.distributed; c.grader('$(cat assignment)')"
 else
-    /autograder/venv/bin/python -c "import autograde.sandbox, tests.grading"
+    /autograder/venv/bin/python -c "import sandbox.handle, grading"
 fi

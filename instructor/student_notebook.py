@@ -1,6 +1,6 @@
 """Generate the student version of an exercises notebook from its master (nbgrader style).
 
-    python tools/student_notebook.py chapters/09-exercises.md --out DIR
+    python instructor/student_notebook.py chapters/09-exercises.md --out DIR
 
 The master holds each worked solution between two marker lines inside a code cell:
 

@@ -2,7 +2,7 @@
 
 Each :class:`Mistake` is a complete wrong implementation of one exercise function, the exact
 set of checks it must fail (every other check must pass), and, through its id, the
-explanation a student sees when a check recognises it (:data:`tests.grading.explain.WHY`).
+explanation a student sees when a check recognises it (:data:`grading.explain.WHY`).
 ``tests/grading/test_planted.py`` grades each one and asserts both.
 
 This module is instructor-side: it imports the reference solutions and is left out of the

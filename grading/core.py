@@ -2,7 +2,7 @@
 
 A check never touches a student's function directly. It calls ``call(*args)``, where the
 arguments are JSON-able (floats, ints, strings, lists of floats) and the answer comes back as
-plain data (float, nested lists of floats, str; see :mod:`autograde.plain`) or as a
+plain data (float, nested lists of floats, str; see :mod:`sandbox.plain`) or as a
 :class:`SubmissionError`. The same check therefore runs in-process (the notebook's
 self-check, :func:`local_call`) and against a sandboxed submission (the autograder).
 """
@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from autograde.plain import NotPlainData, to_plain
+from sandbox.plain import NotPlainData, SubmissionError, to_plain
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class Result:
     #: The last call of the checked function and what it gave, as ``"f(args) -> value"``
     #: (the class report lists the most common wrong ones).
     got: str | None = None
-    #: For a wrong answer: the known mistake (a key of tests.grading.explain.WHY) that the
+    #: For a wrong answer: the known mistake (a key of grading.explain.WHY) that the
     #: feedback's "Why:" explains, or None ("other").
     mistake: str | None = None
     #: Passed only because the answer is the best point under the student's own (different)
@@ -63,28 +63,6 @@ class Check:
     function: str
     run: Callable[[Callable[..., Any]], Result] = field(repr=False, compare=False)
     description: str = ""
-
-
-class SubmissionError(Exception):
-    """The submission could not answer a call. The message is shown to the student.
-
-    ``kind`` says why: ``"missing"`` (no such function), ``"raised"`` (the function raised;
-    ``exception_type`` holds the exception's class name, e.g. ``"ValueError"``),
-    ``"timeout"``, ``"not_plain"`` (it returned something that is not a number or a list of
-    numbers) or ``"crashed"`` (the sandbox itself failed).
-    """
-
-    KINDS = ("missing", "raised", "timeout", "not_plain", "crashed")
-
-    def __init__(self, message: str, *, kind: str = "raised", exception_type: str | None = None):
-        super().__init__(message)
-        self.message = message
-        self.kind = kind if kind in self.KINDS else "crashed"
-        self.exception_type = exception_type
-
-    @property
-    def not_implemented(self) -> bool:
-        return self.kind == "raised" and self.exception_type == "NotImplementedError"
 
 
 def to_student_args(args) -> list:

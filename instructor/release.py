@@ -1,12 +1,12 @@
 """Build what instructors hand out: the student release and the Gradescope autograder.
 
-    python -m autograde.release student --out _build/student-release
-    python -m autograde.release gradescope --out _build/gradescope
+    python -m instructor.release student --out _build/student-release
+    python -m instructor.release gradescope --out _build/gradescope
 
 ``student`` writes a student's kit: the course (its git-tracked files) with its own README
 and requirements (what its notebooks import, plus JupyterLab) and no Makefile, without the
 hidden checks, the red-team suite, the project's own tests, ``tools/`` and the book's build,
-with the exercises notebook replaced by its student version (``tools/student_notebook.py``),
+with the exercises notebook replaced by its student version (``instructor/student_notebook.py``),
 and with ``solutions/`` in which the four graded exercise functions (and the sweep that
 exists only for Exercise 2) are stubs raising ``NotImplementedError`` that point at the
 exercise, ``parametric_loss`` refuses Exercise 1's constants, and ``memory_breakdown`` and
@@ -43,6 +43,9 @@ ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = Path(__file__).with_name("bundle")
 REFERENCE = ROOT / "tests" / "redteam" / "reference_submission.py"
 EXERCISES_MASTER = "chapters/09-exercises.md"
+#: The grading package's old name, for notebooks released before it moved out of ``tests/``
+#: (``from tests.grading import ...``): shipped as they are (book/instructors.md says until when).
+OLD_NAME_SHIMS = ("tests/grading/__init__.py", "tests/grading/selfcheck.py")
 
 #: Never in the student release (prefixes of repository paths): the project's tests and
 #: benchmarks, the instructor's material and tools (``tools/mutation.py`` quotes reference
@@ -51,8 +54,9 @@ EXERCISES_MASTER = "chapters/09-exercises.md"
 #: versions. The release writes its own README and requirements.
 STUDENT_EXCLUDED = (
     "tests/", "benchmarks/", ".ci/", ".github/", "book/instructors.md", "Makefile",
-    "autograde/release.py", "autograde/gradescope.py", "autograde/bundle/",
+    "instructor/",  # the release, the Gradescope bundle, the student notebook tool
     "autograde/similarity.py",  # the class report's copy check (copydetect)
+    "autograde/gradescope.py", "grading/",  # its public checks come back (grading.STUDENT_RELEASE_FILES)
     "tools/", "book/_ext/", "book/_static/", "pyproject.toml", "environment.yml",
     "requirements.in", "requirements.txt",
     "chapters/09-exercises.", "README.md",
@@ -459,7 +463,7 @@ def student_requirements(pins: Path = ROOT / "requirements.txt") -> list:
 
 
 def hidden_and_total_points() -> tuple[float, float]:
-    from tests.grading import EXERCISES, load_checks
+    from grading import EXERCISES, load_checks
 
     hidden = sum(c.points for c in load_checks(include_hidden=True, seed=0) if c.hidden)
     return hidden, sum(e.max_points for e in EXERCISES)
@@ -468,14 +472,14 @@ def hidden_and_total_points() -> tuple[float, float]:
 # ----------------------------------------------------------------------------- student
 
 def build_student(out: Path) -> None:
-    from tests.grading import STUDENT_RELEASE_FILES
+    from grading import STUDENT_RELEASE_FILES
 
     out = Path(out).resolve()
     if out.exists():
         shutil.rmtree(out)
-    keep_grading = {f"tests/grading/{name}" for name in STUDENT_RELEASE_FILES}
+    keep_grading = tuple(f"grading/{name}" for name in STUDENT_RELEASE_FILES)
     for rel in git_files():
-        if rel.startswith(STUDENT_EXCLUDED) and rel not in keep_grading:
+        if rel.startswith(STUDENT_EXCLUDED) and rel not in keep_grading + OLD_NAME_SHIMS:
             continue
         target = out / rel
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -513,11 +517,11 @@ def build_student(out: Path) -> None:
     for notebook in sorted(out.glob("chapters/*.ipynb")) + sorted(out.glob("labs/*.ipynb")):
         if notebook.name != Path(EXERCISES_MASTER).with_suffix(".ipynb").name:
             tag_raising_cells(notebook, exercise_3)
-    subprocess.run([sys.executable, str(ROOT / "tools" / "student_notebook.py"),
+    subprocess.run([sys.executable, str(ROOT / "instructor" / "student_notebook.py"),
                     str(ROOT / EXERCISES_MASTER), "--out", str(out / "chapters")],
                    check=True, capture_output=True, cwd=ROOT)
     for _, master in ASSIGNMENTS.values():
-        subprocess.run([sys.executable, str(ROOT / "tools" / "student_notebook.py"),
+        subprocess.run([sys.executable, str(ROOT / "instructor" / "student_notebook.py"),
                         str(ROOT / master), "--out", str(out / Path(master).parent)],
                        check=True, capture_output=True, cwd=ROOT)
     verify_student(out)
@@ -527,8 +531,8 @@ def strip_marked_modules(out: Path) -> list:
     """In every ``.py`` of the release, replace each worked solution between the markers
     (an assignment's reference answer that a lab runs: Lab 1's ``ring_all_reduce`` is
     Assignment 1's) by a ``raise NotImplementedError``, as the student notebooks are made
-    (``tools/student_notebook.strip_solutions``). Returns the files changed."""
-    from tools.student_notebook import BEGIN, strip_solutions
+    (``instructor/student_notebook.strip_solutions``). Returns the files changed."""
+    from instructor.student_notebook import BEGIN, strip_solutions
 
     changed = []
     for path in sorted(Path(out).rglob("*.py")):
@@ -553,10 +557,10 @@ for name in ("chinchilla_loss", "compute_optimal", "memory_per_gpu", "communicat
         sys.exit(f"solutions.{name} answers in the release")
     except NotImplementedError:
         pass
-import tests.grading as grading
+import grading
 assert grading.__file__.startswith(release), grading.__file__
-from tests.grading import EXERCISES, load_checks
-from tests.grading.selfcheck import self_check
+from grading import EXERCISES, load_checks
+from autograde.selfcheck import self_check
 checks = load_checks(include_hidden=True, seed=1)
 assert checks and not any(c.hidden for c in checks), "hidden checks in the release"
 functions = runpy.run_path(reference)
@@ -571,7 +575,7 @@ with contextlib.redirect_stdout(io.StringIO()) as text:
     code = main([release + "/chapters/09-exercises.ipynb", "--json", release + "/.verify.json"])
 report = json.load(open(release + "/.verify.json"))
 out["cli"] = [code, report["score"], text.getvalue().count("not implemented yet"),
-              f"worth {sum(h['points'] for e in json.load(open(release + '/tests/grading/public_expected.json'))['hidden'].values() for h in e):g} more points" in text.getvalue()]
+              f"worth {sum(h['points'] for e in json.load(open(release + '/grading/public_expected.json'))['hidden'].values() for h in e):g} more points" in text.getvalue()]
 print(json.dumps(out))
 """
 
@@ -621,13 +625,9 @@ def pinned_requirements(names=GRADESCOPE_PACKAGES) -> list:
 
 def gradescope_files() -> list:
     """Repository paths that go into the autograder, besides the bundle's scripts."""
-    files = [p.relative_to(ROOT).as_posix() for folder in ("autograde", "solutions")
+    files = [p.relative_to(ROOT).as_posix() for folder in ("autograde", "sandbox", "grading", "solutions")
              for p in (ROOT / folder).rglob("*.py") if "__pycache__" not in p.parts]
-    grading = ROOT / "tests" / "grading"
-    files += [f"tests/grading/{p.name}" for p in sorted(grading.iterdir())
-              if (p.suffix == ".py" and not p.name.startswith("test_")
-                  and p.name not in ("conftest.py", "mutants.py"))
-              or p.name == "public_expected.json"]
+    files += ["grading/public_expected.json"]
     return sorted(set(files))
 
 
@@ -692,7 +692,7 @@ def verify_assignment_bundle(archive: Path, assignment: str) -> dict:
     from assignments import ASSIGNMENTS
     from assignments.common import reference_submission
 
-    from tools.student_notebook import write_student_version
+    from instructor.student_notebook import write_student_version
 
     with tempfile.TemporaryDirectory(prefix="autograder-ref-") as tmp:
         reference = reference_submission(assignment, Path(tmp))
@@ -730,7 +730,7 @@ def run_bundle(archive: Path, submission: Path, python: str = sys.executable) ->
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograde.release",
+    parser = argparse.ArgumentParser(prog="python -m instructor.release",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=("student", "gradescope"))
     parser.add_argument("--out", type=Path, required=True)

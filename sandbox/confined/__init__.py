@@ -1,6 +1,6 @@
 """The sandbox: a template process (the *zygote*) and the workers it forks, one per submission.
 
-The grader starts ``autograde/worker.py`` once as ``python -I -S -B worker.py --zygote FD``:
+The grader starts ``sandbox/worker.py`` once as ``python -I -S -B worker.py --zygote FD``:
 isolated mode (no environment variables, no user site, not even the script's folder on
 ``sys.path``) and no
 ``site`` (so no ``.pth`` file, ``sitecustomize`` or ``usercustomize`` runs); FD is a Unix
@@ -43,12 +43,12 @@ worker leave its process group or reach another sandbox through the kernel (reco
 sockets, SysV and POSIX IPC, key rings, inotify and fanotify, new namespaces), so that in
 the modes without a PID namespace the process group the zygote kills holds everything the
 worker started. The zygote is a child subreaper: orphans of a killed worker are reaped at
-once. From the outside, the grader (:mod:`autograde.sandbox`) also bounds what the whole
+once. From the outside, the grader (:mod:`sandbox.handle`) also bounds what the whole
 process group holds: its memory, and in the modes without a tmpfs, its folder on disk.
 
 Everything after that is untrusted: student code may rewrite any object in its worker. The
 grader trusts nothing it says except frames that parse strictly as plain data (see
-:mod:`autograde.protocol`), and enforces every timeout from the outside.
+:mod:`sandbox.protocol`), and enforces every timeout from the outside.
 
 The package imports only the standard library until the walls stand, and never imports the
 course: it must run where the course is not visible (``worker.py`` imports it as a

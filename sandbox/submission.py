@@ -3,7 +3,7 @@
 * A notebook (``.ipynb``, or a Jupytext-paired MyST ``.md``) gives one unit per code cell.
   Stored outputs are ignored: the code is run again. Lines that only IPython understands
   (``%magic``, ``!shell``) become ``pass``; cells in another language (``%%bash``...) and the
-  cells that set up the self-check (they import or look for ``tests.grading``, which the
+  cells that set up the self-check (they import or look for ``grading``, which the
   sandbox does not have) are dropped. ``self_check(...)`` calls themselves do nothing in the
   sandbox (the worker defines it as a no-op).
 * A ``.py`` file gives one unit per top-level statement (statements sharing a line stay
@@ -51,12 +51,12 @@ MAX_UNITS = 500
 
 #: Cells that import, or go looking for, the course's own packages (the self-check's setup,
 #: a Colab bootstrap, which tests for the course's ``coursefig``): the sandbox has neither
-#: ``tests.grading`` nor ``solutions``.
+#: ``grading`` nor ``solutions``.
 #: (``[ \t]*``, not ``\s*``: at every line start ``\s*`` would run over all the blank lines
 #: below it, quadratic in their number.)
 COURSE_PLUMBING = re.compile(
-    r"^[ \t]*(from|import)\s+(tests|solutions)(\.|\s|$)"
-    r"|find_spec\(\s*[\"'](tests|solutions|coursefig)\b"
+    r"^[ \t]*(from|import)\s+(tests|grading|autograde|solutions)(\.|\s|$)"
+    r"|find_spec\(\s*[\"'](tests|grading|autograde|solutions|coursefig)\b"
     r"|[\"']tests[\"']\s*/\s*[\"']grading[\"']", re.M)
 DEF_LINE = re.compile(r"^(?:async\s+)?def\s+([A-Za-z_]\w*)\s*\(", re.M)
 #: Cell magics whose body is still Python: only the magic line goes.
@@ -262,11 +262,18 @@ def split_imports(code: str) -> list:
             for start, end, nodes, _ in pieces]
 
 
+#: The packages whose import marks a statement as the self-check's set-up (not the answer).
+SELF_CHECK_PACKAGES = ("tests", "grading", "autograde")
+
+
 def _imports_tests(node) -> bool:
+    def ours(name) -> bool:
+        return bool(name) and name.split(".")[0] in SELF_CHECK_PACKAGES
+
     if isinstance(node, ast.Import):
-        return any(a.name == "tests" or a.name.startswith("tests.") for a in node.names)
+        return any(ours(a.name) for a in node.names)
     if isinstance(node, ast.ImportFrom):
-        return bool(node.module) and (node.module == "tests" or node.module.startswith("tests."))
+        return node.level == 0 and ours(node.module)
     return False
 
 

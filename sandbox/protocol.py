@@ -9,9 +9,9 @@ that arrives is written by a process that runs student code, so the parser trust
   explicit form ``{"$float": "nan"|"inf"|"-inf"}``;
 * duplicate keys are refused (no "last one wins" games);
 * a returned value must be *plain*: a float, a string, or a list of those, nested at most
-  :data:`MAX_DEPTH` deep (the same shapes :func:`autograde.plain.to_plain` produces).
+  :data:`MAX_DEPTH` deep (the same shapes :func:`sandbox.plain.to_plain` produces).
 
-The worker's encoder lives in :mod:`autograde.confined.frames` (``tag``/``write_frame``),
+The worker's encoder lives in :mod:`sandbox.confined.frames` (``tag``/``write_frame``),
 which must not import this package; ``tests/test_autograde_protocol.py`` checks that the two agree.
 """
 from __future__ import annotations

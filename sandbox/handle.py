@@ -12,13 +12,13 @@ then each ``call`` sends a function name and JSON arguments, and gets back plain
 an error.
 
 What the grader enforces from the outside, because nothing inside the worker can be
-trusted once student code has run there (:mod:`autograde.confined` builds the walls):
+trusted once student code has run there (:mod:`sandbox.confined` builds the walls):
 
 * a wall-clock limit on every unit and every call: the worker is killed when it is late;
 * a crash, a kill, ``os._exit`` or a malformed frame ends that worker; the next call starts
   a fresh one and replays the units, skipping any unit that itself killed or hung the
   worker, so one bad cell or function costs only itself;
-* only strictly parsed plain data comes back (:mod:`autograde.protocol`);
+* only strictly parsed plain data comes back (:mod:`sandbox.protocol`);
 * a statement or cell too large to send is skipped, with a message, not the whole file;
 * where the grader is root, every submission runs as its own leased uid, handed out only
   once no process runs as it (:class:`_UidLease`): nothing one submission leaves behind
@@ -73,7 +73,7 @@ _namespaces_refused: str | None = None  # set once the kernel says no; later zyg
 
 
 def _submission_error():
-    from tests.grading import SubmissionError  # the exercises' own error class
+    from .plain import SubmissionError
 
     return SubmissionError
 
@@ -236,7 +236,7 @@ class ZygoteRefused(RuntimeError):
 
 
 class Zygote:
-    """The template process that forks workers (see :mod:`autograde.confined`). One per
+    """The template process that forks workers (see :mod:`sandbox.confined`). One per
     grading process and isolation mode, started on first use, shared by all sandboxes (a
     lock serialises its requests), stopped at exit."""
 
@@ -412,7 +412,7 @@ _stopping = False  # set by stop_all: an interrupted grader starts no more sandb
 
 def stop_all(stopping: bool = True) -> None:
     """Close every zygote now (the zygote kills its workers when the grader's socket
-    closes, see autograde.confined.zygote), and, with ``stopping``, refuse to start new
+    closes, see sandbox.confined.zygote), and, with ``stopping``, refuse to start new
     ones until ``stop_all(False)``: what Ctrl-C or SIGTERM of a class run does."""
     global _stopping
     _stopping = stopping
@@ -605,7 +605,7 @@ class Sandbox:
     unit or call runs (:func:`group_memory`; no cgroup is needed). Within one interval the
     real bound is ``max_processes`` times ``memory_mb`` of address space, for at most that
     long. ``cpu_seconds`` is each process's CPU time. ``isolation`` is one of
-    :data:`ISOLATION_MODES` (see :mod:`autograde.confined`); after opening,
+    :data:`ISOLATION_MODES` (see :mod:`sandbox.confined`); after opening,
     ``self.isolation`` says which was reached.
     """
 

@@ -238,7 +238,7 @@ def _install_socket_guard(report) -> None:
 
 
 def _install_seccomp() -> bool:
-    """The exercises' system-call filter (:mod:`autograde.confined.seccomp`), loaded once
+    """The exercises' system-call filter (:mod:`sandbox.confined.seccomp`), loaded once
     gloo's connections are made: no new socket (gloo's stay open), no ``setsid``/``setpgid``,
     record locks, SysV/POSIX IPC, key rings, ptrace, inotify or new namespaces. False if it
     could not be loaded on Linux (the rank then runs no student code); True where there is

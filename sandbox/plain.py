@@ -56,3 +56,25 @@ def to_plain(value, _depth: int = 0):
 
 def is_finite_number(value) -> bool:
     return type(value) is float and math.isfinite(value)
+
+
+class SubmissionError(Exception):
+    """The submission could not answer a call. The message is shown to the student.
+
+    ``kind`` says why: ``"missing"`` (no such function), ``"raised"`` (the function raised;
+    ``exception_type`` holds the exception's class name, e.g. ``"ValueError"``),
+    ``"timeout"``, ``"not_plain"`` (it returned something that is not a number or a list of
+    numbers) or ``"crashed"`` (the sandbox itself failed).
+    """
+
+    KINDS = ("missing", "raised", "timeout", "not_plain", "crashed")
+
+    def __init__(self, message: str, *, kind: str = "raised", exception_type: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.kind = kind if kind in self.KINDS else "crashed"
+        self.exception_type = exception_type
+
+    @property
+    def not_implemented(self) -> bool:
+        return self.kind == "raised" and self.exception_type == "NotImplementedError"

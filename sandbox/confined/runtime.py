@@ -1,10 +1,10 @@
 """The in-sandbox runtime: what a worker does once its walls stand.
 
 It runs the submission's units in one namespace and answers the grader's calls
-(:func:`serve`), sending back only plain data (the converter of :mod:`autograde.plain`,
+(:func:`serve`), sending back only plain data (the converter of :mod:`sandbox.plain`,
 compiled once in the zygote by :func:`install_runtime`). Printed text is kept apart and
 never sent. Everything here runs beside student code, which may rewrite any of it: the
-grader trusts only frames that parse strictly (:mod:`autograde.protocol`).
+grader trusts only frames that parse strictly (:mod:`sandbox.protocol`).
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Probes, comparisons and messages shared by the exercise checks.
 
 A *probe* is one call of an exercise function: its arguments, the expected outcome (from
-:mod:`tests.grading.independent`, never from ``solutions/``), and the outcome of every known
-wrong implementation (:mod:`tests.grading.mistakes`) on the same arguments. Public probes
+:mod:`grading.independent`, never from ``solutions/``), and the outcome of every known
+wrong implementation (:mod:`grading.mistakes`) on the same arguments. Public probes
 are stored in ``public_expected.json`` (so the student release needs no reference code);
 hidden probes are computed at grading time.
 
@@ -245,7 +245,7 @@ def why_of(mistake_id: str) -> Why | None:
 
 def pattern(function: str, kind: str) -> None:
     """Note that the running check recognised a wrong answer by its form
-    (:data:`tests.grading.explain.PATTERNS`): its Result's ``mistake`` unless a known
+    (:data:`grading.explain.PATTERNS`): its Result's ``mistake`` unless a known
     mistake's "Why:" is given."""
     seen = _SEEN.get()
     if seen is not None:
@@ -380,8 +380,8 @@ def public_probes(check_name: str, args_list: Sequence[Sequence]) -> list[Probe]
     data = load_public_expected()["checks"].get(check_name)
     if data is None or [p["args"] for p in data] != [list(a) for a in args_list]:
         raise RuntimeError(
-            f"tests/grading/public_expected.json is stale for check {check_name!r}: "
-            "regenerate it with `python -m tests.grading.public_expected`")
+            f"grading/public_expected.json is stale for check {check_name!r}: "
+            "regenerate it with `python -m grading.public_expected`")
     return [Probe(p["args"], p["expected"], p.get("mistakes", {})) for p in data]
 
 
@@ -548,7 +548,7 @@ def gate(function: str, probes: Sequence[Probe], values: Sequence, what: str,
 
 def other_call(call, function: str):
     """The ``call`` of another function of the same submission, or None where the grader
-    did not provide one (see :func:`tests.grading.grade_callable` and autograde.grade)."""
+    did not provide one (see :func:`grading.grade_callable` and autograde.grade)."""
     get = getattr(call, "other", None)
     if get is None:
         return None

@@ -1,8 +1,8 @@
 """Compute the public checks' expected outcomes from the independent implementation
-(:mod:`tests.grading.independent`), and store them.
+(:mod:`grading.independent`), and store them.
 
-    python -m tests.grading.public_expected          # rewrite public_expected.json
-    python -m tests.grading.public_expected --check  # exit 1 if the file is out of date
+    python -m grading.public_expected          # rewrite public_expected.json
+    python -m grading.public_expected --check  # exit 1 if the file is out of date
 
 The JSON lets the public checks (the notebook's self-check) run in the student release,
 which has no ``solutions/`` package. ``tests/grading/test_public_expected.py`` asserts that
@@ -21,14 +21,14 @@ from .framework import PUBLIC_EXPECTED_PATH, PUBLIC_SPECS, attempt, strip_messag
 
 
 def compute_probe(function: str, args: list) -> dict:
-    """The expected outcome (from :mod:`tests.grading.independent`, never from
+    """The expected outcome (from :mod:`grading.independent`, never from
     ``solutions/``) and every known mistake's outcome for one call."""
     return {"args": args, "expected": expected_outcome(function, args),
             "mistakes": mistake_outcomes(function, args)}
 
 
 def expected_outcome(function: str, args: list) -> dict:
-    """What a correct answer gives, from :mod:`tests.grading.independent`."""
+    """What a correct answer gives, from :mod:`grading.independent`."""
     from . import independent
 
     expected = strip_message(attempt(local_call(independent.FUNCTIONS[function]), args))
@@ -64,7 +64,7 @@ def compute() -> dict:
                 {"name": check.name, "points": check.points, "description": check.description})
     return {
         "about": "Expected outcomes of the public grading checks, computed from "
-                 "tests/grading/independent.py by `python -m tests.grading.public_expected`; "
+                 "grading/independent.py by `python -m grading.public_expected`; "
                  "and the names and points of the hidden checks (their inputs are drawn at "
                  "grading time). Do not edit by hand.",
         "checks": checks,
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         current = (json.loads(PUBLIC_EXPECTED_PATH.read_text(encoding="utf-8"))
                    if PUBLIC_EXPECTED_PATH.exists() else {})
         if differences(current, json.loads(text)):
-            print(f"{PUBLIC_EXPECTED_PATH.name} is out of date; run python -m tests.grading.public_expected")
+            print(f"{PUBLIC_EXPECTED_PATH.name} is out of date; run python -m grading.public_expected")
             return 1
         print(f"{PUBLIC_EXPECTED_PATH.name} is up to date")
         return 0

@@ -1,6 +1,6 @@
 """Why a known wrong answer is wrong, keyed by the mistake's id.
 
-The wrong implementations themselves live in :mod:`tests.grading.mistakes` (instructor side);
+The wrong implementations themselves live in :mod:`grading.mistakes` (instructor side);
 these explanations ship with the student release, so a check can explain a mistake it
 recognises from the stored outcomes alone.
 """
