@@ -398,7 +398,6 @@ def class_report_html(reports, seed: int | None = None, pairs=None) -> str:
     EXERCISES = [SimpleNamespace(id=i, title=t, max_points=m) for i, t, m in sections(reports)]
     WHY = known_mistakes(reports)
 
-    graded = [r for r in reports if not r.missing]
     n = len(reports)
     absent = [r for r in reports if status(r).startswith(("missing", "unreadable"))]
     stubs = [r for r in reports if r not in absent and is_stub(r)]

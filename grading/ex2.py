@@ -14,8 +14,7 @@ import math
 
 from .core import Result, SubmissionError
 from .framework import (
-    attempt, collect, fmt_call, fmt_pair, fmt_value, gate, keep_answer, make_check, other_call, pattern, recognise,
-    recognise_derived, same, values_match, with_why,
+    attempt, collect, fmt_call, fmt_pair, fmt_value, gate, keep_answer, make_check, other_call, pattern, recognise_derived, same, values_match, with_why,
 )
 
 EXERCISE = "ex2"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import textwrap
 
-import pytest
 
 from autograde.grade import OWN_LOSS_REFUSED, REGRADE_NOTE, grade_submission
 from grading import CheckList, independent, load_checks, local_call

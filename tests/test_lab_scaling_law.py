@@ -66,7 +66,7 @@ def test_cached_grid_matches_the_plan(cached):
         n_layer, d, n_head = scaling_law.SHAPES[run["shape"]]
         cfg = GPTConfig(vocab_size=padded_vocab(vocab), block_size=scaling_law.BLOCK_SIZE, n_layer=n_layer,
                         n_head=n_head, d_model=d)
-        V, T = cfg.vocab_size, cfg.block_size
+        V = cfg.vocab_size
         # matmul parameters: head V d + blocks L (12 d^2 + 13 d) + final norm 2 d (no embeddings).
         assert run["N"] == V * d + n_layer * (12 * d * d + 13 * d) + 2 * d
         assert abs(run["D"] / (run["budget"] / (6 * run["N"])) - 1) < scaling_law.TOKENS_TOLERANCE

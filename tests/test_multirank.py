@@ -3,7 +3,6 @@ cannot reach another group. Needs root for the namespaces: skipped elsewhere wit
 a failure under CI."""
 from __future__ import annotations
 
-import json
 import os
 import random
 import socket

@@ -5,7 +5,6 @@ hold no assignment's answer."""
 from __future__ import annotations
 
 import csv
-import json
 import zipfile
 from pathlib import Path
 
