@@ -30,17 +30,19 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grading import EXERCISES
 from sandbox import textsafe
-from .grade import SubmissionReport, grade_submission
 from sandbox.submission import SUFFIXES, read_submission
+
+from .grade import SubmissionReport, grade_submission
 
 #: Files that configure Python or pytest rather than answer exercises. They are never graded
 #: and never run: the sandbox copies only the submission file itself.
 NOT_SUBMISSIONS = {"conftest.py", "sitecustomize.py", "usercustomize.py", "setup.py"}
 #: The exercises' file, by its stem (after an LMS's prefix and resubmission number).
 EXERCISES_STEM = "09-exercises"
-#: The four functions a submission defines (grading.EXERCISES, without its import).
-FUNCTIONS = ("chinchilla_loss", "compute_optimal", "memory_per_gpu", "communication_time_per_step")
+#: The functions a submission defines, one per exercise (the registry, grading.EXERCISES).
+FUNCTIONS = tuple(e.function for e in EXERCISES)
 MAX_DEPTH = 12  # folders deeper than this are not looked into (a class has two or three levels)
 MAX_ENTRIES = 100_000  # directory entries looked at in one class folder
 MAX_CANDIDATES = 12  # a student's gradable files parsed to pick one; the rest are listed
@@ -546,7 +548,7 @@ def report_record(report) -> dict:
             "problem_causes": dict(report.problem_causes),
             "seconds": round(report.seconds, 3), "grader_errors": list(report.grader_errors),
             "results": [[c.name, bool(r.passed), r.feedback, bool(r.not_implemented),
-                         r.got, r.mistake, r.own_loss] for c, r in report.results]}
+                         r.got, r.mistake, r.condition] for c, r in report.results]}
 
 
 def report_from_record(record: dict, checks):
@@ -561,7 +563,7 @@ def report_from_record(record: dict, checks):
     if [r[0] for r in results] != [c.name for c in checks]:
         return None
     report = SubmissionReport(submission=record.get("submission", ""))
-    report.results = [(by_name[r[0]], Result(*r[1:7])) for r in results]  # got, mistake, own_loss: 4-6
+    report.results = [(by_name[r[0]], Result(*r[1:7])) for r in results]  # got, mistake, condition: 4-6
     report.problems = list(record.get("problems", []))
     report.notes = list(record.get("notes", []))
     report.problem_causes = dict(record.get("problem_causes", {}))

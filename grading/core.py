@@ -18,18 +18,34 @@ from sandbox.plain import NotPlainData, SubmissionError, to_plain
 
 @dataclass(frozen=True)
 class Exercise:
+    """One graded exercise: the registry every part of the grader reads (the checks, the
+    reports' columns, the release's stubs), so that no list of exercises is written twice.
+
+    ``id``: the report's key; ``title``: "Exercise N (...): ...", as the notebook heads it;
+    ``function``: what the student writes; ``reference``: the file of ``solutions/`` that
+    holds the course's own answer (stubbed in the student release)."""
+
     id: str
     title: str
     function: str
     max_points: float
+    reference: str
+
+    @property
+    def number(self) -> str:
+        """How the course names it: "1" for "Exercise 1 (easy): ..."."""
+        return self.title.split(":")[0].split()[1]
 
 
 EXERCISES = [
-    Exercise("ex1", "Exercise 1 (easy): Chinchilla loss calculator", "chinchilla_loss", 10),
-    Exercise("ex2", "Exercise 2 (medium): compute-optimal allocation", "compute_optimal", 20),
-    Exercise("ex3", "Exercise 3 (medium): parallelism memory footprint", "memory_per_gpu", 30),
+    Exercise("ex1", "Exercise 1 (easy): Chinchilla loss calculator", "chinchilla_loss", 10,
+             "solutions/scaling.py"),
+    Exercise("ex2", "Exercise 2 (medium): compute-optimal allocation", "compute_optimal", 20,
+             "solutions/scaling.py"),
+    Exercise("ex3", "Exercise 3 (medium): parallelism memory footprint", "memory_per_gpu", 30,
+             "solutions/memory.py"),
     Exercise("ex4", "Exercise 4 (hard): communication cost in 3D parallelism",
-             "communication_time_per_step", 40),
+             "communication_time_per_step", 40, "solutions/communication.py"),
 ]
 EXERCISE_BY_ID = {e.id: e for e in EXERCISES}
 
@@ -47,11 +63,29 @@ class Result:
     #: For a wrong answer: the known mistake (a key of grading.explain.WHY) that the
     #: feedback's "Why:" explains, or None ("other").
     mistake: str | None = None
-    #: Passed only because the answer is the best point under the student's own (different)
-    #: chinchilla_loss (Exercise 2): "slip" when that loss is near the exercise's (a mistyped
-    #: constant, swapped exponents), "far" when not; autograde.grade then also grades the
-    #: search with the exercise's loss, and a "far" pass counts only if that passes too.
-    own_loss: str = ""
+    #: A pass that holds only on a condition the exercise's own :class:`Regrade` judges
+    #: (empty: unconditional). Exercise 2: "slip" or "far", the answer is the best point under
+    #: the student's own chinchilla_loss, near the exercise's or not (grading.ex2.REGRADE).
+    condition: str = ""
+
+
+@dataclass(frozen=True)
+class Regrade:
+    """A grader's policy for grading one exercise's checks a second time, with code of the
+    grader's run after the submission's own, keeping test by test what ``merge`` decides.
+    The front end (:func:`autograde.grade.grade_submission`) runs every grader's regrades
+    without knowing what they are for; Exercise 2's is :data:`grading.ex2.REGRADE`.
+
+    ``needed(results)``: from the first grading's ``[(check, result)]``, whether to regrade;
+    ``source()``: the code appended to the submission; ``merge(results, again)``: the results
+    to keep, from the first grading's and ``again`` (``{check name: result}`` of the second),
+    and whether the second changed any; ``note``: the report's note, said once, when it did."""
+
+    exercise: str
+    needed: Callable[[list], bool]
+    source: Callable[[], str]
+    merge: Callable[[list, dict], tuple]
+    note: str
 
 
 @dataclass(frozen=True)

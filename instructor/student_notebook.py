@@ -33,10 +33,13 @@ from pathlib import Path
 import jupytext
 import nbformat
 
+if not __package__:  # run as a script (python instructor/student_notebook.py): the course's root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from grading import EXERCISES  # noqa: E402
+
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
-EXERCISE_FUNCTIONS = ("chinchilla_loss", "compute_optimal", "memory_per_gpu",
-                      "communication_time_per_step")
+EXERCISE_FUNCTIONS = tuple(e.function for e in EXERCISES)
 _CALLS = re.compile(r"(?<!def )\b(" + "|".join(EXERCISE_FUNCTIONS) + r")\s*\(")
 
 CONFIG = Path(__file__).resolve().parents[1] / "_config.yml"

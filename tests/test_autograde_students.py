@@ -5,7 +5,8 @@ from __future__ import annotations
 import textwrap
 
 
-from autograde.grade import OWN_LOSS_REFUSED, REGRADE_NOTE, grade_submission
+from autograde.grade import grade_submission
+from grading.ex2 import OWN_LOSS_REFUSED, REGRADE_NOTE
 from grading import CheckList, independent, load_checks, local_call
 from tools.browser import ROOT
 
@@ -113,7 +114,7 @@ def test_a_chosen_minimum_earns_no_search_points_and_an_honest_search_keeps_them
                      compute_optimal=namespace["compute_optimal"])
     checks = only({"ex1", "ex2"})
     in_process = grade_callable(lambda name: local_call(functions[name]), checks)
-    assert any(r.passed and r.own_loss == "far" for c, r in in_process if c.name in SEARCH), \
+    assert any(r.passed and r.condition == "far" for c, r in in_process if c.name in SEARCH), \
         "the attack no longer passes the fallback alone: this test shows nothing"
 
     attack = grade_submission(_with(tmp_path, "chosen.py", CHOSEN_MINIMUM), checks, timeout=5)
@@ -197,7 +198,7 @@ def test_a_search_on_its_own_copy_of_a_mistyped_loss_keeps_exercise_2(tmp_path):
     report = grade_submission(path, only({"ex1", "ex2"}), timeout=5)
     ex2 = [(c, r) for c, r in report.results if c.exercise == "ex2"]
     assert all(r.passed for _, r in ex2), [r.feedback for _, r in ex2 if not r.passed]
-    assert any(r.own_loss == "slip" for _, r in ex2)
+    assert any(r.condition == "slip" for _, r in ex2)
     assert sum(c.points for c, r in report.results if c.exercise == "ex1" and r.passed) < 10
 
 
