@@ -26,25 +26,19 @@ import threading
 import time
 from pathlib import Path
 
-from . import classrun
-from .classrun import Student
 from sandbox.handle import ISOLATION_MODES
 from sandbox.submission import SUFFIXES
+from solutions._validate import terse_argparse_errors
 
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a refused argument costs one line, not the whole usage block: a student
-    who mistypes a file name sees what is wrong and where to look, nothing else."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+from . import classrun
+from .classrun import Student
 
 
 def parse_args(argv):
-    parser = OneLineParser(
+    parser = terse_argparse_errors(argparse.ArgumentParser(
         prog="python -m autograde",
         description="Grade exercise submissions (.ipynb, paired .md, .py, or folders of them) "
-                    "in a sandbox, with the public and hidden tests.")
+                    "in a sandbox, with the public and hidden tests."))
     parser.add_argument("submissions", nargs="*", metavar="SUBMISSION",
                         help="a file or a folder of files (a class; with one sub-folder per "
                              "student, the sub-folder's name is the student id)")

@@ -39,6 +39,7 @@ from pathlib import Path
 
 from assignments import ASSIGNMENTS  # their notebooks ship as student versions only
 from grading import EXERCISE_BY_ID, EXERCISES
+from solutions._validate import terse_argparse_errors
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = Path(__file__).with_name("bundle")
@@ -737,8 +738,8 @@ def run_bundle(archive: Path, submission: Path, python: str = sys.executable) ->
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m instructor.release",
-                                     description=__doc__.splitlines()[0])
+    parser = terse_argparse_errors(argparse.ArgumentParser(prog="python -m instructor.release",
+                                     description=__doc__.splitlines()[0]))
     parser.add_argument("what", choices=("student", "gradescope"))
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--no-verify", action="store_true",

@@ -196,7 +196,8 @@ def test_cli_bad_input_is_one_line(args, message):
     assert out.returncode == 2
     assert out.stdout == ""
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], out.stderr
+    assert len(lines) == 1 and lines[0].startswith("python -m solutions.plan: error: ") and message in lines[0], \
+        out.stderr
 
 
 def test_find_gpu_aliases():
