@@ -235,16 +235,18 @@ def built_in_collectives(calls: dict) -> list:
 # ----------------------------------------------------------------------------- the registry
 
 def grader(assignment: str):
-    """The grader module of a registered assignment (``assignments.ASSIGNMENTS``); it has
-    ``NAME`` and ``grade_file(path, **options) -> Report``. Unknown id: ValueError naming
-    the known ones."""
+    """The grader module of a registered assignment (``assignments.ASSIGNMENTS``), checked
+    against the graders' contract (:func:`assignments.check_grader`). Unknown id: ValueError
+    naming the known ones."""
     import importlib
 
-    from . import ASSIGNMENTS
+    from . import ASSIGNMENTS, check_grader
 
     if assignment not in ASSIGNMENTS:
         raise ValueError(f"no assignment {assignment!r}; the course has {', '.join(sorted(ASSIGNMENTS))}")
-    return importlib.import_module(ASSIGNMENTS[assignment][0])
+    module = importlib.import_module(ASSIGNMENTS[assignment][0])
+    check_grader(module)
+    return module
 
 
 def max_points(assignment: str) -> float:
