@@ -29,8 +29,8 @@ import numpy as np
 
 from solutions.communication import allreduce_bytes_per_rank
 
-from .common import (Report, Test, built_in_collectives, decode, encode, grade_submitted, load_function,
-                     messages_by_case, open_rank, payload, traffic_counter, warm_up)
+from .common import (Report, built_in_collectives, decode, finish_report, first_cause, grade_submitted, payload,
+                     rank_program, run_cases)
 from .common import self_check as run_self_check
 
 NAME = "Assignment 1: ring all-reduce"
@@ -92,65 +92,7 @@ def inputs(n: int, seeds=SEEDS, salt: int = 0) -> list:
     return rows
 
 
-# ----------------------------------------------------------------------------- inside a rank
-
-def _rank_main(get_function, quiet):
-    def main(rank, world_size, data, report):
-        import torch
-
-        opened = open_rank(data, get_function, report, quiet)
-        if opened is None:
-            return
-        header, arrays, fn = opened
-        for case, (op, x) in enumerate(zip(header["ops"], arrays)):
-            tensor = torch.from_numpy(x.copy())
-            counter = traffic_counter()
-            try:
-                with counter:
-                    out = fn(tensor, op=op)
-            except NotImplementedError as exc:
-                report({"case": case, "error": "NotImplementedError", "message": str(exc)[:200]})
-                continue
-            except Exception as exc:  # noqa: BLE001
-                report({"case": case, "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
-                continue
-            message = {"case": case, "calls": dict(counter.calls), "bytes": dict(counter.bytes),
-                       "inplace": encode(tensor.detach().numpy())}
-            if isinstance(out, torch.Tensor) and out.numel() == tensor.numel():
-                message["returned"] = encode(out.detach().reshape(-1).to(torch.float32).numpy())
-            report(message)
-    return main
-
-
 # ----------------------------------------------------------------------------- the grader's side
-
-def _diagnose_sum(got, expected, n, part, op="sum", even_ok=True):
-    """One line naming the likely mistake when a sum (or mean) is wrong. ``even_ok``: the
-    sizes that divide by ``n`` came out right at this world size; only then is a wrong
-    uneven size blamed on the padding (else the ring itself is wrong, and padding is a
-    false lead)."""
-    if got is None:
-        return "the tensor came back with the wrong number of elements"
-    if np.isnan(got).any():
-        return "the result holds NaN (uninitialised memory? torch.empty where zeros were meant?)"
-    chunks = np.array_split(np.arange(expected.size), n)
-    bad = [k for k, idx in enumerate(chunks) if idx.size and not np.allclose(got[idx], expected[idx], rtol=1e-4, atol=1e-4)]
-    if part == "uneven" and not even_ok:
-        return (f"the result is not the {op} of every rank's input here either: fix the sizes "
-                "that divide by the world size first")
-    if part == "uneven" and len(bad) < n:
-        return (f"chunks {bad} of {n} are wrong at this size, which is not a multiple of the world "
-                "size: pad the buffer (or split it into uneven chunks) and copy back only the real elements")
-    if 0 < len(bad) < n:
-        return (f"chunks {bad} of {n} are wrong: check which chunk each step sends and receives "
-                "(reduce-scatter step s: send (r - s) mod n, receive (r - s - 1) mod n; all-gather: "
-                "send (r + 1 - s) mod n)")
-    if part != "uneven" and bad:
-        return (f"the result is not the {op} of every rank's input, in any of the {n} chunks: check "
-                "which chunk each step sends, receives and adds or copies (the hint 'which chunk "
-                "at which step')")
-    return f"the result is not the {op} of every rank's input"
-
 
 def _elements(size: int) -> str:
     return f"{size} element" + ("" if size == 1 else "s")
@@ -160,123 +102,196 @@ def _tolerance(expected, n):
     return TOLERANCE_ULPS * n * np.finfo(np.float32).eps * max(1.0, float(np.abs(expected).max(initial=0)))
 
 
-def grade(get_function, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=True,
+def _close(got, want, n) -> bool:
+    return got is not None and bool(np.all(np.abs(got - want) <= _tolerance(want, n)))
+
+
+def _wrong_chunks(got, expected, n) -> list:
+    chunks = np.array_split(np.arange(expected.size), n)
+    return [k for k, idx in enumerate(chunks)
+            if idx.size and not np.allclose(got[idx], expected[idx], rtol=1e-4, atol=1e-4)]
+
+
+def _diagnose_sum(got, expected, n, part, op="sum", even_ok=True, uneven_ok=()):
+    """One line naming what the evidence shows when a sum is wrong. ``even_ok``: the sizes
+    that divide by ``n`` came out right at this world size; ``uneven_ok``: the sizes that do
+    not divide and came out right. Only a ring right on every size that divides and wrong
+    on every one that does not is told to pad: else padding is a false lead."""
+    if got is None:
+        return "the tensor came back with the wrong number of elements"
+    if np.isnan(got).any():
+        return "the result holds NaN (uninitialised memory? torch.empty where zeros were meant?)"
+    bad = _wrong_chunks(got, expected, n)
+    if part == "uneven" and not even_ok:
+        return (f"the result is not the {op} of every rank's input here either: fix the sizes "
+                "that divide by the world size first")
+    if part == "uneven" and uneven_ok:
+        few = " (fewer elements than ranks: some chunks are empty)" if expected.size < n else ""
+        return (f"sizes {', '.join(map(str, uneven_ok))} come out right but {expected.size}{few} does not: "
+                f"chunks {bad} of {n} are wrong here")
+    if part == "uneven" and len(bad) < n:
+        return (f"chunks {bad} of {n} are wrong at this size, which is not a multiple of the world "
+                "size: pad the buffer (or split it into uneven chunks) and copy back only the real elements")
+    if 0 < len(bad) < n:
+        return (f"chunks {bad} of {n} are wrong: check which chunk each step sends and receives "
+                "(reduce-scatter step s: send (r - s) mod n, receive (r - s - 1) mod n; all-gather: "
+                "send (r + 1 - s) mod n)")
+    if bad:
+        return (f"the result is not the {op} of every rank's input, in any of the {n} chunks: check "
+                "which chunk each step sends, receives and adds or copies (the hint 'which chunk "
+                "at which step')")
+    return f"the result is not the {op} of every rank's input"
+
+
+def _diagnose_mean(got, total, n, sums_ok: bool) -> str:
+    """Why ``op='mean'`` is wrong, from what it left (``total``: the float64 sum)."""
+    if got is None:
+        return "the tensor came back with the wrong number of elements"
+    if _close(got, total, n):
+        return f"the mean is the sum: divide by the world size ({n})"
+    if _close(got, total / n**2, n):
+        return "the mean is divided by the world size twice"
+    if not sums_ok:
+        return _diagnose_sum(got, total / n, n, "mean", "mean")
+    ratio = float(np.dot(got, total / n) / max(np.dot(total / n, total / n), 1e-30))
+    if _close(got, ratio * total / n, n):
+        return (f"the sums are right, but op='mean' leaves {ratio:.4g} x the mean: divide the sum by "
+                f"the world size ({n}), once")
+    return ("the sums are right, but op='mean' does not leave the sum divided by the world size: "
+            "divide the reduced tensor (after the ring), not the inputs or a chunk of it")
+
+
+def _hang_hint(part, size, n, even_ok, uneven_ok) -> str:
+    """What a group that stopped at an uneven size may mean, from the other sizes' outcomes."""
+    if part != "uneven" or not even_ok:
+        return ""
+    if uneven_ok and size < n:
+        return (f"; sizes {', '.join(map(str, uneven_ok))} come out right, so the ring handles sizes that "
+                f"do not divide; {size} is fewer elements than ranks: some chunks are empty, check that "
+                "every step still sends and receives on every rank")
+    if uneven_ok:
+        return f"; sizes {', '.join(map(str, uneven_ok))} come out right"
+    return ("; at a size that is not a multiple of the world size the chunks differ in size, so a send and "
+            "its receive may disagree on the length: pad the buffer to a multiple of n (or make every "
+            "rank agree on each chunk's size)")
+
+
+def _judge_case(part, size, op, data, ranks, n):
+    """``(status, text, total)`` of one finished case: ok, wrong (with the evidence) or error."""
+    total = np.sum([row.astype(np.float64) for row in data], axis=0)
+    expected = total / n if op == "mean" else total
+    errors = [(r, m["error"]) for r, m in sorted(ranks.items()) if "error" in m]
+    if errors:
+        r, e = first_cause(errors)
+        return "error", ("not implemented yet" if e == "NotImplementedError" else f"rank {r} raised {e}"), total
+    for r, m in sorted(ranks.items()):
+        got = decode(m.get("inplace", ""), size)
+        if _close(got, expected, n):
+            continue
+        returned = decode(m.get("returned", ""), size) if "returned" in m else None
+        if returned is not None and _close(returned, expected, n):
+            return "wrong", f"rank {r} returns the right {op} but leaves the tensor unchanged: reduce in place", total
+        return "wrong", (r, got), total
+    return "ok", "", total
+
+
+def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=True,
           limits=None, isolate=True) -> Report:
-    """Grade ``get_function()`` (called inside each rank) at each world size; a Report."""
-    from sandbox.multirank import Limits, run_ranks
+    """Grade ``student`` (:class:`~assignments.common.Student`) at each world size; a Report.
+    Every case of every seed runs and scores on its own (:func:`~assignments.common.run_cases`)."""
+    from sandbox.multirank import Limits
 
     limits = limits or Limits(wall_s=30.0, stall_s=5.0)
-    warm_up()  # here, once: the ranks are forked from this process and inherit the imports
     started = time.monotonic()
     report = Report(NAME)
-    parts = {p: {"ok": [], "feedback": []} for p in POINTS}
-    cheats = []
-    missing = None
+    program = rank_program("a1_rank:main", student, (FUNCTION,), quiet)
+    verdicts = {p: [] for p in POINTS}  # per world size: None (passed) or the first problem
+    cheats, missing = [], None
     for n in world_sizes:
         todo = cases(n, seeds)
         data = inputs(n, seeds, salt)
-        payloads = [payload({"ops": [op for _, _, op in todo]}, [row[r] for row in data]) for r in range(n)]
-        group = run_ranks(n, _rank_main(get_function, quiet), payloads, limits, isolate=isolate,
-                          prepare=warm_up)
-        report.isolated = group.isolated and report.isolated is not False
-        if group.sockets:
-            cheats.append(f"net: opened a socket to {group.sockets[0].split(': ', 1)[1]} (rank "
-                          f"{group.sockets[0].split(':')[0].split()[-1]}): only its own ranks may be reached")
-        by_case, missing = messages_by_case(group, len(todo), missing)
-        verdict = {p: None for p in POINTS}  # None: not seen yet; else first failure text
-        seen = {p: False for p in POINTS}
+
+        def payloads_for(indices, todo=todo, data=data, n=n):
+            header = {"cases": indices, "ops": [todo[c][2] for c in indices]}
+            return [payload(header, [data[c][r] for c in indices]) for r in range(n)]
+
+        runs = run_cases(n, len(todo), payloads_for, program, limits, isolate, signature=lambda c, todo=todo: todo[c])
+        report.isolated = runs.isolated and report.isolated is not False
+        missing = missing or runs.missing
+        if runs.sockets and not any(c.startswith("net:") for c in cheats):
+            where, address = runs.sockets[0].split(": ", 1)
+            cheats.append(f"net: opened a socket to {address} ({where}): only its own ranks may be reached")
+        judged = {}
         for c, (part, size, op) in enumerate(todo):
-            ranks = by_case[c]
-            if len(ranks) < n:
-                why = group.detail if not group.ok else "some ranks reported nothing"
-                if part == "uneven" and not group.ok:
-                    why += ("; at a size that is not a multiple of the world size the chunks "
-                            "differ in size: pad the buffer to a multiple of n")
-                verdict[part] = verdict[part] or f"n={n}, {_elements(size)}: not finished ({why})"
+            if c in runs.stopped:
+                judged[c] = ("stopped", runs.stopped[c], None)
                 continue
-            errors = [(r, m["error"]) for r, m in sorted(ranks.items()) if "error" in m]
-            if errors:
-                r, e = errors[0]
-                text = "not implemented yet" if e == "NotImplementedError" else f"rank {r} raised {e}"
-                verdict[part] = verdict[part] or f"n={n}, {_elements(size)}, op={op!r}: {text}"
-                continue
-            total = np.sum([row.astype(np.float64) for row in data[c]], axis=0)
-            expected = total / n if op == "mean" else total
-            tol = _tolerance(expected, n)
-            problems = []
-            for r, m in sorted(ranks.items()):
-                got = decode(m.get("inplace", ""), size)
-                returned = decode(m.get("returned", ""), size) if "returned" in m else None
-                if got is not None and np.all(np.abs(got - expected) <= tol):
-                    continue
-                if returned is not None and np.all(np.abs(returned - expected) <= tol):
-                    problems.append(f"rank {r} returns the right {op} but leaves the tensor unchanged: reduce in place")
-                elif op == "mean" and got is not None and np.all(np.abs(got - total) <= _tolerance(total, n)):
-                    problems.append(f"rank {r}: the mean is the sum: divide by the world size ({n})")
-                elif op == "mean" and got is not None and np.all(np.abs(got - total / n**2) <= tol / n):
-                    problems.append(f"rank {r}: the mean is divided by the world size twice")
-                else:
-                    even_ok = seen["sum"] and verdict["sum"] is None
-                    problems.append(f"rank {r}: {_diagnose_sum(got, expected, n, part, op, even_ok)}")
-            if problems:
-                verdict[part] = verdict[part] or f"n={n}, {_elements(size)}, op={op!r}: {problems[0]} (tolerance {tol:.2g})"
-            seen[part] = True
-            calls = {k: v for m in ranks.values() for k, v in (m.get("calls") or {}).items()
+            judged[c] = _judge_case(part, size, op, data[c], runs.messages[c], n)
+            calls = {k: v for m in runs.messages[c].values() for k, v in (m.get("calls") or {}).items()
                      if isinstance(k, str) and isinstance(v, int)}
             used = built_in_collectives(calls)
-            if used and "p2p" not in [x.split(":")[0] for x in cheats]:
+            if used and not any(x.startswith("p2p:") for x in cheats):
                 cheats.append(f"p2p: calls the built-in {', '.join(used)}: the ring must be built from "
                               "send/recv (isend/irecv, batch_isend_irecv) only")
-            if part == "sum" and not problems:
-                predicted = int(allreduce_bytes_per_rank(size * 4, n))
-                sent = [int((m.get("bytes") or {}).get("send", 0)) for _, m in sorted(ranks.items())]
-                bad = [(r, s) for r, s in enumerate(sent) if s != predicted]
-                seen["traffic"] = True
-                if bad:
-                    r, s = bad[0]
-                    ratio = s / (size * 4)
-                    why = ""
-                    if ratio >= (n - 1) - 1e-9:
-                        why = ": it sends the whole buffer at a step instead of one chunk of 1/n"
-                    elif ratio > 2 * (n - 1) / n:
-                        why = ": more than a ring needs"
-                    verdict["traffic"] = verdict["traffic"] or (
-                        f"n={n}, {size} elements: rank {r} sent {s:,} bytes = {ratio:.3g} x the buffer; "
-                        f"a ring sends 2(n-1)/n = {2 * (n - 1) / n:.3g} x = {predicted:,} bytes{why}")
+        sums = [judged[c][0] for c, t in enumerate(todo) if t[0] == "sum"]
+        even_ok = bool(sums) and all(x == "ok" for x in sums)
+        uneven_ok = sorted({todo[c][1] for c in judged if todo[c][0] == "uneven" and judged[c][0] == "ok"})
+        first = {p: None for p in POINTS}
+        measured = False
+        for c, (part, size, op) in enumerate(todo):
+            status, text, total = judged[c]
+            where = f"n={n}, {_elements(size)}, op={op!r}"
+            if status == "stopped":
+                text = f"{where}: not finished ({text}{_hang_hint(part, size, n, even_ok, uneven_ok)})"
+            elif status == "error":
+                text = f"{where}: {text}"
+            elif status == "wrong" and isinstance(text, tuple):
+                r, got = text
+                why = (_diagnose_mean(got, total, n, even_ok) if op == "mean" else
+                       _diagnose_sum(got, total, n, part, op, even_ok, [u for u in uneven_ok if u != size]))
+                text = f"{where}: rank {r}: {why} (tolerance {_tolerance(total, n):.2g})"
+            elif status == "wrong":
+                text = f"{where}: {text}"
+            if status != "ok":
+                first[part] = first[part] or text
+            elif part == "sum":
+                measured = True
+                first["traffic"] = first["traffic"] or _judge_traffic(runs.messages[c], size, n)
+        if not measured:
+            first["traffic"] = first["traffic"] or (
+                f"n={n}: not measured: the bytes are counted once a sum comes out right")
+        first["p2p"] = None if any(judged[c][0] == "ok" for c in judged) else f"n={n}: no case came out right"
         for part in POINTS:
-            if part == "p2p":
-                continue
-            if not seen[part] and verdict[part] is None:
-                verdict[part] = (f"n={n}: not measured yet: the bytes are counted once a sum comes out right"
-                                 if part == "traffic" and group.ok and seen["sum"] else
-                                 f"n={n}: not run ({group.detail or 'no result'})")
-            parts[part]["ok"].append(verdict[part] is None)
-            if verdict[part]:
-                parts[part]["feedback"].append(verdict[part])
-        if not group.ok and group.detail not in " ".join(parts["sum"]["feedback"] + parts["uneven"]["feedback"] + parts["mean"]["feedback"]):
-            parts["sum"]["feedback"].append(f"n={n}: {group.detail}")
-    for part, points in POINTS.items():
-        if part == "p2p":
-            ok = any(parts["sum"]["ok"]) and not any(c.startswith("p2p:") for c in cheats)
-            report.tests.append(Test(TITLES[part], points, ok, "" if ok else
-                                     next((c[5:] for c in cheats if c.startswith("p2p:")), "no sum came out right")))
-            continue
-        oks = parts[part]["ok"]
-        test = Test(TITLES[part], points, bool(oks) and all(oks), "\n".join(parts[part]["feedback"]))
-        report.tests.append(test)
-    if missing:
-        for t in report.tests:
-            t.passed, t.feedback = False, missing
+            verdicts[part].append(first[part])
+    problems = {part: [v for v in verdicts[part] if v] for part in POINTS}
+    finish_report(report, TITLES, POINTS, problems, missing, started)
     if cheats:  # every part is the ring: a ring that is not one, or that calls out, earns 0
-        report.zero(cheats[0][5:])
-    report.wall_s = time.monotonic() - started
+        report.zero(cheats[0].split(": ", 1)[1])
     return report
+
+
+def _judge_traffic(ranks: dict, size: int, n: int) -> str | None:
+    """The bytes each rank sent for a right sum against the ring's ``2(n-1)/n``."""
+    predicted = int(allreduce_bytes_per_rank(size * 4, n))
+    sent = [int((m.get("bytes") or {}).get("send", 0)) for _, m in sorted(ranks.items())]
+    bad = [(r, b) for r, b in enumerate(sent) if b != predicted]
+    if not bad:
+        return None
+    r, b = bad[0]
+    ratio = b / (size * 4)
+    why = ""
+    if ratio >= (n - 1) - 1e-9:
+        why = ": it sends the whole buffer at a step instead of one chunk of 1/n"
+    elif ratio > 2 * (n - 1) / n:
+        why = ": more than a ring needs"
+    return (f"n={n}, {size} elements: rank {r} sent {b:,} bytes = {ratio:.3g} x the buffer; "
+            f"a ring sends 2(n-1)/n = {2 * (n - 1) / n:.3g} x = {predicted:,} bytes{why}")
 
 
 def grade_file(path, **kwargs) -> Report:
     """Grade a submitted notebook or .py file. Unless ``salt`` is given, the inputs are
     drawn afresh (a submission that regenerates them from the seeds learns nothing)."""
-    return grade_submitted(path, NAME, TITLES, POINTS, lambda sources: load_function(sources, FUNCTION), grade, **kwargs)
+    return grade_submitted(path, NAME, TITLES, POINTS, grade, **kwargs)
 
 
 def reference_source() -> str:
@@ -304,4 +319,4 @@ def reference_submission(folder) -> Path:
 def self_check(function, world_sizes=WORLD_SIZES, seeds=SEEDS[:1]) -> float:
     """Run the grader on ``function`` (defined in this notebook) and print its report; the
     ranks are forked from this process, so they have the function. Returns the score."""
-    return run_self_check(grade, lambda: function, world_sizes, seeds)
+    return run_self_check(grade, {FUNCTION: function}, world_sizes, seeds)

@@ -35,30 +35,19 @@ seed), checks:
 """
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 
 from solutions.communication import allreduce_bytes_per_rank
 
-from .common import Report, decode, encode, grade_case_by_case, grade_submitted, load_function, warm_up
+from .a2_rank import (BATCH, BUCKET_BYTES, EPS, LAYERS, LR, MICRO, STEPS, WEIGHT_DECAY,  # noqa: F401
+                      bucket_bytes_for, build_model, data, flat)
+from .common import Report, decode, grade_submitted, grade_training, rank_program, seeded
 from .common import self_check as run_self_check
 
 NAME = "Assignment 2: DDP by hand"
 CLASS = "BucketedDDP"
 WORLD_SIZES = (2, 4)
 SEEDS = (0, 1, 2)
-#: The model: Linear(16, 32) - tanh - Linear(32, 24) - tanh - Linear(24, 8), P = 1536.
-#: Its parameters' sizes differ, so buckets in forward and in reverse order differ.
-LAYERS = (16, 32, 24, 8)
-STEPS, MICRO, BATCH = 3, 2, 4  # optimizer steps, micro-batches per step, samples per micro-batch
-#: AdamW's settings. eps is larger than the usual 1e-8 so that a gradient entry near zero,
-#: where float32 roundings in another summation order are a large fraction of it, cannot
-#: swing its update (lr g / (|g| + eps) is smooth near g = 0 at this eps): the comparison
-#: with one process then measures the submission, not the roundings.
-LR, WEIGHT_DECAY, EPS = 1e-2, 0.1, 1e-4
-#: Bucket size per seed (bytes): 3, 2 and 2 buckets for this model.
-BUCKET_BYTES = (512, 1024, 4096)
 #: One process and n ranks add the same gradients in another order: about 1e-7 apart in
 #: float32; a mistake moves them by far more than these bounds.
 GRAD_TOL = 1e-5
@@ -73,18 +62,11 @@ TITLES = {
 }
 
 
-def bucket_bytes_for(seed: int) -> int:
-    return BUCKET_BYTES[seed % len(BUCKET_BYTES)]
-
-
 def make_model(seed: int):
-    import torch
-
-    torch.manual_seed(seed)
-    layers = []
-    for a, b in zip(LAYERS[:-1], LAYERS[1:]):
-        layers += [torch.nn.Linear(a, b), torch.nn.Tanh()]
-    return torch.nn.Sequential(*layers[:-1])
+    """The model of ``seed``, as every rank builds it (seeded without disturbing, or being
+    disturbed by, another grading thread: :func:`~assignments.common.seeded`)."""
+    with seeded(seed):
+        return build_model()
 
 
 def param_bytes(model) -> list:
@@ -105,18 +87,6 @@ def buckets(sizes: list, cap: int, reverse: bool = True) -> list:
     return out + ([current] if current else [])
 
 
-def data(n: int, seed: int, salt: int):
-    """Inputs and targets, shape ``(STEPS, n, MICRO, BATCH, features)``."""
-    rng = np.random.default_rng([seed, n, salt])
-    x = rng.standard_normal((STEPS, n, MICRO, BATCH, LAYERS[0])).astype(np.float32)
-    y = rng.standard_normal((STEPS, n, MICRO, BATCH, LAYERS[-1])).astype(np.float32)
-    return x, y
-
-
-def flat(tensors) -> np.ndarray:
-    return np.concatenate([t.detach().reshape(-1).numpy() for t in tensors]).astype(np.float32)
-
-
 def baseline(n: int, seed: int, salt: int):
     """One process on the whole global batch: per-step gradients, start and end parameters."""
     import torch
@@ -134,96 +104,6 @@ def baseline(n: int, seed: int, salt: int):
         opt.step()
         opt.zero_grad()
     return grads, start, flat(model.parameters())
-
-
-# ----------------------------------------------------------------------------- inside a rank
-
-def event_counter(events: list):
-    """The course's counter (``labs.training.CollectiveCounter``), also writing each
-    all-reduce into ``events`` as ``["ar", bytes, async_op]`` at the moment it starts."""
-    import torch
-    from labs.training import CollectiveCounter, _nbytes
-
-    allreduce = torch.ops.c10d.allreduce_
-
-    class EventCounter(CollectiveCounter):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func._overloadpacket is allreduce:
-                asynchronous = (args[4] if len(args) > 4 else (kwargs or {}).get("async_op", True))
-                events.append(["ar", _nbytes(args[0]), bool(asynchronous)])
-            return super().__torch_dispatch__(func, types, args, kwargs)
-
-    return EventCounter()
-
-
-_REAL = {}
-
-
-def watch_waits(events: list) -> None:
-    """Wrap ``dist.all_reduce`` so that waiting on the work it returns writes ``["w", k]``
-    (k: the k-th all-reduce started) into ``events``."""
-    import torch.distributed as dist
-
-    real = _REAL.setdefault("all_reduce", dist.all_reduce)
-    started = [0]
-
-    class Watched:
-        def __init__(self, work, k):
-            self._work, self._k = work, k
-
-        def wait(self, *args, **kwargs):
-            out = self._work.wait(*args, **kwargs)
-            events.append(["w", self._k])
-            return out
-
-        def __getattr__(self, name):
-            return getattr(self._work, name)
-
-    def all_reduce(*args, **kwargs):
-        k = started[0]
-        started[0] += 1
-        events.append(["a", k])
-        work = real(*args, **kwargs)
-        return Watched(work, k) if work is not None else None
-
-    dist.all_reduce = all_reduce
-
-
-def train(cls, rank: int, n: int, seed: int, salt: int) -> dict:
-    """k steps of M micro-batches with the student's ``cls``; what the grader checks."""
-    import torch
-    import torch.distributed as dist
-
-    model = make_model(seed)
-    events = []
-    watch_waits(events)
-    for i, p in enumerate(model.parameters()):  # before the student's: these run first
-        p.register_post_accumulate_grad_hook(lambda _p, i=i: events.append(["g", i]))
-    ddp = cls(model, bucket_bytes_for(seed))
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, eps=EPS, weight_decay=WEIGHT_DECAY)
-    x, y = data(n, seed, salt)
-    counter = event_counter(events)
-    grads = []
-    with counter:
-        for step in range(STEPS):
-            for micro in range(MICRO):
-                synced = micro == MICRO - 1
-                events.append(["b", step, micro, synced])
-                with (contextlib.nullcontext() if synced else ddp.no_sync()):
-                    out = model(torch.from_numpy(x[step, rank, micro]))
-                    loss = torch.nn.functional.mse_loss(out, torch.from_numpy(y[step, rank, micro])) / MICRO
-                    loss.backward()
-                events.append(["e"])
-            ddp.finish_gradient_synchronization()
-            events.append(["f"])
-            grads.append(encode(flat(p.grad if p.grad is not None else torch.zeros_like(p)
-                                     for p in model.parameters())))
-            opt.step()
-            opt.zero_grad()
-    dist.barrier()
-    return {"grads": grads, "params": encode(flat(model.parameters())), "events": events,
-            "allreduce_bytes": int(counter.bytes.get("all_reduce", 0)),
-            "calls": {k: int(v) for k, v in counter.calls.items()}}
 
 
 # ----------------------------------------------------------------------------- the grader's side
@@ -264,7 +144,13 @@ def check_result(m: dict, n: int, ref) -> str | None:
 
 
 def check_events(m: dict, sizes: list, cap: int) -> dict:
-    """Failures of the parts read from event order: ``{part: text}`` (absent: passed)."""
+    """Failures of the parts read from event order: ``{part: text}`` (absent: passed).
+
+    Events: ``["b", step, micro, synced]`` a micro-batch's backward begins, ``["g", i]``
+    parameter i's gradient is ready (the grader's hook, before the student's), ``["a", k]``
+    the k-th ``dist.all_reduce`` is called and ``["w", k]`` its work waited for,
+    ``["all_reduce", bytes, async]`` the collective as dispatched, ``["e"]`` the backward
+    pass ended, ``["f"]`` ``finish_gradient_synchronization`` returned."""
     expected = buckets(sizes, cap)
     exp_bytes = [sum(sizes[i] for i in b) for b in expected]
     fwd_bytes = [sum(sizes[i] for i in b) for b in buckets(sizes, cap, reverse=False)]
@@ -275,7 +161,7 @@ def check_events(m: dict, sizes: list, cap: int) -> dict:
     synced = in_backward = False
     step = micro = 0
     ready, launched, launched_bytes = [], set(), []
-    waits, pending = set(), []
+    waits, pending, step_launches = set(), [], 0
     for e in events:
         if not isinstance(e, list) or not e:
             continue
@@ -295,7 +181,16 @@ def check_events(m: dict, sizes: list, cap: int) -> dict:
                 pending.append(e[1])
         elif kind == "w" and len(e) == 2:
             waits.add(e[1])
+            if in_backward:
+                out.setdefault("overlap", f"step {step}: the hook waits for its all-reduce (work.wait() during the "
+                                          "backward pass): the backward pass stops until the bucket has travelled, "
+                                          "so nothing overlaps; keep the work and wait for it in "
+                                          "finish_gradient_synchronization")
         elif kind == "f":
+            if synced and not step_launches:
+                out.setdefault("no_sync", f"step {step}: no all-reduce after the no_sync micro-batches: the "
+                                          "backward pass outside no_sync must synchronise the accumulated sum")
+            step_launches = 0
             if synced:
                 unwaited = [k for k in pending if k not in waits]
                 if unwaited:
@@ -315,12 +210,13 @@ def check_events(m: dict, sizes: list, cap: int) -> dict:
                     out["buckets"] = (f"bucket_bytes={cap}, step {step}: all-reduced buffers of "
                                       f"{sorted(launched_bytes)} bytes; {why}")
             pending = []
-        elif kind == "ar" and len(e) == 3:
+        elif kind == "all_reduce" and len(e) == 3:
             nbytes, asynchronous = e[1], e[2]
             if not synced:
                 out.setdefault("no_sync", f"step {step}, micro-batch {micro} (inside no_sync): an all-reduce "
                                           "started; inside no_sync the gradients only accumulate")
                 continue
+            step_launches += 1
             launched_bytes.append(nbytes)
             if not asynchronous:
                 out.setdefault("overlap", "dist.all_reduce without async_op=True: the backward pass waits "
@@ -347,11 +243,14 @@ def check_events(m: dict, sizes: list, cap: int) -> dict:
                 out.setdefault("overlap", f"step {step}: bucket {b} was all-reduced before it was full, when "
                                           f"{have} of its {len(expected[b])} gradients were ready: start it "
                                           "when its last gradient arrives")
+        elif kind in ("all_gather", "reduce_scatter", "broadcast", "reduce") and len(e) == 3:
+            out.setdefault("buckets", f"step {step}: dist.{kind} called: a bucket is synchronised with one "
+                                      "dist.all_reduce")
     return out
 
 
 def check_traffic(m: dict, n: int, total_bytes: int) -> str | None:
-    counted = m.get("allreduce_bytes")
+    counted = (m.get("bytes") or {}).get("all_reduce", 0) if isinstance(m.get("bytes"), dict) else None
     if not isinstance(counted, int):
         return "no traffic came back"
     sent = float(allreduce_bytes_per_rank(counted, n)) if counted > 0 else 0.0
@@ -368,9 +267,9 @@ def check_traffic(m: dict, n: int, total_bytes: int) -> str | None:
             f"the gradients per step); 2(n-1)/n of the gradients once per step = {predicted:,.0f}{why}")
 
 
-def grade(get_class, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=True,
+def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=True,
           limits=None, isolate=True) -> Report:
-    """Grade ``get_class()`` (called inside each rank) at each world size; a Report."""
+    """Grade ``student`` (:class:`~assignments.common.Student`) at each world size; a Report."""
     from sandbox.multirank import Limits
 
     sizes = param_bytes(make_model(0))
@@ -380,35 +279,20 @@ def grade(get_class, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=
         fails.update(check_events(m, sizes, bucket_bytes_for(seed)))
         return {part: text for part, text in fails.items() if text}
 
-    return grade_case_by_case(
-        NAME, TITLES, POINTS, get_class, train, list(seeds), describe=lambda seed: f"seed {seed}",
-        reference=lambda n, seed: baseline(n, seed, salt), check=check,
-        earns_after={"no_sync": (("result",), "earns its point once the gradients are right")},  # doing nothing must not pass it
-        world_sizes=world_sizes, salt=salt, quiet=quiet, limits=limits or Limits(wall_s=60.0, stall_s=5.0),
-        isolate=isolate, warm=warm)
-
-
-def warm() -> None:
-    """Run once, before the ranks are forked (and in each rank before it drops its
-    privileges), everything a rank uses, so no import happens later."""
-    import torch
-
-    warm_up()
-    model = make_model(0)
-    model[0].weight.register_post_accumulate_grad_hook(lambda p: None)
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, eps=EPS, weight_decay=WEIGHT_DECAY)
-    with event_counter([]):
-        torch.nn.functional.mse_loss(model(torch.zeros(2, LAYERS[0])), torch.zeros(2, LAYERS[-1])).backward()
-        opt.step()
-        opt.zero_grad()
+    seeds = list(seeds)
+    return grade_training(
+        NAME, TITLES, POINTS, rank_program("a2_rank:main", student, (CLASS,), quiet), seeds,
+        header={"seeds": seeds, "salt": salt}, describe=lambda seed: f"seed {seed}",
+        reference=lambda n, seed: baseline(n, seed, salt), check=check, world_sizes=world_sizes,
+        limits=limits or Limits(wall_s=60.0, stall_s=5.0), isolate=isolate)
 
 
 def grade_file(path, **kwargs) -> Report:
     """Grade a submitted notebook or .py file (fresh inputs unless ``salt`` is given)."""
-    return grade_submitted(path, NAME, TITLES, POINTS, lambda sources: load_function(sources, CLASS), grade, **kwargs)
+    return grade_submitted(path, NAME, TITLES, POINTS, grade, **kwargs)
 
 
 def self_check(cls, world_sizes=WORLD_SIZES, seeds=SEEDS[:1]) -> float:
     """Run the grader on ``cls`` (defined in this notebook) and print its report; the ranks
     are forked from this process, so they have the class. Returns the score."""
-    return run_self_check(grade, lambda: cls, world_sizes, seeds)
+    return run_self_check(grade, {CLASS: cls}, world_sizes, seeds)

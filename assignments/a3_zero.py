@@ -5,39 +5,43 @@ parameters, flattened in order into one vector of P elements (P a multiple of th
 size n), are cut into n equal shards; rank r owns elements ``[r P/n, (r+1) P/n)``. Each
 ``step()``, after every rank's own backward pass:
 
-* stage 2 reduce-scatters the flat gradient (``dist.reduce_scatter_single``): rank r
-  receives only the sum of its shard's gradients; stage 1 all-reduces the whole flat
-  gradient and keeps its shard's slice;
+* the flat gradient is reduce-scattered (``dist.reduce_scatter_single``): rank r receives
+  only the sum of its shard's gradients. Stage 2 must; stage 1 may instead all-reduce the
+  whole gradient and keep its slice (ZeRO-1 as first written, 1.5x the bytes: the course
+  teaches that ZeRO-1 and ZeRO-2 cost what data parallelism costs, section 7);
 * the sum is divided by n (the mean over ranks), AdamW steps the shard, with state
   (``exp_avg``, ``exp_avg_sq``) for the shard only;
 * the updated shards are all-gathered (``dist.all_gather_single``) into every rank's
   parameters.
 
-Graded at world sizes 2 and 4 and three seeds, on real gloo ranks (``sandbox.multirank``):
+Graded at world sizes 2 and 4 and three seeds, on real gloo ranks (``sandbox.multirank``),
+every run on its own (``assignments.common.run_cases``):
 
 * **result**, for each stage: the parameters after each of k steps equal one process's
   AdamW on the whole global batch (L2 difference at most ``PARAM_TOL`` of the L2 of the
   update); a wrong result is looked at after the first step, where a shard stepped by the
   wrong rank or never gathered shows plainly;
-* **state**: the elements of every tensor the optimizer object holds between steps (the
-  model's parameters and gradients excepted) are at most ``STATE_SHARDS`` shard sizes (the
-  two moments and a float32 copy of the shard): a full AdamW state is 2P, 2n shards;
-* **traffic**, for each stage: bytes each rank sends, from the course's collective counter
-  through ``solutions.communication``: stage 2 a reduce-scatter and an all-gather of the
-  P-element buffer per step, ``2 (n-1)/n`` of it; stage 1 an all-reduce and an all-gather,
-  ``3 (n-1)/n``.
+* **state**, on its own: the elements of every tensor the optimizer object holds between
+  steps (the model's parameters and gradients excepted) are at least the two moments of a
+  shard and at most ``STATE_SHARDS`` shard sizes (the two moments and a float32 copy of the
+  shard): a full AdamW state is 2P, 2n shards. A tensor of the model's size kept between
+  steps is named from its values (AdamW's moments, the averaged or the rank's own gradient,
+  the parameters);
+* **traffic**, for each stage: bytes each rank sends, from the collective calls counted in
+  the rank through ``solutions.communication``: a reduce-scatter and an all-gather of the
+  P-element buffer per step, ``2 (n-1)/n`` of it (tensor or list forms alike); stage 1 may
+  send an all-reduce and an all-gather, ``3 (n-1)/n``.
 """
 from __future__ import annotations
-
-import types
 
 import numpy as np
 
 from solutions.communication import (allgather_bytes_per_rank, allreduce_bytes_per_rank,
                                      reduce_scatter_bytes_per_rank)
 
-from .a2_ddp import EPS, LAYERS, LR, SEEDS, STEPS, WEIGHT_DECAY, WORLD_SIZES, data, flat, make_model
-from .common import Report, decode, encode, grade_case_by_case, grade_submitted, load_function, warm_up
+from .a2_rank import EPS, LAYERS, LR, STEPS, WEIGHT_DECAY, data, flat
+from .a2_ddp import SEEDS, WORLD_SIZES, make_model
+from .common import (Report, decode, grade_submitted, grade_training, rank_program, rank_source)
 from .common import self_check as run_self_check
 
 NAME = "Assignment 3: ZeRO-1 and ZeRO-2, a sharded AdamW"
@@ -46,97 +50,56 @@ STAGES = (2, 1)
 PARAM_TOL = 1e-4
 #: Shard-sized tensors the optimizer may hold: exp_avg, exp_avg_sq and a copy of the shard.
 STATE_SHARDS = 3
+#: How close a held tensor must be to a known vector (a moment, a gradient, the parameters)
+#: to be named as it (relative L2): the ranks sum in another order, about 1e-7 apart.
+MOMENT_TOL = 1e-3
 POINTS = {"result2": 3, "result1": 2, "state": 2, "traffic2": 2, "traffic1": 1}
 TITLES = {
     "result2": "stage 2: parameters after k steps = one process's AdamW",
     "result1": "stage 1: parameters after k steps = one process's AdamW",
-    "state": "optimizer state per rank = 1/n of AdamW's",
+    "state": "optimizer state per rank = 1/n of AdamW's (the moments of one shard)",
     "traffic2": "stage 2 bytes sent: reduce-scatter + all-gather = 2(n-1)/n of the parameters",
-    "traffic1": "stage 1 bytes sent: all-reduce + all-gather = 3(n-1)/n of the parameters",
+    "traffic1": "stage 1 bytes sent: reduce-scatter + all-gather, 2(n-1)/n (or all-reduce + all-gather, 3(n-1)/n)",
 }
 #: The counter's name for each collective, and the formula of the bytes a rank sends.
 FORMULAS = {"all_reduce": allreduce_bytes_per_rank, "reduce_scatter": reduce_scatter_bytes_per_rank,
             "all_gather": allgather_bytes_per_rank}
-EXPECTED_CALLS = {2: ("reduce_scatter", "all_gather"), 1: ("all_reduce", "all_gather")}
+#: What each stage may call per step. Stage 1 as section 7 teaches it reduce-scatters, as
+#: stage 2 does (ZeRO-1 and ZeRO-2 cost what data parallelism costs); the all-reduce version
+#: (the whole gradient reduced, a shard kept) costs 1.5x as much and is accepted too.
+EXPECTED_CALLS = {2: (("reduce_scatter", "all_gather"),),
+                  1: (("reduce_scatter", "all_gather"), ("all_reduce", "all_gather"))}
+#: The known mistakes, by name, and words that only their feedback holds.
+MISTAKES = {
+    "a shard stepped by the wrong rank": "holds the elements of shard",
+    "the updated shards never gathered": "all-gather the updated shards",
+    "AdamW's state kept for every parameter": "AdamW's moments for all P parameters",
+    "the whole gradient kept between steps": "keeps the whole",
+    "stage 2 that all-reduces": "reduce-scatters the gradients",
+}
 
 
-def baseline(n: int, seed: int, salt: int) -> list:
+def baseline(n: int, seed: int, salt: int) -> dict:
     """One process's AdamW on the whole global batch: the flat parameters before and after
-    each step (``STEPS + 1`` vectors)."""
+    each step (``params``, ``STEPS + 1`` vectors), the gradient of each step (``grads``) and
+    AdamW's two moments after the last (``exp_avg``, ``exp_avg_sq``), flat in parameter order."""
     import torch
 
     model = make_model(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, eps=EPS, weight_decay=WEIGHT_DECAY)
     x, y = data(n, seed, salt)
-    out = [flat(model.parameters())]
+    out = {"params": [flat(model.parameters())], "grads": []}
     for step in range(STEPS):
         xs = torch.from_numpy(x[step].reshape(-1, LAYERS[0]))
         ys = torch.from_numpy(y[step].reshape(-1, LAYERS[-1]))
         torch.nn.functional.mse_loss(model(xs), ys).backward()
+        out["grads"].append(flat(p.grad for p in model.parameters()))
         opt.step()
         opt.zero_grad()
-        out.append(flat(model.parameters()))
+        out["params"].append(flat(model.parameters()))
+    for key in ("exp_avg", "exp_avg_sq"):
+        out[key] = flat(opt.state[p][key] for p in model.parameters())
     return out
-
-
-# ----------------------------------------------------------------------------- inside a rank
-
-def held_elements(obj, exclude: set, limit: int = 20000) -> int:
-    """Elements of every distinct tensor storage reachable from ``obj`` through attributes,
-    dicts, lists, tuples and sets (a view counts its whole storage), except the storages in
-    ``exclude`` (data pointers)."""
-    import torch
-
-    seen_obj, seen_storage, total, todo = set(), set(), 0, [obj]
-    while todo and len(seen_obj) < limit:
-        o = todo.pop()
-        if id(o) in seen_obj:
-            continue
-        seen_obj.add(id(o))
-        if isinstance(o, torch.Tensor):
-            storage = o.untyped_storage()
-            ptr = storage.data_ptr()
-            if ptr not in exclude and ptr not in seen_storage:
-                seen_storage.add(ptr)
-                total += storage.nbytes() // max(o.element_size(), 1)
-            continue
-        if isinstance(o, dict):
-            todo += list(o.keys()) + list(o.values())
-        elif isinstance(o, (list, tuple, set, frozenset)):
-            todo += list(o)
-        elif (hasattr(o, "__dict__") and not callable(o)
-              and not isinstance(o, (type, types.ModuleType, types.FrameType))):
-            todo += list(vars(o).values())
-    return total
-
-
-def train(cls, rank: int, n: int, seed: int, salt: int, stage: int) -> dict:
-    import torch
-    import torch.distributed as dist
-
-    from .common import traffic_counter
-
-    model = make_model(seed)
-    params = list(model.parameters())
-    opt = cls(model.parameters(), lr=LR, eps=EPS, weight_decay=WEIGHT_DECAY, stage=stage)
-    x, y = data(n, seed, salt)
-    counter = traffic_counter()
-    history = []
-    with counter:
-        for step in range(STEPS):
-            xs = torch.from_numpy(x[step, rank].reshape(-1, LAYERS[0]))
-            ys = torch.from_numpy(y[step, rank].reshape(-1, LAYERS[-1]))
-            torch.nn.functional.mse_loss(model(xs), ys).backward()
-            opt.step()
-            opt.zero_grad()
-            for p in params:
-                p.grad = None
-            history.append(encode(flat(params)))
-    dist.barrier()
-    exclude = {p.untyped_storage().data_ptr() for p in params}
-    return {"params": history, "state": held_elements(opt, exclude),
-            "bytes": {k: int(v) for k, v in counter.bytes.items()},
-            "calls": {k: int(v) for k, v in counter.calls.items()}}
 
 
 # ----------------------------------------------------------------------------- the grader's side
@@ -145,20 +108,25 @@ def _update_error(w, before, after) -> float:
     return float(np.linalg.norm(w - after) / max(np.linalg.norm(after - before), 1e-30))
 
 
-def check_result(m: dict, rank: int, n: int, ref: list) -> str | None:
+def _rel(a, b) -> float:
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def check_result(m: dict, rank: int, n: int, ref: dict) -> str | None:
     history = m.get("params")
-    size = ref[0].size
+    params = ref["params"]
+    size = params[0].size
     if not isinstance(history, list) or len(history) != STEPS:
         return "not every step reported the parameters"
     for step, text in enumerate(history):
         w = decode(text, size) if isinstance(text, str) else None
         if w is None:
             return f"step {step}: the parameters came back malformed"
-        err = _update_error(w, ref[step], ref[step + 1])
+        err = _update_error(w, params[step], params[step + 1])
         if err <= PARAM_TOL:
             continue
         if step == 0:
-            why = _diagnose_first_step(w, rank, n, ref)
+            why = _diagnose_first_step(w, rank, n, params)
             if why:
                 return why
         return (f"after step {step + 1} the parameters differ from one process's by {err:.2g} of the "
@@ -197,91 +165,119 @@ def check_traffic(m: dict, n: int, stage: int, numel: int) -> str | None:
     if not isinstance(counted, dict):
         return "no traffic came back"
     total = 4 * numel
-    sent = sum(float(FORMULAS[k](v, n)) for k, v in counted.items() if k in FORMULAS and isinstance(v, int) and v > 0)
-    predicted = STEPS * sum(float(FORMULAS[k](total, n)) for k in EXPECTED_CALLS[stage])
-    if abs(sent - predicted) < 0.5:
-        return None
+    used = {k: v for k, v in counted.items() if k in FORMULAS and isinstance(v, int) and v > 0}
+    sent = sum(float(FORMULAS[k](v, n)) for k, v in used.items())
+    for calls in EXPECTED_CALLS[stage]:
+        predicted = STEPS * sum(float(FORMULAS[k](total, n)) for k in calls)
+        if set(used) == set(calls) and abs(sent - predicted) < 0.5:
+            return None
+    calls = EXPECTED_CALLS[stage][0]
+    predicted = STEPS * sum(float(FORMULAS[k](total, n)) for k in calls)
     per_step = {k: v / (STEPS * total) for k, v in counted.items() if isinstance(v, int) and v > 0}
     seen = ", ".join(f"{k} {r:.3g} x" for k, r in sorted(per_step.items())) or "no collective"
-    want = " + ".join(EXPECTED_CALLS[stage])
+    want = " + ".join(calls)
     why = ""
     if not counted.get("all_gather"):
         why = ": no all-gather (dist.all_gather_single), so the updated shards never reach the other ranks"
     elif stage == 2 and counted.get("all_reduce"):
         why = ": stage 2 reduce-scatters the gradients (dist.reduce_scatter_single) instead of all-reducing them"
-    elif stage == 1 and counted.get("reduce_scatter"):
-        why = ": stage 1 all-reduces the whole gradient and keeps its shard"
     return (f"stage {stage}: sent {sent:,.0f} bytes in {STEPS} steps (per step: {seen} the parameters); "
             f"{want} of the parameters per step = {predicted:,.0f}{why}")
 
 
-def check_state(m: dict, n: int, numel: int) -> str | None:
-    """The optimizer's state on one rank: at most ``STATE_SHARDS`` shards of P/n elements."""
+def _local_gradient(n: int, seed: int, salt: int, rank: int, params) -> np.ndarray:
+    """Rank ``rank``'s own gradient at the last step (its data, the parameters before it)."""
+    import torch
+
+    model = make_model(seed)
+    with torch.no_grad():
+        offset = 0
+        for p in model.parameters():
+            p.copy_(torch.from_numpy(params[offset:offset + p.numel()].reshape(p.shape)))
+            offset += p.numel()
+    x, y = data(n, seed, salt)
+    xs = torch.from_numpy(x[STEPS - 1, rank].reshape(-1, LAYERS[0]))
+    ys = torch.from_numpy(y[STEPS - 1, rank].reshape(-1, LAYERS[-1]))
+    torch.nn.functional.mse_loss(model(xs), ys).backward()
+    return flat(p.grad for p in model.parameters())
+
+
+def check_state(m: dict, rank: int, n: int, ref: dict, case) -> str | None:
+    """The optimizer's state on one rank, between steps: at least AdamW's two moments of a
+    shard of P/n elements, at most ``STATE_SHARDS`` shards in all. What each extra tensor of
+    the model's size holds is named from its values (the evidence: moments, a gradient, the
+    parameters, or none of these)."""
+    numel = ref["params"][0].size
     shard = numel // n
-    held = m.get("state")
-    if not isinstance(held, int):
+    held = m.get("held")
+    if not isinstance(held, list) or not all(isinstance(h, int) for h in held):
         return "no state size came back"
-    if held > STATE_SHARDS * shard + 64:
-        return (f"the optimizer holds {held:,} elements = {held / shard:.3g} shards of P/n = {shard:,} (a full "
-                f"AdamW state is 2P = {2 * n} shards): keep exp_avg and exp_avg_sq for your shard only (at most "
-                f"{STATE_SHARDS} shard-sized tensors)")
+    values = [v for v in (decode(t, size) for t in m.get("values") or [] if isinstance(t, str)
+                          for size in (numel, 2 * numel)) if v is not None]
+    total = sum(held)
+    if total > STATE_SHARDS * shard + 64:
+        names = []
+        known = {"AdamW's moments for all P parameters (exp_avg)": ref["exp_avg"],
+                 "AdamW's moments for all P parameters (exp_avg_sq)": ref["exp_avg_sq"],
+                 "the averaged gradient of the last step": ref["grads"][-1],
+                 "the parameters": ref["params"][-1]}
+        if any(v.size == numel for v in values):
+            known[f"rank {rank}'s own gradient of the last step"] = _local_gradient(
+                n, case[1], ref["salt"], rank, ref["params"][-2])
+        for v in values:
+            for part in (v.reshape(-1, numel) if v.size % numel == 0 else ()):
+                fits = [what for what, want in known.items() if _rel(part, want) <= MOMENT_TOL]
+                names += fits or ["a tensor of P elements"]
+        kept = ""
+        if names:
+            names = list(dict.fromkeys(names))
+            kept = (f"; it keeps the whole of {' and of '.join(names)} between steps (the model's size, n shards"
+                    + (": keep only your shard's" if any("moments" in x for x in names) else
+                       ": let it go after the step, a rank needs only its shard") + ")")
+        return (f"the optimizer holds {total:,} elements = {total / shard:.3g} shards of P/n = {shard:,} (at most "
+                f"{STATE_SHARDS}: the two moments and a copy of the shard; a full AdamW state is 2P = "
+                f"{2 * n} shards){kept}")
+    if total < 2 * shard:
+        return (f"the optimizer holds {total:,} elements between steps, fewer than AdamW's two moments "
+                f"(exp_avg and exp_avg_sq) of this rank's shard of P/n = {shard:,} elements: keep AdamW's "
+                "state for your shard (a torch.optim.AdamW over a copy of the shard does)")
     return None
 
 
-def grade(get_class, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=True,
+def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=True,
           limits=None, isolate=True) -> Report:
-    """Grade ``get_class()`` (called inside each rank) at each world size, both stages."""
+    """Grade ``student`` (:class:`~assignments.common.Student`) at each world size, both stages."""
     from sandbox.multirank import Limits
 
     numel = sum(p.numel() for p in make_model(0).parameters())
+    refs = {}
+
+    def reference(n, case):
+        if (n, case[1]) not in refs:
+            refs[(n, case[1])] = dict(baseline(n, case[1], salt), salt=salt)
+        return refs[(n, case[1])]
 
     def check(n, case, rank, m, ref) -> dict:
         stage = case[0]
-        fails = {f"result{stage}": check_result(m, rank, n, ref), f"traffic{stage}": check_traffic(m, n, stage, numel),
-                 "state": check_state(m, n, numel)}
+        fails = {f"result{stage}": check_result(m, rank, n, ref),
+                 f"traffic{stage}": check_traffic(m, n, stage, numel),
+                 "state": check_state(m, rank, n, ref, case)}
         return {part: text for part, text in fails.items() if text}
 
-    return grade_case_by_case(
-        NAME, TITLES, POINTS, get_class, lambda cls, rank, n, case, salt: train(cls, rank, n, case[1], salt, case[0]),
-        [(stage, seed) for stage in STAGES for seed in seeds],
-        describe=lambda case: f"stage {case[0]}, seed {case[1]}",
-        reference=lambda n, case: baseline(n, case[1], salt), check=check,
-        earns_after={"state": (("result1", "result2"), "earns its points once the parameters are right")},
-        world_sizes=world_sizes, salt=salt, quiet=quiet, limits=limits or Limits(wall_s=60.0, stall_s=5.0),
-        isolate=isolate, warm=warm)
-
-
-def warm() -> None:
-    """Run, before the ranks are forked (and in each rank before it drops its privileges),
-    what a rank uses, so no import happens later."""
-    import torch
-
-    from .common import traffic_counter
-
-    warm_up()
-    shard = torch.zeros(8, requires_grad=True)
-    opt = torch.optim.AdamW([shard], lr=LR, weight_decay=WEIGHT_DECAY)
-    with traffic_counter():
-        shard.grad = torch.ones(8)
-        opt.step()
-    held_elements(opt, set())
-    import torch.distributed as dist
-
-    if dist.is_initialized():  # in a rank: each collective's first call, while it may still read files
-        n = dist.get_world_size()
-        with traffic_counter():
-            dist.reduce_scatter_single(torch.zeros(1), torch.zeros(n))
-            dist.all_gather_single(torch.zeros(n), torch.zeros(1))
-            dist.all_reduce(torch.zeros(1))
-        dist.barrier()
+    runs = [(stage, seed) for stage in STAGES for seed in seeds]
+    program = rank_program("a3_rank:main", student, (CLASS,), quiet, extra=(("a2_rank", rank_source("a2_rank")),))
+    return grade_training(
+        NAME, TITLES, POINTS, program, runs, header={"runs": runs, "salt": salt},
+        describe=lambda case: f"stage {case[0]}, seed {case[1]}", reference=reference, check=check,
+        world_sizes=world_sizes, limits=limits or Limits(wall_s=60.0, stall_s=5.0), isolate=isolate)
 
 
 def grade_file(path, **kwargs) -> Report:
     """Grade a submitted notebook or .py file (fresh inputs unless ``salt`` is given)."""
-    return grade_submitted(path, NAME, TITLES, POINTS, lambda sources: load_function(sources, CLASS), grade, **kwargs)
+    return grade_submitted(path, NAME, TITLES, POINTS, grade, **kwargs)
 
 
 def self_check(cls, world_sizes=WORLD_SIZES, seeds=SEEDS[:1]) -> float:
     """Run the grader on ``cls`` (defined in this notebook) and print its report; the ranks
     are forked from this process, so they have the class. Returns the score."""
-    return run_self_check(grade, lambda: cls, world_sizes, seeds)
+    return run_self_check(grade, {CLASS: cls}, world_sizes, seeds)

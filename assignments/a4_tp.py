@@ -38,8 +38,10 @@ import numpy as np
 from solutions.communication import allreduce_bytes_per_rank, tensor_parallel_bytes_per_layer
 from solutions.model_parallel import tensor_parallel_collectives_per_layer
 
-from .common import (Report, built_in_collectives, defined, finish_report, grade_submitted, load_names, one_thread,
-                     open_rank, payload, traffic_counter, warm_up)
+from .a4_rank import BATCH, D_MODEL, N_HEAD, SEQ, UNIT_SHAPE, build_case, case_seed
+from .a4_rank import STEPS as CASE_STEPS
+from .common import (Report, built_in_collectives, defined, finish_report, first_cause, grade_submitted, one_thread,
+                     payload, rank_program, rank_source, run_cases, seeded)
 from .common import self_check as run_self_check
 
 NAME = "Assignment 4: tensor-parallel MLP and attention"
@@ -49,10 +51,6 @@ WORLD_SIZES = (2, 4)
 #: Whole heads per rank: the world size must divide N_HEAD.
 ALLOWED_WORLD_SIZES = (2, 4)
 SEEDS = (0, 1, 2)
-#: The blocks graded: width h, heads, sequence s, micro-batch b (small: CPU ranks).
-D_MODEL, N_HEAD, SEQ, BATCH = 32, 4, 8, 2
-#: f and g alone: a (4, 8) tensor per rank.
-UNIT_SHAPE = (4, 8)
 POINTS = {"f": 1, "g": 1, "mlp_shards": 1, "mlp": 2, "attn_shards": 1, "attn": 2, "comm": 2}
 TITLES = {
     "f": "f: identity forward, all-reduce backward",
@@ -89,19 +87,9 @@ def tolerance() -> float:
 
 def make_case(seed: int, salt: int):
     """The unsharded blocks and the inputs of one case, the same in every process that
-    builds them: ``(mlp, attention, x, probe)`` (the loss is ``sum(out * probe)``, so every
-    output element has its own gradient)."""
-    import torch
-
-    from labs.model import MLP, CausalSelfAttention, GPTConfig
-
-    cfg = GPTConfig(n_head=N_HEAD, d_model=D_MODEL, block_size=SEQ)
-    with torch.random.fork_rng():
-        torch.manual_seed((seed * 1_000_003 + salt) % 2**31)
-        mlp, attn = MLP(cfg), CausalSelfAttention(cfg)
-        x = torch.randn(BATCH, SEQ, D_MODEL)
-        probe = torch.randn(BATCH, SEQ, D_MODEL)
-    return mlp, attn, x, probe
+    builds them (:func:`.a4_rank.build_case`, seeded apart from other grading threads)."""
+    with seeded(case_seed(seed, salt)):
+        return build_case()
 
 
 def unit_inputs(seed: int, salt: int, n: int) -> list:
@@ -127,12 +115,6 @@ def reference(seed: int, salt: int) -> dict:
     return out
 
 
-def _enc(t) -> dict:
-    """A tensor as a rank reports it: its shape and its float32 bytes, base64."""
-    a = np.ascontiguousarray(t.detach().float().numpy())
-    return {"shape": list(a.shape), "data": base64.b64encode(a.tobytes()).decode()}
-
-
 def _dec(m) -> np.ndarray | None:
     """A float32 array a rank reported (``{shape, data}``), or None if it is not one."""
     try:
@@ -143,97 +125,6 @@ def _dec(m) -> np.ndarray | None:
         return np.frombuffer(raw, dtype=np.float32).reshape(shape).astype(np.float64)
     except (KeyError, TypeError, ValueError):
         return None
-
-
-# ----------------------------------------------------------------------------- inside a rank
-
-def _first_communication():
-    """A dispatch mode that records whether the forward pass's first all-reduce comes
-    before its first matrix product (``.first``: 'all_reduce', 'matmul' or None): Megatron's
-    forward all-reduce (g) follows the row-parallel matmul, never precedes the first one."""
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    aten, c10d = torch.ops.aten, torch.ops.c10d
-    matmuls = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm}
-
-    class First(TorchDispatchMode):
-        first = None
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if self.first is None:
-                if func._overloadpacket in matmuls:
-                    self.first = "matmul"
-                elif func._overloadpacket is c10d.allreduce_:
-                    self.first = "all_reduce"
-            return func(*args, **(kwargs or {}))
-
-    return First()
-
-
-def _rank_main(get_functions, quiet):
-    def main(rank, n, data, report):
-        import torch
-
-        opened = open_rank(data, get_functions, report, quiet)
-        if opened is None:
-            return
-        header, arrays, fns = opened
-
-        def attempt(case, step, body):
-            try:
-                message = body()
-            except NotImplementedError as exc:
-                message = {"error": "NotImplementedError", "message": str(exc)[:200]}
-            except Exception as exc:  # noqa: BLE001 - the student's code
-                message = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-            report(dict(message, case=case, step=step))
-
-        for case, spec in enumerate(header["cases"]):
-            u_np, w_np = arrays[2 * case].reshape(UNIT_SHAPE), arrays[2 * case + 1].reshape(UNIT_SHAPE)
-
-            def unit(op):
-                def body():
-                    u = torch.from_numpy(u_np.copy()).requires_grad_(True)
-                    with traffic_counter() as fwd:
-                        y = fns[op].apply(u)
-                    with traffic_counter() as bwd:
-                        (y * torch.from_numpy(w_np.copy())).sum().backward()
-                    return {"out": _enc(y), "grad": _enc(u.grad), "calls": [fwd.calls, bwd.calls]}
-                return body
-
-            attempt(case, "f", unit("CopyToTensorParallel"))
-            attempt(case, "g", unit("ReduceFromTensorParallel"))
-            mlp, attn, x, probe = make_case(spec["seed"], header["salt"])
-
-            def block(key, module):
-                def body():
-                    full = {k: p.detach().clone() for k, p in module.named_parameters()}
-                    if key == "mlp":
-                        shard = fns["shard_mlp"](full, rank, n)
-                    else:
-                        shard = fns["shard_attention"](full, N_HEAD, rank, n)
-                    shard = {str(k): v.detach().clone().to(torch.float32).requires_grad_(True) for k, v in shard.items()}
-                    message = {"shards": {k: _enc(v) for k, v in shard.items()}}
-                    xin = x.clone().requires_grad_(True)
-                    try:
-                        with traffic_counter() as fwd, _first_communication() as first:
-                            y = fns["tp_mlp"](xin, shard) if key == "mlp" else fns["tp_attention"](xin, shard, N_HEAD)
-                        with traffic_counter() as bwd:
-                            (y * probe).sum().backward()
-                    except NotImplementedError:
-                        raise
-                    except Exception as exc:  # noqa: BLE001 - the shards are still worth reporting
-                        return dict(message, error=f"{type(exc).__name__}: {str(exc)[:200]}")
-                    message.update(out=_enc(y), x_grad=_enc(xin.grad) if xin.grad is not None else None,
-                                   grads={k: _enc(v.grad) for k, v in shard.items() if v.grad is not None},
-                                   calls=[fwd.calls, bwd.calls], bytes=[fwd.bytes, bwd.bytes], first=first.first)
-                    return message
-                return body
-
-            attempt(case, "mlp", block("mlp", mlp))
-            attempt(case, "attn", block("attn", attn))
-    return main
 
 
 # ----------------------------------------------------------------------------- the grader's side
@@ -318,8 +209,11 @@ def _judge_shard(name, got, full, want, n, r):
     return f"{name}: rank {r}'s shard (shape {tuple(got.shape)}) is not its {kind} part (shape {tuple(want.shape)})"
 
 
-def _judge_block(key, ms, ref, n, slicers):
-    """``(shard problem, block problem)`` for one block on one case."""
+def _judge_block(key, ms, ref, n, slicers, units=None):
+    """``(shard problem, block problem)`` for one block on one case. ``units``: ``{"f": what
+    is wrong with f alone, "g": ...}`` (None: right) on the same case, the evidence that
+    decides which operator a wrong gradient is blamed on."""
+    units = units or {}
     shard_problem = None
     prefix = BLOCKS[key][0]
     full = {k: v.numpy().astype(np.float64) for k, v in ref["params"].items()}
@@ -352,6 +246,12 @@ def _judge_block(key, ms, ref, n, slicers):
                                        f"counts {n} times: add it once, after g")
             return shard_problem, f"rank {r}: the output differs from one process (relative L2 {_rel(out, ref['out']):.2g})"
         if _rel(xg, ref["x_grad"]) > tol:
+            wrong = [op for op in ("f", "g") if units.get(op) and "backward" in units[op]]
+            if wrong:
+                op = wrong[0]
+                return shard_problem, (f"rank {r}: the input's gradient differs from one process (relative L2 "
+                                       f"{_rel(xg, ref['x_grad']):.2g}), and {op}'s backward is wrong on its own "
+                                       f"({units[op]}): fix {op} first")
             if all(g is not None and g.shape == ref["x_grad"].shape for g in xgs) and _rel(sum(xgs), ref["x_grad"]) <= tol:
                 return shard_problem, ("the input's gradient is this rank's partial sum: f (an all-reduce in the "
                                        "backward pass) is missing before the column-parallel linear")
@@ -399,72 +299,74 @@ def _judge_comm(by_block, n):
     return None
 
 
-def grade(get_functions, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=True,
+def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=True,
           limits=None, isolate=True) -> Report:
-    """Grade ``get_functions()`` (called inside each rank, returning the six names of
-    ``FUNCTIONS``) at each world size; a Report."""
-    from sandbox.multirank import Limits, run_ranks
+    """Grade ``student`` (:class:`~assignments.common.Student`, the six names of
+    ``FUNCTIONS``) at each world size; a Report. Each step of each seed (f, g, the MLP, the
+    attention) runs and scores on its own (:func:`~assignments.common.run_cases`)."""
     from labs.tensor_parallel import shard_slicers
+    from sandbox.multirank import Limits
 
     limits = limits or Limits(wall_s=40.0, stall_s=5.0)
-    warm_up()
     started = time.monotonic()
     report = Report(NAME)
     verdicts = {p: [] for p in POINTS}  # per world size: None (passed) or the first problem
     missing = None
+    program = rank_program("a4_rank:main", student, FUNCTIONS, quiet, extra=(("model", rank_source("model")),))
+    runs_of = [(seed, step) for seed in seeds for step in CASE_STEPS]
     for n in world_sizes:
         if N_HEAD % n:
             raise ValueError(f"world size {n} must divide the {N_HEAD} heads")
-        specs = [{"seed": s} for s in seeds]
-        units = [unit_inputs(s, salt, n) for s in seeds]
-        payloads = [payload({"cases": specs, "salt": salt}, [a for c in units for a in c[r]]) for r in range(n)]
-        group = run_ranks(n, _rank_main(get_functions, quiet), payloads, limits, isolate=isolate, prepare=warm_up)
-        report.isolated = group.isolated and report.isolated is not False
-        got = {}
-        for rank, messages in enumerate(group.messages):
-            for m in messages:
-                if "missing" in m:
-                    missing = m["missing"]
-                if isinstance(m.get("case"), int) and m.get("step") in POINTS:
-                    got[(m["case"], m["step"], rank)] = m
+        units = {seed: unit_inputs(seed, salt, n) for seed in seeds}
+
+        def payloads_for(indices, n=n, units=units):
+            unit_cases = [c for c in indices if runs_of[c][1] in ("f", "g")]
+            header = {"cases": indices, "runs": runs_of, "salt": salt, "units": unit_cases}
+            return [payload(header, [a for c in unit_cases for a in units[runs_of[c][0]][r]]) for r in range(n)]
+
+        runs = run_cases(n, len(runs_of), payloads_for, program, limits, isolate)
+        report.isolated = runs.isolated and report.isolated is not False
+        missing = missing or runs.missing
         slicers = [shard_slicers(D_MODEL, n, r) for r in range(n)]
         first = {p: None for p in POINTS}
 
         def note(part, text):
             first[part] = first[part] or f"n={n}: {text}"
 
-        for c, seed in enumerate(seeds):
-            ref = None
-            complete, unwritten = {}, False
-            for step in ("f", "g", "mlp", "attn"):
-                ms = [got.get((c, step, r)) for r in range(n)]
-                if any(m is None for m in ms):
-                    why = group.detail if not group.ok else "some ranks reported nothing"
-                    for part in ([step] if step in ("f", "g") else [BLOCKS[step][1], step]):
-                        note(part, f"seed {seed}: not finished ({why})")
+        for seed in seeds:
+            ref, complete, unwritten, unit_verdict = None, {}, False, {}
+            for step in CASE_STEPS:
+                c = runs_of.index((seed, step))
+                parts = [step] if step in ("f", "g") else [BLOCKS[step][1], step]
+                if c in runs.stopped:
+                    for part in parts:
+                        note(part, f"seed {seed}: not finished ({runs.stopped[c]})")
+                    unwritten = unwritten or runs.stopped[c].startswith("not implemented")
                     continue
+                ms = [runs.messages[c].get(r) for r in range(n)]
                 errors = [(r, m["error"]) for r, m in enumerate(ms) if "error" in m and "shards" not in m]
                 if errors:
-                    r, e = errors[0]
+                    r, e = first_cause(errors)
                     text = "not implemented yet" if e == "NotImplementedError" else f"rank {r} raised {e}"
                     unwritten = unwritten or e == "NotImplementedError"
-                    for part in ([step] if step in ("f", "g") else [BLOCKS[step][1], step]):
+                    for part in parts:
                         note(part, f"seed {seed}: {text}")
                     continue
                 if step in ("f", "g"):
-                    why = _judge_unit(step, ms, units[c], n)
+                    why = _judge_unit(step, ms, units[seed], n)
+                    unit_verdict[step] = why
                     if why:
                         note(step, f"seed {seed}: {why}")
                     continue
                 if ref is None:
                     with one_thread():
                         ref = reference(seed, salt)
-                shard_problem, block_problem = _judge_block(step, ms, ref[step], n, slicers)
+                shard_problem, block_problem = _judge_block(step, ms, ref[step], n, slicers, unit_verdict)
                 if shard_problem:
                     note(BLOCKS[step][1], f"seed {seed}: {shard_problem}")
                 if block_problem:
                     note(step, f"seed {seed}: {block_problem}")
-                if "error" not in ms[0]:
+                if not any("error" in m for m in ms):
                     complete[step] = ms
             if len(complete) == 2:
                 why = _judge_comm(complete, n)
@@ -472,12 +374,6 @@ def grade(get_functions, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, qu
                     note("comm", f"seed {seed}: {why}")
             else:
                 note("comm", f"seed {seed}: " + ("not implemented yet" if unwritten else "not counted (a block did not run)"))
-        if not group.ok and not any(group.detail in (v or "") for v in first.values()):
-            for part in POINTS:
-                if first[part] is None:
-                    continue
-                first[part] += f" [{group.detail}]"
-                break
         for part in POINTS:
             verdicts[part].append(first[part])
     problems = {part: [v for v in verdicts[part] if v] for part in POINTS}
@@ -487,11 +383,10 @@ def grade(get_functions, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, qu
 def grade_file(path, **kwargs) -> Report:
     """Grade a submitted notebook or .py file; the inputs are drawn afresh unless ``salt``
     is given."""
-    return grade_submitted(path, NAME, TITLES, POINTS, lambda sources: load_names(sources, FUNCTIONS), grade, **kwargs)
+    return grade_submitted(path, NAME, TITLES, POINTS, grade, **kwargs)
 
 
 def self_check(namespace: dict, world_sizes=WORLD_SIZES, seeds=SEEDS[:1]) -> float:
     """Run the grader on the six names as this notebook defines them (pass ``globals()``);
     the ranks are forked from this process. Prints the report, returns the score."""
-    functions = defined(namespace, FUNCTIONS)
-    return run_self_check(grade, lambda: functions, world_sizes, seeds)
+    return run_self_check(grade, defined(namespace, FUNCTIONS), world_sizes, seeds)

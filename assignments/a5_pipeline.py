@@ -38,8 +38,10 @@ import numpy as np
 
 from solutions.pipeline import bubble_fraction, idle_fraction, peak_in_flight, simulate_orders
 
-from .common import (Report, defined, finish_report, grade_submitted, load_names, messages_by_case, one_thread,
-                     open_rank, payload, warm_up)
+from .a5_rank import FINGERPRINT_VALUES, MICRO_BATCH, MODEL, build_case, case_seed, fingerprint, loss_of
+from .common import (Report, defined, finish_report, first_cause, grade_submitted, one_thread, rank_program,
+                     rank_source, run_cases, seeded)
+from .common import payload as make_payload
 from .common import self_check as run_self_check
 
 NAME = "Assignment 5: a 1F1B pipeline schedule"
@@ -48,9 +50,6 @@ WORLD_SIZES = (2, 4)
 #: One stage per rank, the same number of blocks each: the world size must divide n_layer.
 ALLOWED_WORLD_SIZES = (2, 4)
 SEEDS = (0, 1, 2)
-#: The model the run trains one step of (small: CPU ranks); b sequences per micro-batch.
-MODEL = {"vocab_size": 32, "block_size": 8, "n_layer": 4, "n_head": 2, "d_model": 16}
-MICRO_BATCH = 2
 #: Pipelines whose order is checked: p stages, m micro-batches.
 ORDER_STAGES = (2, 3, 4, 5, 6)
 POINTS = {"passes": 2, "agree": 1, "memory": 2, "bubble": 1, "run_order": 1, "run_result": 3}
@@ -177,34 +176,12 @@ def check_orders(p: int, m: int, orders: list) -> dict:
 
 # ----------------------------------------------------------------------------- the model and the baseline
 
-def _config():
-    from labs.model import GPTConfig
-
-    return GPTConfig(**MODEL)
-
-
 def make_case(seed: int, salt: int, m: int):
     """``(model, inputs, targets)``: the unsplit model and ``m`` micro-batches of token ids,
-    the same in every process that builds them."""
-    import torch
-
-    from labs.model import GPT
-
-    cfg = _config()
-    with torch.random.fork_rng():
-        torch.manual_seed((seed * 1_000_003 + salt) % 2**31)
-        model = GPT(cfg)
-        for p in model.parameters():  # biases and norms too, so that a wrong gradient shows
-            p.data.add_(0.05 * torch.randn_like(p))
-        tokens = torch.randint(0, cfg.vocab_size, (m, MICRO_BATCH, cfg.block_size + 1))
-    return model, [t[:, :-1].clone() for t in tokens], [t[:, 1:].clone() for t in tokens]
-
-
-def loss_of(logits, targets):
-    """A micro-batch's loss: mean next-token cross-entropy (``labs.model.GPT``'s)."""
-    import torch.nn.functional as F
-
-    return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+    the same as every rank builds (:func:`.a5_rank.build_case`, seeded apart from other
+    grading threads)."""
+    with seeded(case_seed(seed, salt)):
+        return build_case(m)
 
 
 def baseline(seed: int, salt: int, p: int, m: int) -> dict:
@@ -242,111 +219,20 @@ def baseline(seed: int, salt: int, p: int, m: int) -> dict:
             "out_grads": out_grads}
 
 
-# ----------------------------------------------------------------------------- inside a rank
-
-def _watched(stage, rank, expected, m, log):
-    """The stage module as the student gets it: the real stage, which also logs each pass
-    and the micro-batch its data belongs to (``-1``: none of them)."""
-    import torch
-    import torch.nn as nn
-
-    inputs, grads = expected["inputs"][rank], expected["out_grads"][rank]
-
-    def which(x, candidates):
-        for i, want in enumerate(candidates):
-            if isinstance(x, torch.Tensor) and x.shape == want.shape and x.dtype == want.dtype and (
-                    torch.equal(x, want) if not want.is_floating_point()
-                    else torch.allclose(x, want, rtol=1e-4, atol=1e-6)):
-                return i
-        return -1
-
-    class Watched(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.stage = stage
-
-        def forward(self, x):
-            i = which(x.detach() if isinstance(x, torch.Tensor) else x, inputs)
-            log.append(["F", i])
-            out = self.stage(x)
-            if out.requires_grad:
-                def seen(g, i=i):
-                    j = which(g, grads)
-                    scaled = int(i >= 0 and j < 0 and torch.allclose(g, m * grads[i], rtol=1e-4, atol=1e-6))
-                    log.append(["B", i, j, scaled])
-                out.register_hook(seen)
-            out.microbatch = i
-            return out
-
-    return Watched()
-
-
-def _rank_main(get_functions, quiet, order_grid_here):
-    def main(rank, n, data, report):
-        import torch
-
-        from labs.pipeline_parallel import Stage
-
-        opened = open_rank(data, get_functions, report, quiet)
-        if opened is None:
-            return
-        header, _, fns = opened
-        if rank == 0 and order_grid_here:
-            orders = {}
-            for p, m in order_grid():
-                row = []
-                for s in range(p):
-                    try:
-                        got = fns["one_f_one_b"](p, m, s)
-                        row.append([list(x) if isinstance(x, tuple) else x for x in got][:4 * m + 8]
-                                   if isinstance(got, (list, tuple)) else repr(got)[:40])
-                    except NotImplementedError:
-                        row = "NotImplementedError"
-                        break
-                    except Exception as exc:  # noqa: BLE001
-                        row = f"stage {s}: {type(exc).__name__}: {str(exc)[:150]}"
-                        break
-                orders[f"{p},{m}"] = row
-            try:
-                report({"orders": orders})
-            except (TypeError, ValueError):
-                report({"orders": "not JSON: the passes must be ('F' | 'B', int) pairs"})
-        for case, spec in enumerate(header["cases"]):
-            m = spec["m"]
-            expected = baseline(spec["seed"], header["salt"], n, m)
-            model, xs, ys = make_case(spec["seed"], header["salt"], m)
-            stage = Stage(model, rank, n)
-            log, pairs = [], []
-
-            def loss_fn(logits, targets):
-                mine = next((k for k, y in enumerate(ys) if targets is y or (
-                    isinstance(targets, torch.Tensor) and targets.shape == y.shape and torch.equal(targets, y))), -1)
-                pairs.append([getattr(logits, "microbatch", -1), mine])
-                return loss_of(logits, targets)
-
-            last = rank == n - 1
-            message = {"case": case}
-            try:
-                loss = fns["pipeline_step"](_watched(stage, rank, expected, m, log), m,
-                                            (MICRO_BATCH, MODEL["block_size"], MODEL["d_model"]),
-                                            inputs=xs if rank == 0 else None, targets=ys if last else None,
-                                            loss_fn=loss_fn if last else None)
-                if last:
-                    message["loss"] = float(loss) if loss is not None else None
-            except NotImplementedError:
-                message["error"] = "NotImplementedError"
-            except Exception as exc:  # noqa: BLE001
-                message["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-            grads = [q.grad for q in stage.parameters()]
-            if "error" not in message and all(g is not None for g in grads):
-                flat = torch.cat([g.reshape(-1) for g in grads]).float().numpy()
-                message["grads"] = base64.b64encode(np.ascontiguousarray(flat).tobytes()).decode()
-            message.update(log=log, pairs=pairs, no_grad=sum(g is None for g in grads))
-            report(message)
-    return main
-
-
 # ----------------------------------------------------------------------------- the grader's side
+
+def _which(got, candidates) -> int:
+    """The index of the tensor among ``candidates`` whose fingerprint (:func:`.a5_rank.fingerprint`)
+    ``got`` is, or -1 (what a rank reports is checked against the grader's own tensors)."""
+    if not isinstance(got, list) or len(got) > FINGERPRINT_VALUES + 2 or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in got):
+        return -1
+    for i, want in enumerate(candidates):
+        expected = fingerprint(want)
+        if len(expected) == len(got) and np.allclose(got, expected, rtol=1e-4, atol=1e-6):
+            return i
+    return -1
+
 
 def _judge_run(n, m, ms, ref, tol):
     """``(order problem, result problem)`` of one run case (all ranks reported)."""
@@ -359,31 +245,41 @@ def _judge_run(n, m, ms, ref, tol):
         r, e = errors[0]
         text = "not implemented yet" if e == "NotImplementedError" else f"rank {r} raised {e}"
         return f"{where}: {text}", f"{where}: {text}"
-    executed = []
+    executed, forward_of = [], []
     for s, msg in enumerate(ms):
-        order = []
-        for entry in msg.get("log") or []:
+        order, which = [], {}
+        log = msg.get("log") if isinstance(msg.get("log"), list) else []
+        for k, entry in enumerate(log):
             if not isinstance(entry, list) or not entry or entry[0] not in ("F", "B"):
                 continue
-            i = entry[1] if isinstance(entry[1], int) else -1
-            if entry[0] == "F" and i < 0:
-                order_problem = order_problem or (
-                    f"{where}: stage {s} ran a forward pass on data that is no micro-batch's input (a wrong "
-                    "send order upstream, or a buffer received into the wrong place)")
-            if entry[0] == "B" and len(entry) >= 4 and entry[2] != i and i >= 0:
-                if entry[3]:
+            if entry[0] == "F":
+                i = which[k] = _which(entry[1] if len(entry) > 1 else None, ref["inputs"][s])
+                if i < 0:
+                    order_problem = order_problem or (
+                        f"{where}: stage {s} ran a forward pass on data that is no micro-batch's input (a wrong "
+                        "send order upstream, or a buffer received into the wrong place)")
+                order.append(("F", i))
+                continue
+            i = which.get(entry[1], -1) if len(entry) > 2 and isinstance(entry[1], int) else -1
+            got = entry[2] if len(entry) > 2 else None
+            j = _which(got, ref["out_grads"][s])
+            if j != i and i >= 0:
+                if _which(got, [m * ref["out_grads"][s][i]]) == 0:
                     result_problem = result_problem or (
                         f"{where}: stage {s}'s gradients are m = {m} times too large: divide each micro-batch's "
                         "loss by m (the step's loss is their mean)")
-                elif entry[2] >= 0:
+                elif j >= 0:
                     order_problem = order_problem or (
-                        f"{where}: stage {s} ran micro-batch {i}'s backward pass with micro-batch {entry[2]}'s "
+                        f"{where}: stage {s} ran micro-batch {i}'s backward pass with micro-batch {j}'s "
                         f"gradient: stage {s + 1} sends its gradients in another order than stage {s} receives them "
                         "(a wrong send order)")
-            order.append((entry[0], i))
+            order.append(("B", i))
         executed.append(order)
+        forward_of.append(which)
     for s, msg in enumerate(ms):
         for pair in msg.get("pairs") or []:
+            if isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], int):
+                pair = [forward_of[s].get(pair[0], -1), pair[1]]
             if isinstance(pair, list) and len(pair) == 2 and pair[0] != pair[1]:
                 order_problem = order_problem or (
                     f"{where}: the last stage computed micro-batch {pair[0]}'s loss against micro-batch {pair[1]}'s "
@@ -427,44 +323,50 @@ def _judge_run(n, m, ms, ref, tol):
     return order_problem, result_problem
 
 
-def grade(get_functions, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=True,
+def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=True,
           limits=None, isolate=True) -> Report:
-    """Grade ``get_functions()`` (called inside each rank, returning ``FUNCTIONS``) at each
-    world size; a Report."""
-    from sandbox.multirank import Limits, run_ranks
-    from labs import pipeline_parallel  # noqa: F401  (imported once here: the ranks are forked from us)
+    """Grade ``student`` (:class:`~assignments.common.Student`: ``one_f_one_b`` and
+    ``pipeline_step``) at each world size; a Report. The grid of orders (at the first world
+    size) and each run case score on their own (:func:`~assignments.common.run_cases`)."""
+    from sandbox.multirank import Limits
 
     limits = limits or Limits(wall_s=40.0, stall_s=5.0)
-    warm_up()
     started = time.monotonic()
     report = Report(NAME)
     found = {part: [] for part in POINTS}
     missing = None
     tol = tolerance()
+    extra = (("model", rank_source("model")), ("stage", rank_source("stage")))
+    program = rank_program("a5_rank:main", student, FUNCTIONS, quiet, extra=extra)
     for k, n in enumerate(world_sizes):
-        specs = [{"seed": s, "m": microbatches(n, s)} for s in seeds]
-        payloads = [payload({"cases": specs, "salt": salt}, []) for _ in range(n)]
-        group = run_ranks(n, _rank_main(get_functions, quiet, k == 0), payloads, limits, isolate=isolate,
-                          prepare=warm_up)
-        report.isolated = group.isolated and report.isolated is not False
-        by_case, missing = messages_by_case(group, len(specs), missing)
-        if k == 0:  # rank 0 ran the grid of one_f_one_b orders
-            orders_seen = next((msg["orders"] for msg in reversed(group.messages[0]) if "orders" in msg), None)
-            found_orders = _judge_order_grid(orders_seen, group)
+        runs_of = (["grid"] if k == 0 else []) + [{"seed": s, "m": microbatches(n, s)} for s in seeds]
+        header = {"runs": runs_of, "salt": salt, "grid": order_grid()}
+
+        def payloads_for(indices, n=n, header=header):
+            return [make_payload(dict(header, cases=indices), [])] * n
+
+        runs = run_cases(n, len(runs_of), payloads_for, program, limits, isolate)
+        report.isolated = runs.isolated and report.isolated is not False
+        missing = missing or runs.missing
+        if k == 0:
+            if 0 in runs.stopped:
+                found_orders = {part: f"one_f_one_b: not finished ({runs.stopped[0]})" for part in ORDER_PARTS}
+            else:
+                found_orders = _judge_order_grid(runs.messages[0].get(0, {}).get("orders"))
             for part in ORDER_PARTS:
                 found[part].append(found_orders[part])
         first = {"run_order": None, "run_result": None}
-        for c, spec in enumerate(specs):
-            ranks = by_case[c]
+        for c, spec in enumerate(runs_of):
+            if spec == "grid":
+                continue
             where = f"p={n}, m={spec['m']}"
-            if len(ranks) < n:
-                why = group.detail if not group.ok else "some ranks reported nothing"
+            if c in runs.stopped:
                 for part in first:
-                    first[part] = first[part] or f"{where}: not finished ({why})"
+                    first[part] = first[part] or f"{where}: not finished ({runs.stopped[c]})"
                 continue
             with one_thread():
                 ref = baseline(spec["seed"], salt, n, spec["m"])
-            order_problem, result_problem = _judge_run(n, spec["m"], [ranks[r] for r in range(n)], ref, tol)
+            order_problem, result_problem = _judge_run(n, spec["m"], [runs.messages[c][r] for r in range(n)], ref, tol)
             first["run_order"] = first["run_order"] or order_problem
             first["run_result"] = first["run_result"] or result_problem
         for part, text in first.items():
@@ -473,20 +375,24 @@ def grade(get_functions, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, qu
     return finish_report(report, TITLES, POINTS, problems, missing, started)
 
 
-def _judge_order_grid(orders, group) -> dict:
-    """The first problem of each order part over the whole grid (None: all passed)."""
+def _judge_order_grid(orders) -> dict:
+    """The first problem of each order part over the whole grid (None: all passed). Each
+    pipeline ``(p, m)`` is judged on its own: where an order is not valid (a pass missing,
+    twice, or a backward before its forward) only ``passes`` is lost there; the other parts
+    are judged on the valid ones (so a 1F1B wrong only for m < p - 1 loses the 2 points of
+    ``passes``, less than GPipe's order loses for its memory)."""
     first = {part: None for part in ORDER_PARTS}
     if not isinstance(orders, dict):
-        why = orders if isinstance(orders, str) else (group.detail or "one_f_one_b was not run")
+        why = orders if isinstance(orders, str) else "one_f_one_b was not run"
         return {part: f"one_f_one_b: {why}" for part in ORDER_PARTS}
+    judged = 0
     for p, m in order_grid():
         row = orders.get(f"{p},{m}")
         if row == "NotImplementedError":
             return {part: "one_f_one_b: not implemented yet" for part in ORDER_PARTS}
         if isinstance(row, str) or not isinstance(row, list) or len(row) != p:
-            text = f"p={p}, m={m}: one_f_one_b raised {row}" if isinstance(row, str) else f"p={p}, m={m}: no order"
-            for part in ORDER_PARTS:
-                first[part] = first[part] or text
+            first["passes"] = first["passes"] or (
+                f"p={p}, m={m}: one_f_one_b raised {row}" if isinstance(row, str) else f"p={p}, m={m}: no order")
             continue
         parsed, bad = [], None
         for s, raw in enumerate(row):
@@ -494,22 +400,28 @@ def _judge_order_grid(orders, group) -> dict:
             bad = bad or (f"p={p}, m={m}: stage {s}'s order {why}" if why else None)
             parsed.append(order)
         if bad:
-            for part in ORDER_PARTS:
-                first[part] = first[part] or bad
+            first["passes"] = first["passes"] or bad
             continue
-        for part, text in check_orders(p, m, parsed).items():
+        verdict = check_orders(p, m, parsed)
+        if verdict["passes"]:
+            first["passes"] = first["passes"] or verdict["passes"]
+            continue
+        judged += 1
+        for part, text in verdict.items():
             first[part] = first[part] or text
+    if not judged:
+        for part in ORDER_PARTS[1:]:
+            first[part] = first[part] or "not checked: no pipeline's order was valid"
     return first
 
 
 def grade_file(path, **kwargs) -> Report:
     """Grade a submitted notebook or .py file; the data is drawn afresh unless ``salt`` is
     given."""
-    return grade_submitted(path, NAME, TITLES, POINTS, lambda sources: load_names(sources, FUNCTIONS), grade, **kwargs)
+    return grade_submitted(path, NAME, TITLES, POINTS, grade, **kwargs)
 
 
 def self_check(namespace: dict, world_sizes=WORLD_SIZES, seeds=SEEDS[:1]) -> float:
     """Run the grader on ``one_f_one_b`` and ``pipeline_step`` as this notebook defines them
     (pass ``globals()``); prints the report, returns the score."""
-    functions = defined(namespace, FUNCTIONS)
-    return run_self_check(grade, lambda: functions, world_sizes, seeds)
+    return run_self_check(grade, defined(namespace, FUNCTIONS), world_sizes, seeds)

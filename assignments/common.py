@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import io
 import json
-import os
-import re
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from sandbox.submission import plumbing_pattern
+from .rank_common import load_names  # noqa: F401  (the rank's loader, also used by the tests)
 
-#: Cells that set up the self-check (they import this package): not part of the answer.
-PLUMBING = plumbing_pattern(("assignments", "tests", "solutions", "labs"), calls=("self_check",))
+HERE = Path(__file__).resolve().parent
 
 
 @dataclass
@@ -75,66 +72,88 @@ class Report:
 
 def submission_sources(path) -> tuple[list, str | None]:
     """``[(filename, source)]`` of a submitted notebook or .py file (text only: nothing is
-    run here), without the cells that set up the self-check; or the reason there are none."""
+    run here), without the statements that set up or run the self-check (one rule with the
+    exercises': :func:`sandbox.submission.is_self_check_statement`); or the reason there
+    are none."""
     from sandbox.submission import read_submission
 
-    sub = read_submission(Path(path))
+    sub = read_submission(Path(path), assignment=True)
     if sub.problem:
         return [], sub.problem
-    return [(u.filename, u.source) for u in sub.units if not PLUMBING.search(u.source)], None
+    return [(u.filename, u.source) for u in sub.units], None
+
+
+@dataclass(frozen=True)
+class Student:
+    """The code being graded: a submission's ``sources`` (``[(filename, source)]``, run
+    inside each rank), or, for a notebook's self-check, ``local``: a callable returning
+    ``{name: object}`` from the notebook's own process (its ranks are forked from it)."""
+
+    sources: tuple = ()
+    local: object = None
 
 
 def load_function(sources: list, name: str):
-    """Run a submission's units in one namespace (inside a rank; a failing unit costs only
-    itself, as in the exercises' grader) and return the function ``name``, or raise
-    LookupError saying why it is missing."""
+    """The function ``name`` from a submission's units (see :func:`load_names`)."""
     return load_names(sources, (name,))[name]
 
 
-def load_names(sources: list, names) -> dict:
-    """``{name: object}`` for each of ``names`` (functions or classes), the submission's
-    units run once in one namespace; LookupError naming the first one missing."""
-    namespace = {"__name__": "submission"}
-    errors = []
-    with contextlib.redirect_stdout(io.StringIO()):
-        for filename, source in sources:
-            try:
-                exec(compile(source, filename, "exec"), namespace)
-            except BaseException as exc:  # noqa: BLE001 - the student's cell, not ours
-                errors.append(f"{filename}: {type(exc).__name__}: {exc}")
-    for name in names:
-        if not callable(namespace.get(name)):
-            defined = re.compile(rf"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+{re.escape(name)}\b", re.M)
-            if not any(defined.search(source) for _, source in sources):
-                # Not written anywhere: most likely another file (a cell's error would mislead).
-                raise LookupError(f"no function `{name}` in the submission: nowhere does it "
-                                  f"define `{name}` (the wrong file?)")
-            more = f" ({errors[0]})" if errors else ""
-            raise LookupError(f"no function `{name}` in the submission{more}")
-    return {name: namespace[name] for name in names}
+_SOURCES: dict = {}
 
 
-def quiet_stdio() -> None:
-    """Send a rank's own prints to /dev/null (a grader's console is not the student's)."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.dup2(devnull, 2)
+def rank_source(name: str) -> str:
+    """The source of a module the ranks run: ``assignments/NAME.py``; ``model`` (the
+    course's model, ``labs/model.py``, which the ranks of A4 and A5 build) or ``stage``
+    (the labs' pipeline stage, which A5's ranks run)."""
+    if name not in _SOURCES:
+        if name == "stage":
+            _SOURCES[name] = _stage_source()
+        else:
+            path = HERE.parent / "labs" / "model.py" if name == "model" else HERE / f"{name}.py"
+            _SOURCES[name] = path.read_text(encoding="utf-8")
+    return _SOURCES[name]
 
 
-def open_rank(data: bytes, get, report, quiet: bool):
-    """A rank's first steps, the same in every grader: silence its prints (``quiet``), read
-    what the grader sent it (:func:`unpack`) and fetch the submission's code with ``get()``.
-    Returns ``(header, arrays, code)``; or None once it has reported ``{"missing": why}``,
-    where the submission lacks what the assignment asks for."""
-    if quiet:
-        quiet_stdio()
-    header, arrays = unpack(data)
-    try:
-        code = get()
-    except Exception as exc:  # noqa: BLE001 - a rank reports, it never raises
-        report({"missing": str(exc)[:300]})
-        return None
-    return header, arrays, code
+def _stage_source() -> str:
+    """The labs' pipeline ``Stage`` (and ``stage_bounds``), alone: the ranks of Assignment 5
+    get these two, not the module around them (whose schedules are the answer)."""
+    import inspect
+
+    from labs import pipeline_parallel
+
+    return ("from __future__ import annotations\n\nimport torch.nn as nn\n\n\n"
+            + inspect.getsource(pipeline_parallel.stage_bounds) + "\n\n"
+            + inspect.getsource(pipeline_parallel.Stage))
+
+
+def rank_program(entry: str, student: Student, names, quiet: bool = True, extra: tuple = ()):
+    """The :class:`sandbox.multirank.RankProgram` running ``entry`` (``"a1_rank:main"``) on
+    ``student``'s code: :mod:`.rank_common`, the modules of ``extra`` (``(name, source)``)
+    and the entry's module, as source."""
+    from sandbox.multirank import RankProgram
+
+    module = entry.split(":")[0]
+    modules = (("rank_common", rank_source("rank_common")),) + tuple(extra) + ((module, rank_source(module)),)
+    return RankProgram(modules=modules, entry=entry, sources=tuple(tuple(u) for u in student.sources),
+                       names=tuple(names), local=student.local, quiet=quiet)
+
+
+# ----------------------------------------------------------------------------- random numbers
+
+_TORCH_RNG = threading.Lock()
+
+
+@contextlib.contextmanager
+def seeded(seed: int):
+    """torch's global generator seeded with ``seed`` for the block, and restored after it,
+    with no other grading thread drawing from it meanwhile: models built by ``nn.Module``
+    initialisers (which draw from the global generator) are then the same in the grader,
+    in every rank and whatever runs beside them (``--jobs 2``)."""
+    import torch
+
+    with _TORCH_RNG, torch.random.fork_rng():
+        torch.manual_seed(seed)
+        yield
 
 
 # ----------------------------------------------------------------------------- tensors on the wire
@@ -161,70 +180,6 @@ def payload(header: dict, arrays: list) -> bytes:
     head = dict(header, sizes=[int(np.asarray(a).size) for a in arrays])
     body = b"".join(np.ascontiguousarray(np.asarray(a, dtype=np.float32)).tobytes() for a in arrays)
     return json.dumps(head).encode() + b"\n" + body
-
-
-def unpack(data: bytes) -> tuple[dict, list]:
-    head, _, body = data.partition(b"\n")
-    header = json.loads(head)
-    arrays, offset = [], 0
-    for size in header["sizes"]:
-        arrays.append(np.frombuffer(body, dtype=np.float32, count=size, offset=offset).copy())
-        offset += 4 * size
-    return header, arrays
-
-
-# ----------------------------------------------------------------------------- traffic
-
-def traffic_counter():
-    """The labs' collective counter (``labs.training.CollectiveCounter``), extended to the
-    point-to-point operations a hand-written collective is made of: ``calls["send"]``,
-    ``bytes["send"]`` (and ``recv``) beside the built-in collectives it already counts."""
-    import torch
-    from labs.training import _COLLECTIVES, CollectiveCounter, _nbytes
-
-    # CollectiveCounter's own method, without the dynamo.disable wrapper torch put on it.
-    count_collective = getattr(CollectiveCounter.__torch_dispatch__, "__wrapped__",
-                               CollectiveCounter.__torch_dispatch__)
-    c10d = torch.ops.c10d
-    p2p = {c10d.send: "send", c10d.recv_: "recv"}
-
-    class TrafficCounter(CollectiveCounter):
-        @classmethod
-        def _should_skip_dynamo(cls) -> bool:
-            # torch wraps a mode's __torch_dispatch__ in dynamo.disable, which imports
-            # torch._dynamo (1.5 s) on first use; a grader's rank never compiles.
-            return False
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            name = p2p.get(func._overloadpacket)
-            if name is not None:
-                self.calls[name] = self.calls.get(name, 0) + 1
-                self.bytes[name] = self.bytes.get(name, 0) + _nbytes(args[0])
-            elif func.namespace == "c10d" and func._overloadpacket not in _COLLECTIVES:
-                other = str(func._overloadpacket).split(".")[-1].rstrip("_")  # allgather_, ...
-                if other not in ("barrier", "monitored_barrier"):
-                    self.calls[other] = self.calls.get(other, 0) + 1
-            return count_collective(self, func, types, args, kwargs)
-
-    return TrafficCounter()
-
-
-
-
-def warm_up() -> None:
-    """Import, in a rank, what the grader's side of it uses (the counter's dispatch mode
-    imports modules on first use), before the rank loses the right to read them. That
-    includes torch._dynamo (with sympy and mpmath): torch imports it on first use from
-    several places a submission reaches (a collective inside an autograd.Function, torch's
-    disable wrapper), and a rank whose ids were dropped may no longer read the files of a
-    Python installed under a private home folder. About 1.5 s, paid once in the grading
-    process, whose forked ranks inherit it."""
-    import cProfile  # noqa: F401  (imported lazily by torch's dispatch-mode machinery)
-    import torch
-    import torch._dynamo  # noqa: F401
-
-    with traffic_counter():
-        torch.zeros(1).add_(1)
 
 
 def built_in_collectives(calls: dict) -> list:
@@ -268,18 +223,30 @@ def reference_submission(assignment: str, folder) -> Path:
     return Path(__file__).resolve().parents[1] / ASSIGNMENTS[assignment][1]
 
 
+_THREADS = threading.Lock()
+_THREAD_USERS = [0, 0]  # grading threads inside one_thread(), torch's thread count before the first
+
+
 @contextlib.contextmanager
 def one_thread():
     """Compute a baseline in the grader's process with one torch thread: tiny matrices on a
-    shared machine run many times slower with a thread pool fighting for the cores."""
+    shared machine run many times slower with a thread pool fighting for the cores. (The
+    setting is the process's: the first grading thread in sets it, the last one out
+    restores it.)"""
     import torch
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    with _THREADS:
+        if _THREAD_USERS[0] == 0:
+            _THREAD_USERS[1] = torch.get_num_threads()
+            torch.set_num_threads(1)
+        _THREAD_USERS[0] += 1
     try:
         yield
     finally:
-        torch.set_num_threads(before)
+        with _THREADS:
+            _THREAD_USERS[0] -= 1
+            if _THREAD_USERS[0] == 0:
+                torch.set_num_threads(_THREAD_USERS[1])
 
 
 def first_cause(errors: list) -> tuple:
@@ -291,18 +258,18 @@ def first_cause(errors: list) -> tuple:
     return (causes or errors)[0]
 
 
-def grade_submitted(path, name: str, titles: dict, points: dict, load, grade, **kwargs) -> Report:
-    """Grade a submitted notebook or .py file with ``grade(get_functions, **kwargs)``, where
-    ``load(sources)`` finds what the assignment asks for in the file's code. Unless ``salt``
-    is given the inputs are drawn afresh (a submission that regenerates them from the seeds
-    learns nothing); a file with no code to grade scores 0 on every part, saying why."""
+def grade_submitted(path, name: str, titles: dict, points: dict, grade, **kwargs) -> Report:
+    """Grade a submitted notebook or .py file with ``grade(Student(sources), **kwargs)``: its
+    code runs inside the ranks. Unless ``salt`` is given the inputs are drawn afresh (a
+    submission that regenerates them from the seeds learns nothing); a file with no code to
+    grade scores 0 on every part, saying why."""
     import secrets
 
     kwargs.setdefault("salt", secrets.randbits(32))
     sources, problem = submission_sources(path)
     if problem:
         return Report(name, [Test(t, p, False, problem) for t, p in zip(titles.values(), points.values())])
-    return grade(lambda: load(sources), **kwargs)
+    return grade(Student(tuple(sources)), **kwargs)
 
 
 def messages_by_case(group, count: int, missing=None) -> tuple:
@@ -336,66 +303,144 @@ def finish_report(report: Report, titles: dict, points: dict, problems: dict, mi
     return report
 
 
-def run_cases_in_rank(get_class, quiet: bool, run):
-    """A rank's main for :func:`grade_case_by_case`: the cases the grader sent, in turn,
-    each with ``run(cls, rank, world_size, case, salt) -> message``; the rank stops at its
-    first case that raises (the other ranks would wait for it), reporting the error."""
-    def main(rank, world_size, data, report):
-        opened = open_rank(data, get_class, report, quiet)
-        if opened is None:
-            return
-        header, _, cls = opened
-        for index, case in enumerate(header["cases"]):
-            try:
-                message = run(cls, rank, world_size, case, header["salt"])
-            except NotImplementedError as exc:
-                report({"case": index, "error": "NotImplementedError", "message": str(exc)[:200]})
-                return
-            except Exception as exc:  # noqa: BLE001  (the other ranks would wait for this one)
-                report({"case": index, "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
-                return
-            report(dict(message, case=index))
-    return main
+class CaseBarrier:
+    """The checkpoints of a group that runs cases in turn (each rank calls
+    ``ctx.checkpoint("case", case=index, raised=bool)`` after each case): once every rank
+    still running has reported the same case, all go on, unless some ranks raised and
+    others did not (those would be out of step: their messages of the next case could meet
+    a peer still in this one), then all stop and :func:`run_cases` starts a fresh group at
+    the next case. Ranks that all raised (an untouched stub) go on together."""
+
+    record = False
+
+    def __init__(self, world_size: int):
+        self.world_size, self.waiting, self.done = world_size, {}, set()
+        self.stopped_after = None  # the case after which the group was told to stop
+
+    def arrive(self, rank: int, message: dict) -> dict:
+        self.waiting[rank] = message
+        return self._decide()
+
+    def finished(self, rank: int) -> dict:
+        self.done.add(rank)
+        self.waiting.pop(rank, None)
+        return self._decide()
+
+    def _decide(self) -> dict:
+        live = set(range(self.world_size)) - self.done
+        if not self.waiting or not live <= set(self.waiting):
+            return {}
+        cases = {m.get("case") for m in self.waiting.values()}
+        raised = {bool(m.get("raised")) for m in self.waiting.values()}
+        go = len(cases) == 1 and len(raised) == 1 and live == set(range(self.world_size))
+        if not go:
+            self.stopped_after = min((c for c in cases if isinstance(c, int)), default=None)
+        answers = {r: "go" if go else "stop" for r in self.waiting}
+        self.waiting = {}
+        return answers
 
 
-def grade_case_by_case(name: str, titles: dict, points: dict, get_class, run, cases: list, *, describe,
-                       reference, check, earns_after=None, world_sizes, salt: int, quiet: bool, limits,
-                       isolate: bool, warm) -> Report:
-    """The grading loop of the assignments that train a student's class (2 and 3). At each
-    world size n one group of ranks runs every case of ``cases`` (JSON values) in turn
-    (:func:`run_cases_in_rank`). A case that some rank failed or did not finish costs every
-    part, and ends that world size (the ranks stopped there). For the others
-    ``ref = reference(n, case)`` is computed once, and ``check(n, case, rank, message, ref)``
-    returns each rank's failures, ``{part: text}``; ``describe(case)`` names the case in the
-    feedback. A part's feedback is its first failure at each world size. ``earns_after``,
-    ``{part: (other parts, text)}``: a part that an empty answer would pass earns its points
-    only once those others pass; until then it fails saying ``text``. ``warm()`` runs once
-    here and in each rank before it drops its privileges."""
+@dataclass
+class CaseRuns:
+    """What the ranks reported about each case (:func:`run_cases`)."""
+
+    messages: list  # per case: {rank: message}
+    stopped: dict = field(default_factory=dict)  # case -> why it did not finish on every rank
+    isolated: bool | None = None  # every group had its own namespaces (None: none ran)
+    missing: str | None = None  # why the submission has nothing to grade, where a rank said so
+    sockets: list = field(default_factory=list)  # outside addresses a rank tried to reach
+    groups: int = 0
+
+
+def stop_reason(group, messages: dict) -> str:
+    """Why a case did not finish on every rank: a rank's own error first (its peers then
+    waited for it, which is the consequence, not the cause), else what the watchdog saw."""
+    errors = [(r, m["error"]) for r, m in sorted(messages.items()) if "error" in m]
+    detail = group.detail or "some ranks reported nothing"
+    if errors:
+        r, e = first_cause(errors)
+        text = "not implemented yet" if e == "NotImplementedError" else f"rank {r} raised {e}"
+        return f"{text} (then {detail})" if not group.ok else text
+    return detail
+
+
+def run_cases(world_size: int, count: int, payloads_for, program, limits, isolate: bool,
+              signature=None) -> CaseRuns:
+    """Run ``count`` cases on groups of ``world_size`` ranks, every case on its own: one group
+    runs them in turn (``payloads_for(indices)`` builds what each rank gets for the cases
+    ``indices``; ``program`` runs them, reporting ``{"case": index, ...}`` and checkpointing
+    after each, see :class:`CaseBarrier`), and when a group stops at a case (a hang, a crash,
+    a rank that raised while its peers did not), a fresh group runs the cases after it. A case
+    whose ``signature(index)`` equals that of a case that stopped a group is not run again
+    (the same code on other random numbers would stop it the same way): it is recorded as
+    stopped, saying so."""
     from sandbox.multirank import run_ranks
 
-    warm()
+    runs = CaseRuns([{} for _ in range(count)])
+    pending = list(range(count))
+    while pending:
+        barrier = CaseBarrier(world_size)
+        group = run_ranks(world_size, program, payloads_for(pending), limits, isolate=isolate,
+                          checkpoints=barrier)
+        runs.groups += 1
+        runs.isolated = group.isolated and runs.isolated is not False
+        runs.sockets += group.sockets
+        by_case, runs.missing = messages_by_case(group, count, runs.missing)
+        for c in pending:
+            runs.messages[c].update(by_case[c])
+        if runs.missing:
+            break
+        unfinished = [c for c in pending if len(runs.messages[c]) < world_size]
+        if not unfinished:
+            break
+        if barrier.stopped_after is not None and unfinished[0] > barrier.stopped_after:
+            pending = unfinished  # stopped on purpose after a complete case: go on from there
+            continue
+        stop = unfinished[0]
+        runs.stopped[stop] = stop_reason(group, runs.messages[stop])
+        pending = []
+        for c in unfinished[1:]:
+            if signature is not None and signature(c) == signature(stop):
+                runs.stopped[c] = f"not run: the same case stopped the ranks before ({runs.stopped[stop]})"
+            else:
+                pending.append(c)
+    return runs
+
+
+def grade_training(name: str, titles: dict, points: dict, program, cases: list, *, header: dict, describe,
+                   reference, check, world_sizes, limits, isolate: bool) -> Report:
+    """The grading loop of the assignments that train a student's class (2 and 3): at each
+    world size ``n`` the ranks run every case of ``cases`` (each on its own:
+    :func:`run_cases`; every rank gets ``header`` plus the indices of its cases). A case that
+    did not finish, or that some rank failed, costs every part (its feedback names the rank's
+    own error first). For the others ``ref = reference(n, case)`` is computed once and
+    ``check(n, case, rank, message, ref)`` returns each rank's failures, ``{part: text}``;
+    ``describe(case)`` names the case. A part's feedback is its first failure at each world
+    size; every part is judged on its own evidence."""
     started = time.monotonic()
     fails = {p: [] for p in points}
     missing, isolated = None, None
     for n in world_sizes:
-        payloads = [payload({"cases": cases, "salt": salt}, [])] * n
-        group = run_ranks(n, run_cases_in_rank(get_class, quiet, run), payloads, limits, isolate=isolate,
-                          prepare=warm)
-        isolated = group.isolated and isolated is not False  # every group had its own namespaces
-        by_case, missing = messages_by_case(group, len(cases), missing)
+        def payloads_for(indices, n=n):
+            return [payload(dict(header, cases=indices), [])] * n
+
+        runs = run_cases(n, len(cases), payloads_for, program, limits, isolate)
+        isolated = runs.isolated and isolated is not False  # every group had its own namespaces
+        missing = missing or runs.missing
         for c, case in enumerate(cases):
-            ranks = by_case[c]
             label = f"n={n}, {describe(case)}"
+            ranks = runs.messages[c]
+            if c in runs.stopped:
+                for p in points:
+                    fails[p].append(f"{label}: not finished ({runs.stopped[c]})")
+                continue
             errors = [(r, m["error"]) for r, m in sorted(ranks.items()) if "error" in m]
-            if errors or len(ranks) < n:
-                if errors:
-                    r, e = first_cause(errors)
-                    text = "not implemented yet" if e == "NotImplementedError" else f"rank {r} raised {e}"
-                else:
-                    text = f"not finished ({group.detail or 'some ranks reported nothing'})"
+            if errors:
+                r, e = first_cause(errors)
+                text = "not implemented yet" if e == "NotImplementedError" else f"rank {r} raised {e}"
                 for p in points:
                     fails[p].append(f"{label}: {text}")
-                break  # the ranks stop at the first case that fails
+                continue
             ref = reference(n, case)
             for r, m in sorted(ranks.items()):
                 for part, text in check(n, case, r, m, ref).items():
@@ -405,19 +450,16 @@ def grade_case_by_case(name: str, titles: dict, points: dict, get_class, run, ca
         feedback = list(dict.fromkeys(fails[part]))
         for n in world_sizes:  # the first failure per world size is enough
             shown[part] += [f for f in feedback if f.startswith(f"n={n},")][:1]
-    for part, (others, text) in (earns_after or {}).items():
-        if not shown[part] and any(fails[p] for p in others):
-            shown[part] = [text]
     report = finish_report(Report(name), titles, points, shown, missing, started)
     report.isolated = isolated
     return report
 
 
-def self_check(grade, get, world_sizes, seeds) -> float:
-    """What a notebook's self-check does: ``grade(get, ...)`` with the ranks' prints shown
-    (they are forked from the notebook's process, so they have what it defines), then the
-    report printed. Returns the score."""
-    report = grade(get, world_sizes=world_sizes, seeds=seeds, quiet=False)
+def self_check(grade, objects: dict, world_sizes, seeds) -> float:
+    """What a notebook's self-check does: ``grade`` on ``objects`` (``{name: object}`` as the
+    notebook defines them) with the ranks' prints shown (they are forked from the notebook's
+    process, so they have what it defines), then the report printed. Returns the score."""
+    report = grade(Student(local=lambda: objects), world_sizes=world_sizes, seeds=seeds, quiet=False)
     print(report.text())
     return report.score
 

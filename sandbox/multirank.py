@@ -56,7 +56,9 @@ MAX_MESSAGE = 64 * 1024 * 1024
 #: the signal that killed it (written by the namespace's init, which reaps the ranks).
 SLOTS = 4
 OPERATIONS = ("", "send", "recv", "isend wait", "irecv wait", "batch_isend_irecv wait",
-              "barrier", "collective", "init_process_group", "collective wait")
+              "barrier", "collective", "init_process_group", "collective wait", "checkpoint")
+#: Waiting for the grader at a checkpoint is not a hang of the rank's own making.
+NOT_A_HANG = {OPERATIONS.index("checkpoint")}
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,103 @@ class Limits:
     stall_s: float = 5.0  # one rank blocked in one communication call
     memory_bytes: int = 4 * 1024**3  # the group's processes together (PSS)
     threads: int = 1  # torch threads per rank: ranks share the machine's cores
+    #: once a rank has reported an error, a peer blocked this long is waiting for it (the
+    #: error is the cause; waiting the full ``stall_s`` would add nothing)
+    stall_after_error_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class RankProgram:
+    """What every rank of a group runs: grader modules given as source (``modules``, ``((name,
+    source), ...)`` in the order they import each other; loaded as the package
+    :data:`PROGRAM_PACKAGE` inside the rank, so they may import one another relatively), the
+    function ``entry`` (``"module:function"``) called with a :class:`RankContext`, and the
+    student's code: ``sources`` (``[(filename, source)]``, run in the rank) defining
+    ``names``. ``local``, for a self-check only, returns ``{name: object}`` from the
+    calling process's own objects instead (the ranks are then forked from it)."""
+
+    modules: tuple
+    entry: str
+    sources: tuple = ()
+    names: tuple = ()
+    local: object = None
+    quiet: bool = True
+
+
+#: The package a rank's grader modules are loaded as (see :class:`RankProgram`).
+PROGRAM_PACKAGE = "_grader"
+
+
+class RankContext:
+    """What a rank's entry function gets: ``rank``, ``world_size``, ``payload`` (the bytes the
+    grader sent this rank alone), ``report(dict)`` (one JSON message back) and ``student()``,
+    ``{name: object}`` of the submission (LookupError saying why when a name is missing)."""
+
+    def __init__(self, rank, world_size, payload, report, program, checkpoint=None):
+        self.rank, self.world_size, self.payload, self.report = rank, world_size, payload, report
+        self._program = program
+        self._checkpoint = checkpoint
+
+    def checkpoint(self, label: str, **info) -> str:
+        """Tell the grader this rank has reached ``label`` (with ``info``, plain data) and
+        wait for its answer (``"go"``, ``"stop"``...): the grader decides when the ranks go
+        on (see ``run_ranks``' ``checkpoints``)."""
+        return self._checkpoint(dict(info, checkpoint=str(label)))
+
+    def student(self) -> dict:
+        program = self._program
+        if program.local is not None:
+            return dict(program.local())
+        loader = sys.modules[f"{PROGRAM_PACKAGE}.rank_common"]
+        return loader.load_names([tuple(u) for u in program.sources], program.names)
+
+
+def load_program(modules) -> dict:
+    """Load ``modules`` (``((name, source), ...)``) as :data:`PROGRAM_PACKAGE`'s submodules,
+    in order; ``{name: module}``."""
+    import types
+
+    package = types.ModuleType(PROGRAM_PACKAGE)
+    package.__path__ = []
+    package.__package__ = PROGRAM_PACKAGE
+    sys.modules[PROGRAM_PACKAGE] = package
+    loaded = {}
+    for name, source in modules:
+        module = types.ModuleType(f"{PROGRAM_PACKAGE}.{name}")
+        module.__package__ = PROGRAM_PACKAGE
+        module.__file__ = f"<{PROGRAM_PACKAGE}/{name}.py>"
+        sys.modules[module.__name__] = module
+        exec(compile(source, module.__file__, "exec"), module.__dict__)
+        setattr(package, name, module)
+        loaded[name] = module
+    return loaded
+
+
+def program_main(program: RankProgram):
+    """The ``rank_main(rank, world_size, payload, report, checkpoint)`` that runs ``program``;
+    its ``prepare()`` loads the program's modules and runs their ``warm()`` (each module's
+    imports and first uses, while the rank may still read the interpreter's files)."""
+    loaded = {}
+
+    def prepare():
+        loaded.update(load_program(program.modules))
+        for module in loaded.values():
+            if callable(getattr(module, "warm", None)):
+                module.warm()
+
+    def main(rank, world_size, payload, report, checkpoint):
+        if program.quiet:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            os.close(devnull)
+        if not loaded:
+            prepare()
+        module, function = program.entry.split(":")
+        getattr(loaded[module], function)(RankContext(rank, world_size, payload, report, program, checkpoint))
+    main.takes_checkpoint = True
+    main.prepare = prepare
+    return main
 
 
 @dataclass
@@ -281,6 +380,14 @@ def _rank(rank, world_size, rank_main, conn, status, port, limits, drop_ids, pre
 
         payload = conn.recv_bytes()
         tracker = _Tracker(status, rank)
+
+        def checkpoint(message: dict) -> str:
+            report(message)
+            tracker.enter("checkpoint")
+            try:
+                return conn.recv_bytes(1024).decode()
+            finally:
+                tracker.leave()
         tracker.enter("init_process_group")
         # c10d warns that a private namespace's loopback has no host name: not the student's
         # concern, so the rendezvous runs with this rank's stderr sent to /dev/null.
@@ -304,8 +411,12 @@ def _rank(rank, world_size, rank_main, conn, status, port, limits, drop_ids, pre
         _install_tracking(tracker)
         _install_socket_guard(report)
         walls = _install_seccomp()
-        rank_main(rank, world_size, payload, report) if walls else report(
-            {"crash": "the system-call filter could not be loaded"})
+        if not walls:
+            report({"crash": "the system-call filter could not be loaded"})
+        elif getattr(rank_main, "takes_checkpoint", False):
+            rank_main(rank, world_size, payload, report, checkpoint)
+        else:
+            rank_main(rank, world_size, payload, report)
     except BaseException as exc:  # the grader reads why, one line
         code = 1
         try:
@@ -335,8 +446,9 @@ def _init(world_size, rank_main, children, status, port, limits, drop_ids, prepa
     while True:  # reap ranks and anything re-parented to us, until the grader kills us
         try:
             pid, wstatus = os.wait()
-            if pid in ranks and os.WIFSIGNALED(wstatus):
-                status[ranks[pid] * SLOTS + 3] = os.WTERMSIG(wstatus)
+            if pid in ranks:  # how it ended: 1 + its signal, or 1000 + its exit code
+                status[ranks[pid] * SLOTS + 3] = (1 + os.WTERMSIG(wstatus) if os.WIFSIGNALED(wstatus)
+                                                  else 1000 + os.WEXITSTATUS(wstatus))
         except ChildProcessError:
             time.sleep(0.05)
         except BaseException:
@@ -385,7 +497,8 @@ def _pss(pid: int) -> int:
 
 def _hang(status, world_size, stall_s, now) -> str | None:
     blocked = [(now - status[r * SLOTS + 1], r, OPERATIONS[int(status[r * SLOTS])])
-               for r in range(world_size) if status[r * SLOTS] and not status[r * SLOTS + 2]]
+               for r in range(world_size) if status[r * SLOTS] and not status[r * SLOTS + 2]
+               and int(status[r * SLOTS]) not in NOT_A_HANG]
     blocked = [b for b in blocked if b[0] > stall_s]
     if not blocked:
         return None
@@ -396,12 +509,17 @@ def _hang(status, world_size, stall_s, now) -> str | None:
 
 
 def run_ranks(world_size: int, rank_main, payloads: list[bytes], limits: Limits = Limits(),
-              isolate: bool = True, prepare=None) -> GroupResult:
+              isolate: bool = True, prepare=None, checkpoints=None) -> GroupResult:
     """Run ``rank_main`` on ``world_size`` ranks as one isolated group (see the module).
     ``prepare()`` runs in each rank before it drops to an unprivileged uid (imports that
-    need the interpreter's folders, which that uid may not read)."""
+    need the interpreter's folders, which that uid may not read). ``checkpoints``: an
+    object with ``arrive(rank, message) -> {rank: answer}`` and ``finished(rank) -> {rank:
+    answer}`` deciding when ranks waiting at a checkpoint go on (default: at once, "go")."""
     if not 1 <= world_size <= 64 or len(payloads) != world_size:
         raise ValueError(f"world_size must be 1..64 with one payload per rank, got {world_size}")
+    if isinstance(rank_main, RankProgram):
+        rank_main = program_main(rank_main)
+        prepare = rank_main.prepare
     result = GroupResult(world_size, messages=[[] for _ in range(world_size)])
     isolated = isolate and namespaces_available()[0]
     port = PRIVATE_PORT if isolated else _free_port()
@@ -439,6 +557,8 @@ def run_ranks(world_size: int, rank_main, payloads: list[bytes], limits: Limits 
         conn.send_bytes(payload)
     open_conns = {conn: rank for rank, conn in enumerate(conns)}
     next_memory = 0.0
+    errored = None  # when a rank first reported an error
+    done_ranks = set()  # ranks whose end the checkpoints object has been told of
     try:
         while True:
             now = time.monotonic()
@@ -457,7 +577,14 @@ def run_ranks(world_size: int, rank_main, payloads: list[bytes], limits: Limits 
                     message = {"crash": "a message that is not a JSON object"}
                 if "socket" in message:
                     result.sockets.append(f"rank {rank}: {message['socket']}")
+                if "checkpoint" in message:
+                    answers = checkpoints.arrive(rank, message) if checkpoints else {rank: "go"}
+                    _answer(conns, answers, open_conns)
+                    if checkpoints is None or not getattr(checkpoints, "record", False):
+                        continue
                 result.messages[rank].append(message)
+                if "error" in message and errored is None:
+                    errored = now
             # A rank sets its finished flag after its last message: once all are set, what
             # is still in the pipes is read, and the group is done. (The pipes never reach
             # end-of-file while the namespace's init holds their other ends.)
@@ -465,15 +592,24 @@ def run_ranks(world_size: int, rank_main, payloads: list[bytes], limits: Limits 
                 if not wait(list(open_conns), timeout=0.02):
                     break
                 continue
-            killed = [r for r in range(world_size) if status[r * SLOTS + 3]]
-            if killed:
-                r = killed[0]
+            if checkpoints is not None:
+                for r in range(world_size):
+                    if status[r * SLOTS + 2] and r not in done_ranks and not wait([conns[r]], timeout=0):
+                        done_ranks.add(r)
+                        _answer(conns, checkpoints.finished(r), open_conns)
+            ended = [r for r in range(world_size) if status[r * SLOTS + 3] and not status[r * SLOTS + 2]]
+            if ended and not wait([conns[ended[0]]], timeout=0):
+                r = ended[0]  # gone without saying it had finished: killed, or os._exit
                 op = OPERATIONS[int(status[r * SLOTS])]
+                how = int(status[r * SLOTS + 3])
                 result.outcome = "crashed"
-                result.detail = (f"rank {r} was killed by {signal.Signals(int(status[r * SLOTS + 3])).name}"
-                                 + (f" in {op}" if op else ""))
+                result.detail = (f"rank {r} was killed by {_signal_name(how - 1)}" if how < 1000 else
+                                 f"rank {r} exited with status {how - 1000} (sys.exit or os._exit?)")
+                result.detail += f" in {op}" if op else ""
                 break
             hang = _hang(status, world_size, limits.stall_s, now)
+            if hang is None and errored is not None and now - errored > limits.stall_after_error_s:
+                hang = _hang(status, world_size, limits.stall_after_error_s, now)
             if hang:
                 result.outcome, result.detail = "hung", hang
                 break
@@ -510,6 +646,24 @@ def run_ranks(world_size: int, rank_main, payloads: list[bytes], limits: Limits 
             result.detail = f"rank {crashes[0][0]} stopped: {crashes[0][1]}"
     result.wall_s = time.monotonic() - start
     return result
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _answer(conns, answers: dict, open_conns) -> None:
+    """Send each waiting rank its checkpoint answer (a rank already gone is skipped)."""
+    for r, word in (answers or {}).items():
+        conn = conns[r]
+        if conn in open_conns:
+            try:
+                conn.send_bytes(str(word).encode()[:64])
+            except (OSError, ValueError):
+                pass
 
 
 def _kill_group(init_pid: int, leader: int, isolated: bool) -> None:

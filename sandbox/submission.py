@@ -212,8 +212,10 @@ def yaml_aliases(text: str) -> bool:
 
 # ----------------------------------------------------------------------------- .py
 
-def units_from_python(text: str, filename: str) -> tuple[list, str | None]:
-    """One unit per top-level statement (statements sharing a line stay together)."""
+def units_from_python(text: str, filename: str, assignment: bool = False) -> tuple[list, str | None]:
+    """One unit per top-level statement (statements sharing a line stay together). With
+    ``assignment``, the statements that set up or run an assignment's self-check are left
+    out as well (:func:`is_self_check_statement`)."""
     try:
         tree = ast.parse(text, filename=filename)
     except SyntaxError as exc:
@@ -226,6 +228,8 @@ def units_from_python(text: str, filename: str) -> tuple[list, str | None]:
     for start, end, nodes in statement_spans(tree):
         if any(_imports_tests(n) for n in nodes):
             continue  # the self-check of an exported notebook
+        if assignment and all(is_self_check_statement(n) for n in nodes):
+            continue
         units.append(Unit(len(units), f"line {start}", filename, "".join(lines[start - 1:end]),
                           frozenset(_bound_names(nodes)), line=start))
     return units, None
@@ -275,6 +279,50 @@ def split_imports(code: str) -> list:
 
 #: The packages whose import marks a statement as the self-check's set-up (not the answer).
 SELF_CHECK_PACKAGES = ("tests", "grading", "autograde")
+#: An assignment's notebook imports its self-check from its grader's package too.
+ASSIGNMENT_SELF_CHECK_PACKAGES = SELF_CHECK_PACKAGES + ("assignments",)
+
+
+def is_self_check_statement(node) -> bool:
+    """Whether a top-level statement of an assignment's submission only sets up or runs the
+    self-check: an import of :data:`ASSIGNMENT_SELF_CHECK_PACKAGES`, a statement that calls
+    ``self_check(...)``, or the notebook's bootstrap (an ``if`` whose test is one of
+    :data:`COURSE_PLUMBING`'s ``find_spec`` probes). Statement by statement, never a whole
+    cell: a solution cell that also imports ``solutions`` or ``labs`` keeps its functions
+    (those imports then fail in the ranks, which have neither, costing only themselves)."""
+    if isinstance(node, ast.Import):
+        return any(a.name.split(".")[0] in ASSIGNMENT_SELF_CHECK_PACKAGES for a in node.names)
+    if isinstance(node, ast.ImportFrom):
+        return node.level == 0 and bool(node.module) and node.module.split(".")[0] in ASSIGNMENT_SELF_CHECK_PACKAGES
+    if isinstance(node, (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        value = node.value
+        return (isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
+                and value.func.id == "self_check")
+    if isinstance(node, ast.If):
+        try:
+            test = ast.unparse(node.test)
+        except (ValueError, RecursionError):
+            return False
+        return "find_spec" in test and COURSE_PLUMBING.search(test) is not None
+    return False
+
+
+def strip_self_check(code: str) -> tuple[str, bool]:
+    """``code`` (a cell) with the statements that set up or run an assignment's self-check
+    (:func:`is_self_check_statement`) blanked, line for line, so that the line numbers of
+    the rest hold; and whether any was. Code that does not parse stays as it is (it fails
+    in the ranks, costing only itself)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return code, False
+    lines = code.split("\n")
+    dropped = False
+    for start, end, nodes in statement_spans(tree):
+        if all(is_self_check_statement(n) for n in nodes):
+            lines[start - 1:end] = [""] * (end - start + 1)
+            dropped = True
+    return "\n".join(lines), dropped
 
 
 def _imports_tests(node) -> bool:
@@ -335,7 +383,10 @@ def clean_cell(source: str) -> tuple[str | None, bool]:
     return "\n".join(lines), changed
 
 
-def units_from_cells(cells, label_prefix: str = "cell") -> tuple[list, list, set]:
+def units_from_cells(cells, label_prefix: str = "cell", assignment: bool = False) -> tuple[list, list, set]:
+    """Units of a notebook's code cells. The exercises drop a cell that sets up the
+    self-check whole (:data:`COURSE_PLUMBING`); an assignment (``assignment``) drops only
+    its self-check statements (:func:`strip_self_check`)."""
     units, notes, markdown_defs = [], [], set()
     dropped_checks = dropped_other = cleaned = 0
     for number, cell in enumerate(cells, start=1):
@@ -349,13 +400,16 @@ def units_from_cells(cells, label_prefix: str = "cell") -> tuple[list, list, set
         if cell.get("cell_type") != "code":
             markdown_defs |= set(DEF_LINE.findall(source))
             continue
-        if COURSE_PLUMBING.search(source):
+        if not assignment and COURSE_PLUMBING.search(source):
             dropped_checks += 1
             continue
         code, changed = clean_cell(source)
         if code is None:
             dropped_other += 1
             continue
+        if assignment:
+            code, stripped = strip_self_check(code)
+            dropped_checks += stripped
         cleaned += changed
         if not code.strip():
             continue
@@ -403,18 +457,20 @@ def _notebook_cells(text: str, kind: str):
     return notebook["cells"], None
 
 
-def read_submission(path) -> Submission:
+def read_submission(path, assignment: bool = False) -> Submission:
     """The units of one file, or the reason why none can run. Never raises for anything in
-    the file: a parser's surprise becomes that file's problem, not the end of a class run."""
+    the file: a parser's surprise becomes that file's problem, not the end of a class run.
+    ``assignment``: the file answers an assignment, whose self-check is left out statement
+    by statement (see :func:`units_from_cells`)."""
     path = Path(path)
     try:
-        return _read_submission(path)
+        return _read_submission(path, assignment)
     except Exception as exc:
         return Submission(path=path, kind=path.suffix.lower().lstrip("."),
                           problem=f"the grader could not read it ({type(exc).__name__})")
 
 
-def _read_submission(path: Path) -> Submission:
+def _read_submission(path: Path, assignment: bool = False) -> Submission:
     kind = path.suffix.lower().lstrip(".")
     submission = Submission(path=path, kind=kind)
     name = file_name(path.name)
@@ -429,7 +485,7 @@ def _read_submission(path: Path) -> Submission:
         submission.problem = code_too_large(text)
         if submission.problem:
             return submission
-        units, submission.problem = units_from_python(text, name)
+        units, submission.problem = units_from_python(text, name, assignment)
         submission.units = bounded(units)
         return submission
     cells, problem = _notebook_cells(text, kind)
@@ -446,7 +502,7 @@ def _read_submission(path: Path) -> Submission:
     submission.problem = code_too_large(code)
     if submission.problem:
         return submission
-    units, submission.notes, submission.markdown_defs = units_from_cells(cells)
+    units, submission.notes, submission.markdown_defs = units_from_cells(cells, assignment=assignment)
     submission.units = bounded(units)
     if not submission.units:
         submission.problem = "it has no code cells to run"

@@ -73,7 +73,9 @@ MUTANTS = {
         "full.copy_(torch.cat([p.detach().reshape(-1) for p in self.params]))\n"
         "        full[self.lo:self.lo + self.shard_numel] = self.shard.detach()", 8, "all-gather the updated shards"),
     "stage 2 that all-reduces": (
-        "        if self.stage == 2:\n", "        if False:\n", 2, "reduce-scatters the gradients"),
+        "        grad = torch.empty_like(self.shard)\n        dist.reduce_scatter_single(grad, grads)\n",
+        "        dist.all_reduce(grads)\n        grad = grads[self.lo:self.lo + self.shard_numel]\n",
+        2, "reduce-scatters the gradients"),
 }
 
 

@@ -1,0 +1,152 @@
+"""Assignment 2 inside a rank: train the model with the student's ``BucketedDDP`` for a few
+steps on this rank's own micro-batches, and report the gradients, the parameters and the
+order of events (see :mod:`.rank_common`). Assignment 3's ranks use the same model and data."""
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from .rank_common import call_counter, encode, failure, unpack
+
+#: The model: Linear(16, 32) - tanh - Linear(32, 24) - tanh - Linear(24, 8), P = 1536.
+#: Its parameters' sizes differ, so buckets in forward and in reverse order differ.
+LAYERS = (16, 32, 24, 8)
+STEPS, MICRO, BATCH = 3, 2, 4  # optimizer steps, micro-batches per step, samples per micro-batch
+#: AdamW's settings. eps is larger than the usual 1e-8 so that a gradient entry near zero,
+#: where float32 roundings in another summation order are a large fraction of it, cannot
+#: swing its update (lr g / (|g| + eps) is smooth near g = 0 at this eps): the comparison
+#: with one process then measures the submission, not the roundings.
+LR, WEIGHT_DECAY, EPS = 1e-2, 0.1, 1e-4
+#: Bucket size per seed (bytes): 3, 2 and 2 buckets for this model.
+BUCKET_BYTES = (512, 1024, 4096)
+
+
+def bucket_bytes_for(seed: int) -> int:
+    return BUCKET_BYTES[seed % len(BUCKET_BYTES)]
+
+
+def build_model():
+    """The model, its parameters drawn from torch's global generator (seed it first)."""
+    import torch
+
+    layers = []
+    for a, b in zip(LAYERS[:-1], LAYERS[1:]):
+        layers += [torch.nn.Linear(a, b), torch.nn.Tanh()]
+    return torch.nn.Sequential(*layers[:-1])
+
+
+def data(n: int, seed: int, salt: int):
+    """Inputs and targets, shape ``(STEPS, n, MICRO, BATCH, features)``."""
+    rng = np.random.default_rng([seed, n, salt])
+    x = rng.standard_normal((STEPS, n, MICRO, BATCH, LAYERS[0])).astype(np.float32)
+    y = rng.standard_normal((STEPS, n, MICRO, BATCH, LAYERS[-1])).astype(np.float32)
+    return x, y
+
+
+def flat(tensors) -> np.ndarray:
+    return np.concatenate([t.detach().reshape(-1).numpy() for t in tensors]).astype(np.float32)
+
+
+#: Where the wrapped ``dist.all_reduce`` writes its events: the current run's list.
+EVENTS = [[]]
+
+
+def watch_waits() -> None:
+    """Wrap ``dist.all_reduce`` (before the student's code is loaded, so that a name imported
+    from ``torch.distributed`` is the wrapper too) so that starting one writes ``["a", k]``
+    into the current events (:data:`EVENTS`) and waiting on the work it returns writes
+    ``["w", k]`` (k: the k-th all-reduce started)."""
+    import torch.distributed as dist
+
+    real = dist.all_reduce
+    started = [0]
+
+    class Watched:
+        def __init__(self, work, k):
+            self._work, self._k = work, k
+
+        def wait(self, *args, **kwargs):
+            out = self._work.wait(*args, **kwargs)
+            EVENTS[0].append(["w", self._k])
+            return out
+
+        def __getattr__(self, name):
+            return getattr(self._work, name)
+
+    def all_reduce(*args, **kwargs):
+        k = started[0]
+        started[0] += 1
+        EVENTS[0].append(["a", k])
+        work = real(*args, **kwargs)
+        return Watched(work, k) if work is not None else None
+
+    dist.all_reduce = all_reduce
+
+
+def train(cls, rank: int, n: int, seed: int, salt: int) -> dict:
+    """k steps of M micro-batches with the student's ``cls``; what the grader checks."""
+    import torch
+    import torch.distributed as dist
+
+    torch.manual_seed(seed)
+    model = build_model()
+    events = EVENTS[0] = []
+    for i, p in enumerate(model.parameters()):  # before the student's: these run first
+        p.register_post_accumulate_grad_hook(lambda _p, i=i: events.append(["g", i]))
+    ddp = cls(model, bucket_bytes_for(seed))
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, eps=EPS, weight_decay=WEIGHT_DECAY)
+    x, y = data(n, seed, salt)
+    counter = call_counter(events)  # each collective, in order with the hooks' events
+    grads = []
+    with counter:
+        for step in range(STEPS):
+            for micro in range(MICRO):
+                synced = micro == MICRO - 1
+                events.append(["b", step, micro, synced])
+                with (contextlib.nullcontext() if synced else ddp.no_sync()):
+                    out = model(torch.from_numpy(x[step, rank, micro]))
+                    loss = torch.nn.functional.mse_loss(out, torch.from_numpy(y[step, rank, micro])) / MICRO
+                    loss.backward()
+                events.append(["e"])
+            ddp.finish_gradient_synchronization()
+            events.append(["f"])
+            grads.append(encode(flat(p.grad if p.grad is not None else torch.zeros_like(p)
+                                     for p in model.parameters())))
+            opt.step()
+            opt.zero_grad()
+    dist.barrier()
+    return {"grads": grads, "params": encode(flat(model.parameters())), "events": events[:20_000],
+            "calls": {k: int(v) for k, v in counter.calls.items()},
+            "bytes": {k: int(v) for k, v in counter.bytes.items()}}
+
+
+def main(ctx) -> None:
+    header, _ = unpack(ctx.payload)
+    watch_waits()
+    try:
+        cls = ctx.student()["BucketedDDP"]
+    except LookupError as exc:
+        ctx.report({"missing": str(exc)[:300]})
+        return
+    for index in header["cases"]:
+        try:
+            message = train(cls, ctx.rank, ctx.world_size, header["seeds"][index], header["salt"])
+        except Exception as exc:  # noqa: BLE001 - the student's code
+            message = failure(exc)
+        ctx.report(dict(message, case=index))
+        if ctx.checkpoint("case", case=index, raised="error" in message) == "stop":
+            return
+
+
+def warm() -> None:
+    """Everything a rank uses, run once before it may lose the right to read files."""
+    import torch
+
+    model = build_model()
+    model[0].weight.register_post_accumulate_grad_hook(lambda p: None)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, eps=EPS, weight_decay=WEIGHT_DECAY)
+    with call_counter():
+        torch.nn.functional.mse_loss(model(torch.zeros(2, LAYERS[0])), torch.zeros(2, LAYERS[-1])).backward()
+        opt.step()
+        opt.zero_grad()

@@ -1,0 +1,142 @@
+"""Assignment 3 inside a rank: train Assignment 2's model with the student's
+``ShardedAdamW`` for a few steps on this rank's own data, and report the parameters after
+each step and what the optimizer object holds between steps (see :mod:`.rank_common`)."""
+from __future__ import annotations
+
+import types
+
+import numpy as np
+
+from .a2_rank import EPS, LAYERS, LR, STEPS, WEIGHT_DECAY, build_model, data, flat
+from .rank_common import call_counter, encode, failure, unpack
+
+#: The held tensors a rank reports with their values (those of the model's size: the grader
+#: names what they are).
+MAX_HELD = 12
+
+
+def held_tensors(obj, exclude: set, limit: int = 20000) -> list:
+    """Every distinct tensor storage and float numpy array reachable from ``obj``: through
+    attributes, dicts, lists, tuples and sets, the closures, defaults and globals of the
+    functions it holds, and the class attributes of the student's classes (a view counts
+    its whole storage); except the storages in ``exclude`` (data pointers). ``[(elements,
+    flat float32 values)]``."""
+    import torch
+
+    seen_obj, seen_storage, found, todo = set(), set(), [], [obj]
+    while todo and len(seen_obj) < limit:
+        o = todo.pop()
+        if id(o) in seen_obj:
+            continue
+        seen_obj.add(id(o))
+        if isinstance(o, torch.Tensor):
+            storage = o.untyped_storage()
+            ptr = storage.data_ptr()
+            if ptr not in exclude and ptr not in seen_storage:
+                seen_storage.add(ptr)
+                whole = torch.empty(0, dtype=o.dtype).set_(storage) if o.dtype.is_floating_point else o
+                found.append(whole.detach().reshape(-1).to(torch.float32).numpy().copy())
+            continue
+        if isinstance(o, np.ndarray):
+            if o.dtype.kind == "f" and o.size:
+                found.append(np.asarray(o, dtype=np.float32).reshape(-1).copy())
+            continue
+        if isinstance(o, (types.ModuleType, types.FrameType)):
+            continue
+        if isinstance(o, dict):
+            todo += list(o.keys()) + list(o.values())
+        elif isinstance(o, (list, tuple, set, frozenset)):
+            todo += list(o)
+        elif isinstance(o, types.FunctionType):
+            todo += [c.cell_contents for c in (o.__closure__ or ()) if _filled(c)]
+            todo += list(o.__defaults__ or ())
+            if o.__globals__.get("__name__") == "submission":
+                todo.append(o.__globals__)
+        elif isinstance(o, types.MethodType):
+            todo += [o.__self__, o.__func__]
+        elif isinstance(o, type):
+            if getattr(o, "__module__", "") == "submission":
+                todo += list(vars(o).values())
+        elif hasattr(o, "__dict__"):
+            todo += list(vars(o).values())
+            todo.append(type(o))
+    return [(int(a.size), a) for a in found]
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def train(cls, rank: int, n: int, seed: int, salt: int, stage: int) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    torch.manual_seed(seed)
+    model = build_model()
+    params = list(model.parameters())
+    opt = cls(model.parameters(), lr=LR, eps=EPS, weight_decay=WEIGHT_DECAY, stage=stage)
+    x, y = data(n, seed, salt)
+    counter = call_counter()
+    history = []
+    with counter:
+        for step in range(STEPS):
+            xs = torch.from_numpy(x[step, rank].reshape(-1, LAYERS[0]))
+            ys = torch.from_numpy(y[step, rank].reshape(-1, LAYERS[-1]))
+            torch.nn.functional.mse_loss(model(xs), ys).backward()
+            opt.step()
+            opt.zero_grad()
+            for p in params:
+                p.grad = None
+            history.append(encode(flat(params)))
+    dist.barrier()
+    exclude = {p.untyped_storage().data_ptr() for p in params}
+    held = held_tensors(opt, exclude)
+    numel = sum(p.numel() for p in params)
+    shown = [a for size, a in held if size in (numel, 2 * numel)][:MAX_HELD]
+    return {"params": history, "held": [size for size, _ in held][:1000],
+            "values": [encode(a) for a in shown],
+            "bytes": {k: int(v) for k, v in counter.bytes.items()},
+            "calls": {k: int(v) for k, v in counter.calls.items()}}
+
+
+def main(ctx) -> None:
+    header, _ = unpack(ctx.payload)
+    try:
+        cls = ctx.student()["ShardedAdamW"]
+    except LookupError as exc:
+        ctx.report({"missing": str(exc)[:300]})
+        return
+    for index in header["cases"]:
+        stage, seed = header["runs"][index]
+        try:
+            message = train(cls, ctx.rank, ctx.world_size, seed, header["salt"], stage)
+        except Exception as exc:  # noqa: BLE001 - the student's code
+            message = failure(exc)
+        ctx.report(dict(message, case=index))
+        if ctx.checkpoint("case", case=index, raised="error" in message) == "stop":
+            return
+
+
+def warm() -> None:
+    """What a rank uses, run once before it may lose the right to read files: AdamW's step,
+    the state walk and, in a rank, each collective's first call."""
+    import torch
+    import torch.distributed as dist
+
+    shard = torch.zeros(8, requires_grad=True)
+    opt = torch.optim.AdamW([shard], lr=LR, weight_decay=WEIGHT_DECAY)
+    with call_counter():
+        shard.grad = torch.ones(8)
+        opt.step()
+    held_tensors(opt, set())
+    if dist.is_initialized():
+        n = dist.get_world_size()
+        with call_counter():
+            dist.reduce_scatter_single(torch.zeros(1), torch.zeros(n))
+            dist.all_gather_single(torch.zeros(n), torch.zeros(1))
+            dist.all_reduce(torch.zeros(1))
+        dist.barrier()

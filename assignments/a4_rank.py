@@ -1,0 +1,143 @@
+"""Assignment 4 inside a rank: run the student's ``f``, ``g``, shards and tensor-parallel
+blocks on the course's MLP and attention blocks (``model``: ``labs/model.py``, loaded beside
+this module), step by step, and report outputs, gradients and calls (see :mod:`.rank_common`)."""
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+
+from .rank_common import call_counter, course_model, failure, unpack
+
+#: The blocks graded: width h, heads, sequence s, micro-batch b (small: CPU ranks).
+D_MODEL, N_HEAD, SEQ, BATCH = 32, 4, 8, 2
+#: f and g alone: a (4, 8) tensor per rank.
+UNIT_SHAPE = (4, 8)
+#: The steps of one case, in the order each rank runs them.
+STEPS = ("f", "g", "mlp", "attn")
+
+
+def build_case():
+    """The unsharded blocks and the inputs of one case, drawn from torch's global generator
+    (seed it first): ``(mlp, attention, x, probe)`` (the loss is ``sum(out * probe)``, so
+    every output element has its own gradient)."""
+    import torch
+
+    model = course_model()
+    cfg = model.GPTConfig(n_head=N_HEAD, d_model=D_MODEL, block_size=SEQ)
+    mlp, attn = model.MLP(cfg), model.CausalSelfAttention(cfg)
+    x = torch.randn(BATCH, SEQ, D_MODEL)
+    probe = torch.randn(BATCH, SEQ, D_MODEL)
+    return mlp, attn, x, probe
+
+
+def case_seed(seed: int, salt: int) -> int:
+    return (seed * 1_000_003 + salt) % 2**31
+
+
+def enc(t) -> dict:
+    """A tensor as a rank reports it: its shape and its float32 bytes, base64."""
+    a = np.ascontiguousarray(t.detach().float().numpy())
+    return {"shape": list(a.shape), "data": base64.b64encode(a.tobytes()).decode()}
+
+
+def first_communication():
+    """A dispatch mode that records whether the forward pass's first all-reduce comes
+    before its first matrix product (``.first``: 'all_reduce', 'matmul' or None): Megatron's
+    forward all-reduce (g) follows the row-parallel matmul, never precedes the first one."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    aten, c10d = torch.ops.aten, torch.ops.c10d
+    matmuls = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm}
+
+    class First(TorchDispatchMode):
+        first = None
+
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            return False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if self.first is None:
+                if func._overloadpacket in matmuls:
+                    self.first = "matmul"
+                elif func._overloadpacket is c10d.allreduce_:
+                    self.first = "all_reduce"
+            return func(*args, **(kwargs or {}))
+
+    return First()
+
+
+def unit(fn, u_np, w_np) -> dict:
+    """f or g alone on this rank's ``u``, loss ``sum(op(u) * w)``."""
+    import torch
+
+    u = torch.from_numpy(u_np.copy()).requires_grad_(True)
+    with call_counter() as fwd:
+        y = fn.apply(u)
+    with call_counter() as bwd:
+        (y * torch.from_numpy(w_np.copy())).sum().backward()
+    return {"out": enc(y), "grad": enc(u.grad), "calls": [fwd.calls, bwd.calls]}
+
+
+def block(fns, key, module, x, probe, rank, n) -> dict:
+    """One block on this rank: its shard, output, input gradient, shard gradients, calls."""
+    import torch
+
+    full = {k: p.detach().clone() for k, p in module.named_parameters()}
+    shard = fns["shard_mlp"](full, rank, n) if key == "mlp" else fns["shard_attention"](full, N_HEAD, rank, n)
+    shard = {str(k): v.detach().clone().to(torch.float32).requires_grad_(True) for k, v in shard.items()}
+    message = {"shards": {k: enc(v) for k, v in shard.items()}}
+    xin = x.clone().requires_grad_(True)
+    try:
+        with call_counter() as fwd, first_communication() as first:
+            y = fns["tp_mlp"](xin, shard) if key == "mlp" else fns["tp_attention"](xin, shard, N_HEAD)
+        with call_counter() as bwd:
+            (y * probe).sum().backward()
+    except NotImplementedError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the shards are still worth reporting
+        return failure(exc, message)
+    message.update(out=enc(y), x_grad=enc(xin.grad) if xin.grad is not None else None,
+                   grads={k: enc(v.grad) for k, v in shard.items() if v.grad is not None},
+                   calls=[fwd.calls, bwd.calls], bytes=[fwd.bytes, bwd.bytes], first=first.first)
+    return message
+
+
+def main(ctx) -> None:
+    import torch
+
+    header, arrays = unpack(ctx.payload)
+    try:
+        fns = ctx.student()
+    except LookupError as exc:
+        ctx.report({"missing": str(exc)[:300]})
+        return
+    units = {c: (arrays[2 * k].reshape(UNIT_SHAPE), arrays[2 * k + 1].reshape(UNIT_SHAPE))
+             for k, c in enumerate(header["units"])}
+    built = {}
+    for index in header["cases"]:
+        seed, step = header["runs"][index]
+        try:
+            if step in ("f", "g"):
+                message = unit(fns["CopyToTensorParallel" if step == "f" else "ReduceFromTensorParallel"],
+                               *units[index])
+            else:
+                if seed not in built:
+                    torch.manual_seed(case_seed(seed, header["salt"]))
+                    built[seed] = build_case()
+                mlp, attn, x, probe = built[seed]
+                message = block(fns, step, mlp if step == "mlp" else attn, x, probe, ctx.rank, ctx.world_size)
+        except Exception as exc:  # noqa: BLE001 - the student's code
+            message = failure(exc)
+        ctx.report(dict(message, case=index))
+        if ctx.checkpoint("case", case=index, raised="error" in message) == "stop":
+            return
+
+
+def warm() -> None:
+    import torch
+
+    with call_counter(), first_communication():
+        torch.zeros(2, 2) @ torch.zeros(2, 2)

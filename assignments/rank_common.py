@@ -1,0 +1,193 @@
+"""What every assignment's ranks share, inside a rank: reading what the grader sent, loading
+the submission's code, and the wire format of what a rank reports.
+
+The modules named ``*_rank.py`` and this one are the only grader code a rank runs. They
+import nothing but the standard library, numpy and torch (and each other, relatively), and
+hold nothing a student could use: no reference answer, no expected value, no other rank's
+inputs. The grading engine (:mod:`sandbox.multirank`) loads them from their source into a
+package of their own inside each rank (see :class:`sandbox.multirank.RankProgram`), beside
+the student's code, which can read and rewrite anything in the rank: everything a rank
+reports is a claim the grader checks.
+"""
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import json
+import os
+import re
+
+import numpy as np
+
+#: Bounds on what one message may carry back (the engine also bounds the total).
+MAX_TEXT = 300
+
+
+def unpack(data: bytes) -> tuple[dict, list]:
+    """``(header, arrays)`` from what the grader sent this rank: a JSON header line, then
+    its float32 arrays back to back (``header["sizes"]`` elements each)."""
+    head, _, body = data.partition(b"\n")
+    header = json.loads(head)
+    arrays, offset = [], 0
+    for size in header.get("sizes", []):
+        arrays.append(np.frombuffer(body, dtype=np.float32, count=size, offset=offset).copy())
+        offset += 4 * size
+    return header, arrays
+
+
+def encode(array) -> str:
+    """A float32 array as base64 text (what a rank reports; the grader decodes it strictly)."""
+    a = np.ascontiguousarray(np.asarray(array, dtype=np.float32))
+    return base64.b64encode(a.tobytes()).decode()
+
+
+def error_text(exc: BaseException) -> str:
+    """``"TypeError: ..."``, one line, bounded."""
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except Exception:  # noqa: BLE001 - a student's exception whose str() raises
+        text = type(exc).__name__
+    return " ".join(text.split())[:MAX_TEXT]
+
+
+def load_names(sources: list, names) -> dict:
+    """``{name: object}`` for each of ``names``: the submission's units (``[(filename,
+    source)]``) run once, in order, in one namespace (a unit that fails costs only itself,
+    as in the exercises' grader). LookupError naming the first one missing, and why."""
+    namespace = {"__name__": "submission"}
+    errors = []
+    with contextlib.redirect_stdout(io.StringIO()):
+        for filename, source in sources:
+            try:
+                exec(compile(source, filename, "exec"), namespace)
+            except BaseException as exc:  # noqa: BLE001 - the student's cell, not ours
+                errors.append(f"{filename}: {error_text(exc)}")
+    for name in names:
+        if not callable(namespace.get(name)):
+            defined = re.compile(rf"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+{re.escape(name)}\b", re.M)
+            if not any(defined.search(source) for _, source in sources):
+                # Not written anywhere: most likely another file (a cell's error would mislead).
+                raise LookupError(f"no function `{name}` in the submission: nowhere does it "
+                                  f"define `{name}` (the wrong file?)")
+            more = f" ({errors[0]})" if errors else ""
+            raise LookupError(f"no function `{name}` in the submission{more}")
+    found = {name: namespace[name] for name in names}
+    missing_modules = [e for e in errors if "ModuleNotFoundError" in e]
+    if missing_modules:  # a helper imported from the course: say so where it is used
+        found["__import_errors__"] = missing_modules[:3]
+    return found
+
+
+def course_model():
+    """The course's model module (``labs/model.py``): in a rank, the copy loaded beside these
+    modules (a rank cannot import the course); in the grader, ``labs.model`` itself."""
+    try:
+        from . import model
+    except ImportError:
+        from labs import model
+    return model
+
+
+def quiet_stdio() -> None:
+    """Send a rank's own prints to /dev/null (a grader's console is not the student's)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+
+
+def failure(exc: BaseException, extra: dict | None = None) -> dict:
+    """What a rank reports for a case whose code raised: ``{"error": ...}``, with the
+    message of a NotImplementedError apart (an untouched stub)."""
+    if isinstance(exc, NotImplementedError):
+        return dict(extra or {}, error="NotImplementedError")
+    return dict(extra or {}, error=error_text(exc))
+
+
+# ----------------------------------------------------------------------------- counting calls
+
+#: c10d operators -> (name, where the full buffer is: "in"/"out" argument index). The full
+#: buffer is the all-gather's output and the reduce-scatter's input (nccl-tests' convention),
+#: in the tensor and the list forms alike.
+COLLECTIVE_OPS = {
+    "allreduce_": ("all_reduce", 0),
+    "_allgather_base_": ("all_gather", 0),
+    "allgather_": ("all_gather", 0),
+    "allgather_into_tensor_coalesced_": ("all_gather", 0),
+    "_reduce_scatter_base_": ("reduce_scatter", 1),
+    "reduce_scatter_": ("reduce_scatter", 1),
+    "reduce_scatter_tensor_coalesced_": ("reduce_scatter", 1),
+    "broadcast_": ("broadcast", 0),
+    "reduce_": ("reduce", 0),
+    "gather_": ("gather", 1),
+    "scatter_": ("scatter", 0),
+    "alltoall_": ("all_to_all", 0),
+    "alltoall_base_": ("all_to_all", 0),
+    "send": ("send", 0),
+    "recv_": ("recv", 0),
+    "recv_any_source_": ("recv", 0),
+}
+
+
+def nbytes(x) -> int:
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    if isinstance(x, (list, tuple)):
+        return sum(nbytes(y) for y in x)
+    return 0
+
+
+def _async_op(func, args, kwargs) -> bool:
+    """The ``async_op`` argument a c10d operator was called with (True where it has none)."""
+    names = [a.name for a in func._schema.arguments]
+    if "async_op" not in names:
+        return True
+    i = names.index("async_op")
+    return bool((kwargs or {}).get("async_op", args[i] if i < len(args) else True))
+
+
+def call_counter(log: list | None = None):
+    """A dispatch mode counting, while active, each c10d operation the rank's Python code
+    issues: ``calls[name]`` and ``bytes[name]`` (the full buffer, :data:`COLLECTIVE_OPS`),
+    and ``log`` (the list given, or a new one): ``[name, bytes, async]`` per call in order.
+    What it counts is the rank's own claim (student code runs in the same process); the
+    grader checks it against the traffic it sees itself."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counter(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.calls, self.bytes, self.log = {}, {}, log if log is not None else []
+
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            return False  # (torch wraps a mode's dispatch in dynamo.disable: 1.5 s to import)
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            packet = func._overloadpacket
+            if func.namespace == "c10d":
+                name, which = COLLECTIVE_OPS.get(packet.__name__, (packet.__name__.rstrip("_"), -1))
+                if name not in ("barrier", "monitored_barrier"):
+                    size = nbytes(args[which]) if 0 <= which < len(args) else 0
+                    self.calls[name] = self.calls.get(name, 0) + 1
+                    self.bytes[name] = self.bytes.get(name, 0) + size
+                    if len(self.log) < 20_000:
+                        self.log.append([name, size, _async_op(func, args, kwargs)])
+            return func(*args, **(kwargs or {}))
+
+    return Counter()
+
+
+def warm() -> None:
+    """What a rank's grader code uses, imported and run once before the rank may lose the
+    right to read the interpreter's files (the dispatch-mode machinery imports on first use)."""
+    import cProfile  # noqa: F401  (imported lazily by torch's dispatch-mode machinery)
+    import torch
+
+    with call_counter():
+        torch.zeros(1).add_(1)
+    x = torch.ones(2, requires_grad=True)
+    (x * 2).backward(torch.ones(2))  # an explicit gradient imports torch.fx's shape machinery (sympy)
