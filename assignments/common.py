@@ -201,6 +201,9 @@ def grader(assignment: str):
         raise ValueError(f"no assignment {assignment!r}; the course has {', '.join(sorted(ASSIGNMENTS))}")
     module = importlib.import_module(ASSIGNMENTS[assignment][0])
     check_grader(module)
+    from sandbox.multirank import prestart
+
+    prestart()  # the rank zygote imports torch on another core while the grader goes on
     return module
 
 
@@ -265,6 +268,10 @@ def grade_submitted(path, name: str, titles: dict, points: dict, grade, **kwargs
     grade scores 0 on every part, saying why."""
     import secrets
 
+    from sandbox.multirank import prestart
+
+    if kwargs.get("isolate", True):
+        prestart()
     kwargs.setdefault("salt", secrets.randbits(32))
     sources, problem = submission_sources(path)
     if problem:
@@ -301,6 +308,11 @@ def finish_report(report: Report, titles: dict, points: dict, problems: dict, mi
             t.passed, t.feedback = False, missing
     report.wall_s = time.monotonic() - started
     return report
+
+
+#: How long a rank of a submission that has already hung may wait, its group idle, before it
+#: is stuck too (the first hang waits ``Limits.stall_s``).
+RESTART_STALL_S = 2.0
 
 
 class CaseBarrier:
@@ -374,11 +386,15 @@ def run_cases(world_size: int, count: int, payloads_for, program, limits, isolat
     whose ``signature(index)`` equals that of a case that stopped a group is not run again
     (the same code on other random numbers would stop it the same way): it is recorded as
     stopped, saying so."""
+    import dataclasses
+
     from sandbox.multirank import run_ranks
 
     runs = CaseRuns([{} for _ in range(count)])
     pending = list(range(count))
     while pending:
+        if runs.stopped:  # this code has hung once: an idle group that waits is stuck sooner
+            limits = dataclasses.replace(limits, stall_s=min(limits.stall_s, RESTART_STALL_S))
         barrier = CaseBarrier(world_size)
         group = run_ranks(world_size, program, payloads_for(pending), limits, isolate=isolate,
                           checkpoints=barrier)

@@ -1,169 +1,81 @@
-"""Run the ranks of one submission as a group: its own network and PID namespaces, one
-watchdog for time, memory and hung ranks, and nothing left behind.
+"""Run the ranks of one submission as a group: walled in, watched, and leaving nothing behind.
 
-    result = run_ranks(world_size, rank_main, inputs, limits=Limits())
+    result = run_ranks(world_size, program, payloads, limits=Limits())
 
-The grader's process (torch already imported) is the zygote: it forks a *leader*, which
-unshares a network namespace (only a loopback, brought up here: no other address exists,
-and no other submission's ranks are on it) and a PID namespace, then forks the namespace's
-init, which forks the ranks. Every rank joins one gloo group over ``127.0.0.1`` of its own
-namespace. Killing the init kills everything in the namespace (kernel rule for PID
-namespaces), so a rank that forks, daemonises or sleeps dies with the group.
+``program`` (:class:`RankProgram`) is what every rank runs: grader modules given as source,
+the submission's code, and an entry function called with a :class:`RankContext`
+(``payload``: the bytes the grader sent that rank alone; ``report(dict)``: one JSON message
+back; ``checkpoint(label)``: wait for the grader's word). Messages are JSON, never pickles,
+bounded in size and number: the grader never unpickles what a submission wrote.
 
-Each rank runs ``rank_main(rank, world_size, payload, report)`` where ``payload`` is the
-bytes the grader sent this rank alone (through its own pipe) and ``report(dict)`` streams a
-JSON message back. Messages are JSON, never pickles: the grader never unpickles what a
-submission wrote.
+Where the ranks come from:
 
-The watchdog sees, through shared memory, which point-to-point or collective call each rank
-is blocked in and since when, so a deadlock is reported as ``rank 1 hung in recv after 5 s``.
-Memory is the proportional set size summed over every process of the group (read only when
-the cheap sum of resident sizes, which is never below it, is over the limit).
+* ``zygote`` (every submission the grader grades): forked from the *rank zygote*, a process
+  started once per grading run that never holds grading state (:mod:`sandbox.ranks`: what
+  it builds, and each rank's walls). The program, the submission and each payload go from
+  here straight to each rank over its own socket. Each group gets a uid of its own where the
+  grader is root (:class:`_UidLease`), so groups cannot signal each other or share process
+  limits.
+* ``fork`` (a notebook's self-check, which grades the notebook's own objects): the ranks are
+  forked from the calling process, in network and PID namespaces where the kernel allows.
 
-Where the kernel refuses namespaces (not root, or a container without them), the group runs
-unisolated on a free port and ``GroupResult.isolated`` is False; callers decide whether that
-is acceptable.
+The watchdog sees, through the group's own shared memory, which point-to-point or collective
+call each rank is blocked in and since when, so a deadlock is reported as ``rank 1 hung in
+recv after 5 s``: a hang is judged by progress, not wall time alone (a rank blocked longer
+than ``stall_s`` while no process of the group ran at all). Memory is the proportional set
+size summed over every process of the group (read only when the cheap sum of resident sizes,
+which is never below it, is over the limit); CPU time is summed over the group too.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import json
+import mmap
 import os
 import signal
 import socket
-import struct
+import subprocess
 import sys
+import tempfile
+import threading
 import time
-from dataclasses import dataclass, field
-from multiprocessing import Pipe, RawArray
-from multiprocessing.connection import wait
-import platform
+from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
 
-# Imported here, in the grader: a rank that has dropped to an unprivileged uid may not be
-# able to read the course's files any more (run_autograder makes them private).
-from .confined.kernel import PR_SET_NO_NEW_PRIVS, SetupError, load_libc
-from .confined.seccomp import SECCOMP_ARCH, install_seccomp
+from .confined import frames
+from .ranks.group import GROUP_NAMESPACES, loopback_up, status_view
+from .ranks.rank import (MAX_MESSAGE, NOT_A_HANG, OPERATIONS, PROGRAM_PACKAGE, SLOTS, RankContext,  # noqa: F401
+                         RankProgram, RankWalls, Tracker, crash_report, load_program, run_rank)
 
-CLONE_NEWNET = 0x40000000
-CLONE_NEWPID = 0x20000000
-SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 #: The rendezvous port inside a private namespace: the same for every group, which is safe
 #: only because each group has a loopback of its own (two groups at once do not collide).
 PRIVATE_PORT = 29500
-MAX_MESSAGE = 64 * 1024 * 1024
-#: Status slots per rank in shared memory: operation code, start time, finished flag, and
-#: the signal that killed it (written by the namespace's init, which reaps the ranks).
-SLOTS = 4
-OPERATIONS = ("", "send", "recv", "isend wait", "irecv wait", "batch_isend_irecv wait",
-              "barrier", "collective", "init_process_group", "collective wait", "checkpoint")
-#: Waiting for the grader at a checkpoint is not a hang of the rank's own making.
-NOT_A_HANG = {OPERATIONS.index("checkpoint")}
+#: What one rank may send back in all (its messages' bytes, and their number): a rank that
+#: floods the grader is stopped, not buffered.
+MAX_RANK_BYTES = 32 * 1024 * 1024
+MAX_RANK_MESSAGES = 20_000
+WORKER = Path(__file__).with_name("rank_worker.py")
+START_TIMEOUT = 120.0  # starting Python and importing torch; never the student's fault
+ISOLATION_MODES = ("auto", "namespaces", "uid", "rlimits")
+UID_BASE, UID_COUNT = 65100, 800  # the groups' uids where the grader is root
 
 
 @dataclass(frozen=True)
 class Limits:
-    wall_s: float = 60.0  # the whole group, start to end
-    stall_s: float = 5.0  # one rank blocked in one communication call
+    wall_s: float = 60.0  # the whole group, start to end, however loaded the machine
+    stall_s: float = 5.0  # one rank blocked in one communication call, the group idle meanwhile
     memory_bytes: int = 4 * 1024**3  # the group's processes together (PSS)
     threads: int = 1  # torch threads per rank: ranks share the machine's cores
     #: once a rank has reported an error, a peer blocked this long is waiting for it (the
     #: error is the cause; waiting the full ``stall_s`` would add nothing)
     stall_after_error_s: float = 1.0
-
-
-@dataclass(frozen=True)
-class RankProgram:
-    """What every rank of a group runs: grader modules given as source (``modules``, ``((name,
-    source), ...)`` in the order they import each other; loaded as the package
-    :data:`PROGRAM_PACKAGE` inside the rank, so they may import one another relatively), the
-    function ``entry`` (``"module:function"``) called with a :class:`RankContext`, and the
-    student's code: ``sources`` (``[(filename, source)]``, run in the rank) defining
-    ``names``. ``local``, for a self-check only, returns ``{name: object}`` from the
-    calling process's own objects instead (the ranks are then forked from it)."""
-
-    modules: tuple
-    entry: str
-    sources: tuple = ()
-    names: tuple = ()
-    local: object = None
-    quiet: bool = True
-
-
-#: The package a rank's grader modules are loaded as (see :class:`RankProgram`).
-PROGRAM_PACKAGE = "_grader"
-
-
-class RankContext:
-    """What a rank's entry function gets: ``rank``, ``world_size``, ``payload`` (the bytes the
-    grader sent this rank alone), ``report(dict)`` (one JSON message back) and ``student()``,
-    ``{name: object}`` of the submission (LookupError saying why when a name is missing)."""
-
-    def __init__(self, rank, world_size, payload, report, program, checkpoint=None):
-        self.rank, self.world_size, self.payload, self.report = rank, world_size, payload, report
-        self._program = program
-        self._checkpoint = checkpoint
-
-    def checkpoint(self, label: str, **info) -> str:
-        """Tell the grader this rank has reached ``label`` (with ``info``, plain data) and
-        wait for its answer (``"go"``, ``"stop"``...): the grader decides when the ranks go
-        on (see ``run_ranks``' ``checkpoints``)."""
-        return self._checkpoint(dict(info, checkpoint=str(label)))
-
-    def student(self) -> dict:
-        program = self._program
-        if program.local is not None:
-            return dict(program.local())
-        loader = sys.modules[f"{PROGRAM_PACKAGE}.rank_common"]
-        return loader.load_names([tuple(u) for u in program.sources], program.names)
-
-
-def load_program(modules) -> dict:
-    """Load ``modules`` (``((name, source), ...)``) as :data:`PROGRAM_PACKAGE`'s submodules,
-    in order; ``{name: module}``."""
-    import types
-
-    package = types.ModuleType(PROGRAM_PACKAGE)
-    package.__path__ = []
-    package.__package__ = PROGRAM_PACKAGE
-    sys.modules[PROGRAM_PACKAGE] = package
-    loaded = {}
-    for name, source in modules:
-        module = types.ModuleType(f"{PROGRAM_PACKAGE}.{name}")
-        module.__package__ = PROGRAM_PACKAGE
-        module.__file__ = f"<{PROGRAM_PACKAGE}/{name}.py>"
-        sys.modules[module.__name__] = module
-        exec(compile(source, module.__file__, "exec"), module.__dict__)
-        setattr(package, name, module)
-        loaded[name] = module
-    return loaded
-
-
-def program_main(program: RankProgram):
-    """The ``rank_main(rank, world_size, payload, report, checkpoint)`` that runs ``program``;
-    its ``prepare()`` loads the program's modules and runs their ``warm()`` (each module's
-    imports and first uses, while the rank may still read the interpreter's files)."""
-    loaded = {}
-
-    def prepare():
-        loaded.update(load_program(program.modules))
-        for module in loaded.values():
-            if callable(getattr(module, "warm", None)):
-                module.warm()
-
-    def main(rank, world_size, payload, report, checkpoint):
-        if program.quiet:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 1)
-            os.dup2(devnull, 2)
-            os.close(devnull)
-        if not loaded:
-            prepare()
-        module, function = program.entry.split(":")
-        getattr(loaded[module], function)(RankContext(rank, world_size, payload, report, program, checkpoint))
-    main.takes_checkpoint = True
-    main.prepare = prepare
-    return main
+    cpu_s: float = 120.0  # CPU seconds of the group's processes together
+    tmp_mb: int = 64  # each rank's /tmp and /dev/shm (namespaces)
+    file_mb: int = 32  # the largest file a rank may write
+    tasks_per_rank: int = 48  # processes and threads (gloo and torch start a dozen)
 
 
 @dataclass
@@ -173,27 +85,326 @@ class GroupResult:
     outcome: str = "ok"  # ok | hung | timeout | memory | crashed | refused
     detail: str = ""
     isolated: bool = False
+    isolation: str = ""  # namespaces | uid | rlimits | fork (and whether namespaces held)
     sockets: list = field(default_factory=list)  # outside addresses a rank tried to reach
     wall_s: float = 0.0
     peak_memory_bytes: int = 0  # the largest sample: PSS over the limit's size, else RSS (above PSS)
+    cpu_s: float = 0.0
+    ports: list = field(default_factory=list)  # per rank: its sockets' ports, before its code ran
 
     @property
     def ok(self) -> bool:
         return self.outcome == "ok"
 
 
-# ----------------------------------------------------------------------------- isolation
+def run_ranks(world_size: int, rank_main, payloads: list[bytes], limits: Limits = Limits(),
+              isolate: bool = True, prepare=None, checkpoints=None, mode: str | None = None) -> GroupResult:
+    """Run ``rank_main`` (a :class:`RankProgram`, or for tests of the engine itself a function
+    ``(rank, world_size, payload, report)``) on ``world_size`` ranks as one group. A program
+    without ``local`` objects runs in ranks forked from the rank zygote (``mode="zygote"``);
+    anything else in ranks forked from this process (``"fork"``). ``isolate=False`` asks for
+    no namespaces (the ``rlimits`` walls). ``prepare()`` (fork mode) runs in each rank before
+    it drops its privileges. ``checkpoints``: an object with ``arrive(rank, message) ->
+    {rank: answer}`` and ``finished(rank) -> {rank: answer}`` deciding when ranks waiting at a
+    checkpoint go on (default: at once, "go")."""
+    if not 1 <= world_size <= 64 or len(payloads) != world_size:
+        raise ValueError(f"world_size must be 1..64 with one payload per rank, got {world_size}")
+    zygote_mode = isinstance(rank_main, RankProgram) and rank_main.local is None
+    if (mode or ("zygote" if zygote_mode else "fork")) == "zygote":
+        return _run_zygote(world_size, rank_main, payloads, limits, isolate, checkpoints)
+    return _run_forked(world_size, rank_main, payloads, limits, isolate, prepare, checkpoints)
+
+
+# ----------------------------------------------------------------------------- the rank zygote
+
+class ZygoteRefused(RuntimeError):
+    """The rank zygote could not build the isolation asked for."""
+
+
+class RankZygote:
+    """The grader's handle on the rank zygote (:mod:`sandbox.ranks`): started on first use,
+    one per grading process and isolation mode, shared by every grading thread (a lock
+    serialises requests), stopped at exit (its socket closing stops it and its groups)."""
+
+    def __init__(self, wanted: str):
+        from .ranks.root import package_paths
+
+        self.dir = Path(tempfile.mkdtemp(prefix="autograde-ranks-"))
+        os.chmod(self.dir, 0o711)
+        (self.dir / "root").mkdir()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        env = {"PATH": "", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "1",
+               "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}
+        stderr = None if os.environ.get("AUTOGRADE_DEBUG") else subprocess.DEVNULL
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-B", str(WORKER), "--zygote", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=stderr, env=env, cwd="/", start_new_session=True)
+        theirs.close()
+        self.socket, self.lock = ours, threading.Lock()
+        self.isolation: str | None = None
+        self.switch_uid = _can_switch_uid()
+        config = {"isolation": wanted, "packages": package_paths(), "root_dir": str(self.dir / "root"),
+                  "switch_uid": self.switch_uid}
+        try:
+            self._ask(config, timeout=START_TIMEOUT, wait=False)
+        except RuntimeError:
+            self.close()
+            raise
+
+    def wait_ready(self) -> "RankZygote":
+        if self.isolation is None:
+            try:
+                hello = self._ask(None, timeout=START_TIMEOUT)
+            except RuntimeError:
+                self.close()
+                raise
+            if hello.get("op") != "ready":
+                self.close()
+                raise ZygoteRefused(str(hello.get("message", "no greeting"))[:300])
+            self.isolation = hello["isolation"]
+        return self
+
+    def _ask(self, message, fds=(), timeout: float = 30.0, *, wait: bool = True):
+        with self.lock:
+            try:
+                self.socket.settimeout(timeout)
+                if message is not None:
+                    frames.send_message(self.socket, message, fds)
+                if not wait:
+                    return None
+                reply, _ = frames.recv_message(self.socket)
+            except (OSError, ValueError) as exc:
+                raise RuntimeError(f"the rank zygote failed ({exc})") from None
+        if type(reply) is not dict:
+            raise RuntimeError("the rank zygote has stopped")
+        return reply
+
+    def spawn(self, job: dict, fds) -> int:
+        reply = self._ask({"op": "spawn", "job": job}, fds)
+        if type(reply.get("pid")) is not int:
+            raise RuntimeError("the rank zygote could not fork a group")
+        return reply["pid"]
+
+    def kill(self, pid: int) -> None:
+        with contextlib.suppress(RuntimeError):
+            self._ask({"op": "kill", "pid": pid})
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.socket.close()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        import shutil
+
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+_zygotes: dict = {}
+_zygotes_lock = threading.Lock()
+_namespaces_refused: list = []
+
+
+def rank_zygote(isolate: bool = True) -> RankZygote:
+    """The shared, ready rank zygote; ``auto`` falls back for good to ``uid``/``rlimits`` when
+    the kernel refuses namespaces (``isolate=False``: ``rlimits`` walls, no namespaces)."""
+    wanted = os.environ.get("AUTOGRADE_RANK_ISOLATION", "auto") if isolate else "rlimits"
+    if wanted not in ISOLATION_MODES:
+        raise ValueError(f"AUTOGRADE_RANK_ISOLATION must be one of {ISOLATION_MODES}, got {wanted!r}")
+    with _zygotes_lock:
+        if wanted == "auto" and _namespaces_refused:
+            wanted = "fallback"
+        zygote = _zygotes.get(wanted)
+        if zygote is not None and zygote.isolation is not None and zygote.alive:
+            return zygote
+        try:
+            zygote = (zygote if zygote is not None and zygote.isolation is None and zygote.alive
+                      else RankZygote(wanted)).wait_ready()
+        except ZygoteRefused as exc:
+            if wanted != "auto" or "namespace" not in str(exc):
+                raise RuntimeError(f"the rank sandbox could not be built: {exc}") from None
+            _namespaces_refused.append(str(exc))
+            wanted = "fallback"
+            zygote = RankZygote(wanted).wait_ready()
+        _zygotes[wanted] = zygote
+        return zygote
+
+
+def prestart(isolate: bool = True) -> None:
+    """Launch the rank zygote now (it imports torch on another core while the grader reads
+    the submission); errors surface at the first real use."""
+    wanted = os.environ.get("AUTOGRADE_RANK_ISOLATION", "auto") if isolate else "rlimits"
+    with _zygotes_lock:
+        key = "fallback" if wanted == "auto" and _namespaces_refused else wanted
+        if key not in _zygotes:
+            with contextlib.suppress(Exception):
+                _zygotes[key] = RankZygote(key)
+
+
+def stop_zygotes() -> None:
+    with _zygotes_lock:
+        for zygote in _zygotes.values():
+            zygote.close()
+        _zygotes.clear()
+
+
+import atexit  # noqa: E402
+
+atexit.register(stop_zygotes)
+
+_switch_uid: list = []
+
+
+def _can_switch_uid() -> bool:
+    """Whether a child of this process may take another uid (root on the host, not root of
+    a user namespace that maps no other uid)."""
+    if not _switch_uid:
+        ok = hasattr(os, "geteuid") and os.geteuid() == 0
+        if ok:
+            probe = subprocess.run([sys.executable, "-I", "-S", "-c",
+                                    f"import os; os.setgroups([]); os.setresgid(*[{UID_BASE}] * 3); "
+                                    f"os.setresuid(*[{UID_BASE}] * 3)"],
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, env={})
+            ok = probe.returncode == 0
+        _switch_uid.append(ok)
+    return _switch_uid[0]
+
+
+class _UidLease:
+    """A uid no other group on this machine uses right now (a lock file per uid), handed
+    out only once no process runs as it; everything running as it is killed on release."""
+
+    def __init__(self):
+        folder = Path(tempfile.gettempdir()) / "autograde-rank-uids"
+        folder.mkdir(mode=0o755, exist_ok=True)
+        start = (os.getpid() * 7 + threading.get_ident()) % UID_COUNT
+        for i in range(UID_COUNT):
+            uid = UID_BASE + (start + i) % UID_COUNT
+            fd = os.open(folder / str(uid), os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            if _processes_of(uid):
+                _kill_uid(uid)
+                if _processes_of(uid):
+                    os.close(fd)
+                    continue
+            self.uid, self._fd = uid, fd
+            return
+        raise RuntimeError("no free uid for a group of ranks")
+
+    def release(self) -> None:
+        _kill_uid(self.uid)
+        os.close(self._fd)
+
+
+def _processes_of(uid: int) -> list:
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status", "rb") as f:
+                fields = dict(line.split(b":", 1) for line in f.read(2048).split(b"\n") if b":" in line)
+            if str(uid).encode() in fields.get(b"Uid", b"").split()[:3] and fields.get(b"State", b"").split()[:1] != [b"Z"]:
+                found.append(int(entry.name))
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def _kill_uid(uid: int) -> None:
+    """SIGKILL every process of ``uid``, from a process of that uid (``kill(-1)`` reaches
+    exactly them), until none is left (at most 2 s)."""
+    deadline = time.monotonic() + 2
+    while _processes_of(uid) and time.monotonic() < deadline:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+                os.kill(-1, signal.SIGKILL)
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        time.sleep(0.005)
+
+
+def _run_zygote(world_size, program, payloads, limits, isolate, checkpoints) -> GroupResult:
+    zygote = rank_zygote(isolate)
+    mode = zygote.isolation
+    lease = _UidLease() if zygote.switch_uid else None
+    jail = tempfile.mkdtemp(prefix="autograde-jail-") if mode == "uid" else None
+    if jail:
+        os.chmod(jail, 0o555)
+    walls = RankWalls(mode=mode, uid=lease.uid if lease else None, jail=jail, cpu_s=int(limits.cpu_s) + 5,
+                      file_mb=limits.file_mb, tmp_mb=limits.tmp_mb, tasks=limits.tasks_per_rank * world_size)
+    port = PRIVATE_PORT if mode == "namespaces" else _free_port()
+    job = {"world_size": world_size, "walls": asdict(walls), "port": port, "threads": limits.threads}
+    pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(world_size)]
+    status_fd = os.memfd_create("rank-status", os.MFD_CLOEXEC)
+    os.ftruncate(status_fd, SLOTS * world_size * 8)
+    status = status_view(status_fd, world_size)
+    channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    result = GroupResult(world_size, messages=[[] for _ in range(world_size)],
+                         isolated=mode == "namespaces", isolation=mode)
+    leader = None
+    conns = []
+    try:
+        leader = zygote.spawn(job, [b.fileno() for _, b in pairs] + [status_fd, theirs.fileno()])
+        for _, b in pairs:
+            b.close()
+        theirs.close()
+        os.close(status_fd)
+        status_fd = None
+        channel.settimeout(START_TIMEOUT)
+        line = channel.makefile("rb").readline(4096)
+        hello = json.loads(line) if line else {"fatal": "the group's leader stopped"}
+        if "init" not in hello:
+            result.outcome, result.detail = "refused", f"the group could not be started: {hello.get('fatal')}"
+            return result
+        conns = [Connection(a.detach()) for a, _ in pairs]
+        setup = program.setup()
+        for conn, data in zip(conns, payloads):
+            conn.send_bytes(setup)
+            conn.send_bytes(data)
+        _watch(result, conns, status, limits, checkpoints, lambda: _descendants(leader))
+    finally:
+        if leader is not None:
+            zygote.kill(leader)
+        if lease is not None:
+            lease.release()
+        for conn in conns:
+            conn.close()
+        for a, b in pairs:
+            a.close()
+            b.close()
+        channel.close()
+        if status_fd is not None:
+            os.close(status_fd)
+        with contextlib.suppress(TypeError, ValueError, BufferError):
+            status.release()
+        if jail:
+            os.rmdir(jail)
+    return result
+
+
+# ----------------------------------------------------------------------------- forked from here
 
 def _unshare(flags: int) -> bool:
     libc = ctypes.CDLL(None, use_errno=True)
     return libc.unshare(ctypes.c_int(flags)) == 0
-
-
-def _loopback_up() -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        request = struct.pack("16sH14x", b"lo", 0)
-        flags = struct.unpack("16sH14x", fcntl.ioctl(s.fileno(), SIOCGIFFLAGS, request))[1]
-        fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
 
 
 def namespaces_available() -> tuple[bool, str]:
@@ -201,10 +412,10 @@ def namespaces_available() -> tuple[bool, str]:
     a throwaway child), and why not."""
     pid = os.fork()
     if pid == 0:
-        code = 0 if _unshare(CLONE_NEWNET | CLONE_NEWPID) else 1
+        code = 0 if _unshare(0x40000000 | 0x20000000) else 1
         if code == 0:
             try:
-                _loopback_up()
+                loopback_up()
             except OSError:
                 code = 2
         os._exit(code)
@@ -220,145 +431,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-# ----------------------------------------------------------------------------- inside a rank
-
-class _Tracker:
-    """Writes, into shared memory, which blocking call this rank is in and since when."""
-
-    def __init__(self, status, rank):
-        self.status, self.base = status, rank * SLOTS
-
-    def enter(self, op: str) -> None:
-        self.status[self.base + 1] = time.monotonic()
-        self.status[self.base] = OPERATIONS.index(op)
-
-    def leave(self) -> None:
-        self.status[self.base] = 0
-
-
-class _TrackedWork:
-    def __init__(self, work, tracker, op):
-        self._work, self._tracker, self._op = work, tracker, op
-
-    def wait(self, *args, **kwargs):
-        self._tracker.enter(self._op)
-        try:
-            return self._work.wait(*args, **kwargs)
-        finally:
-            self._tracker.leave()
-
-    def __getattr__(self, name):
-        return getattr(self._work, name)
-
-
-def _install_tracking(tracker: _Tracker) -> None:
-    """Wrap torch.distributed's blocking entry points so the watchdog can name a hang."""
-    import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
-
-    def blocking(fn, op):
-        def wrapped(*args, **kwargs):
-            tracker.enter(op)
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                tracker.leave()
-        return wrapped
-
-    def returning_work(fn, op):
-        def wrapped(*args, **kwargs):
-            out = fn(*args, **kwargs)
-            if isinstance(out, list):
-                return [_TrackedWork(w, tracker, op) for w in out]
-            return None if out is None else _TrackedWork(out, tracker, op)
-        return wrapped
-
-    patched = {"send": blocking(dist.send, "send"), "recv": blocking(dist.recv, "recv"),
-               "isend": returning_work(dist.isend, "isend wait"),
-               "irecv": returning_work(dist.irecv, "irecv wait"),
-               "batch_isend_irecv": returning_work(dist.batch_isend_irecv, "batch_isend_irecv wait"),
-               "barrier": blocking(dist.barrier, "barrier")}
-    for name in ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-                 "reduce_scatter_tensor", "broadcast", "reduce", "gather", "scatter", "all_to_all",
-                 "all_to_all_single", "all_gather_single", "reduce_scatter_single"):
-        fn = getattr(dist, name, None)
-        if fn is not None:  # async_op=True returns a work: its wait() is watched too
-            patched[name] = returning_work(blocking(fn, "collective"), "collective wait")
-    for name, fn in patched.items():  # torch.distributed's names; c10d's own stay real
-        setattr(dist, name, fn)
-    # P2POp keeps a reference to the function it is given and checks it against isend/irecv.
-    original_p2p = dist.P2POp.__new__
-
-    def p2p_new(cls, op, *args, **kwargs):
-        op = {patched["isend"]: c10d.isend, patched["irecv"]: c10d.irecv}.get(op, op)
-        return original_p2p(cls, op, *args, **kwargs)
-    dist.P2POp.__new__ = staticmethod(p2p_new)
-    original_init = dist.P2POp.__init__
-
-    def p2p_init(self, op, *args, **kwargs):
-        op = {patched["isend"]: c10d.isend, patched["irecv"]: c10d.irecv}.get(op, op)
-        original_init(self, op, *args, **kwargs)
-    dist.P2POp.__init__ = p2p_init
-
-
-def _install_socket_guard(report) -> None:
-    """Record (and refuse) any socket a rank's Python code opens to an address other than
-    its own namespace's loopback. gloo's own connections are made in C++ and pass here
-    unseen; inside the private namespace nothing else is reachable anyway."""
-    real_connect, real_connect_ex, real_sendto = socket.socket.connect, socket.socket.connect_ex, socket.socket.sendto
-
-    def allowed(address) -> bool:
-        if isinstance(address, tuple) and address:
-            return str(address[0]) in ("127.0.0.1", "localhost", "::1")
-        return False  # unix sockets and the like: not a rank-to-rank channel
-
-    def refuse(address):
-        report({"socket": repr(address)[:200]})
-        raise PermissionError(f"grading: a connection to {address!r} is not allowed")
-
-    def connect(self, address):
-        return real_connect(self, address) if allowed(address) else refuse(address)
-
-    def connect_ex(self, address):
-        return real_connect_ex(self, address) if allowed(address) else refuse(address)
-
-    def sendto(self, data, *args):
-        address = args[-1]
-        return real_sendto(self, data, *args) if allowed(address) else refuse(address)
-
-    real_create_connection = socket.create_connection
-
-    def create_connection(address, *args, **kwargs):  # reports the address before the
-        # filter refuses the socket itself (the rank may not create one: see _install_seccomp)
-        return real_create_connection(address, *args, **kwargs) if allowed(address) else refuse(address)
-
-    socket.socket.connect, socket.socket.connect_ex, socket.socket.sendto = connect, connect_ex, sendto
-    socket.create_connection = create_connection
-
-
-def _install_seccomp() -> bool:
-    """The exercises' system-call filter (:mod:`sandbox.confined.seccomp`), loaded once
-    gloo's connections are made: no new socket (gloo's stay open), no ``setsid``/``setpgid``,
-    record locks, SysV/POSIX IPC, key rings, ptrace, inotify or new namespaces. False if it
-    could not be loaded on Linux (the rank then runs no student code); True where there is
-    no table for this machine (the namespaces still stand)."""
-    if not sys.platform.startswith("linux"):
-        return True
-    if platform.machine() not in SECCOMP_ARCH:
-        return True
-    libc = load_libc()
-    try:
-        libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-        install_seccomp(libc)
-    except SetupError:
-        return False
-    return True
-
-
-def _rank(rank, world_size, rank_main, conn, status, port, limits, drop_ids, prepare) -> None:
-    """The body of one rank process; never returns. A process the student's code forks
-    from it and that returns here ends here too, without speaking for the rank."""
-    code, me = 0, os.getpid()
+def _forked_rank(rank, world_size, rank_main, conn, status, port, limits, drop_ids, prepare) -> None:
+    """The body of one rank forked from this process; never returns. A process the
+    student's code forks from it and that returns here ends here too."""
+    me, code = os.getpid(), 0
+    tracker = Tracker(status, rank)
     try:
         import faulthandler
 
@@ -367,81 +444,82 @@ def _rank(rank, world_size, rank_main, conn, status, port, limits, drop_ids, pre
         # forked rank lacks: each write would wait seconds for it. Write to the fds instead.
         sys.stdout = open(1, "w", buffering=1, closefd=False)
         sys.stderr = open(2, "w", buffering=1, closefd=False)
-        import torch
-        import torch.distributed as dist
-
-        torch.set_num_threads(limits.threads)
-
-        def report(message: dict) -> None:
-            data = json.dumps(message).encode()
-            if len(data) > MAX_MESSAGE:
-                raise ValueError("message too large")
-            conn.send_bytes(data)
-
         payload = conn.recv_bytes()
-        tracker = _Tracker(status, rank)
 
-        def checkpoint(message: dict) -> str:
-            report(message)
-            tracker.enter("checkpoint")
-            try:
-                return conn.recv_bytes(1024).decode()
-            finally:
-                tracker.leave()
-        tracker.enter("init_process_group")
-        # c10d warns that a private namespace's loopback has no host name: not the student's
-        # concern, so the rendezvous runs with this rank's stderr sent to /dev/null.
-        saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 2)
-        try:
-            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                    world_size=world_size)
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            os.close(devnull)
-        tracker.leave()
-        if prepare is not None:  # imports the grader needs, while the interpreter's files are readable
-            prepare()
-        import encodings.idna  # noqa: F401  (socket's host names; lazily imported otherwise)
-        if drop_ids:  # after the rendezvous: the ranks need no privilege to compute and send
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
-        _install_tracking(tracker)
-        _install_socket_guard(report)
-        walls = _install_seccomp()
-        if not walls:
-            report({"crash": "the system-call filter could not be loaded"})
-        elif getattr(rank_main, "takes_checkpoint", False):
-            rank_main(rank, world_size, payload, report, checkpoint)
+        def drop():
+            if prepare is not None:  # imports the grader needs, while the interpreter's files are readable
+                prepare()
+            if drop_ids:  # after the rendezvous: the ranks need no privilege to compute and send
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+
+        if isinstance(rank_main, RankProgram):
+            if rank_main.quiet:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, 1)
+                os.dup2(devnull, 2)
+                os.close(devnull)
+            run_rank(rank, world_size, conn, tracker, port, limits.threads, rank_main, payload, drop)
         else:
-            rank_main(rank, world_size, payload, report)
+            _run_function(rank, world_size, rank_main, conn, tracker, port, limits, payload, drop)
     except BaseException as exc:  # the grader reads why, one line
         code = 1
-        try:
-            if os.getpid() == me:
-                conn.send_bytes(json.dumps({"crash": f"{type(exc).__name__}: {exc}"[:500]}).encode())
-        except Exception:
-            pass
+        if os.getpid() == me:
+            crash_report(conn, exc)
     finally:
         if os.getpid() == me:  # only the rank itself says it has finished
-            status[rank * SLOTS + 2] = 1.0
+            tracker.finished()
         try:
             sys.stdout.flush()
             sys.stderr.flush()
-        except Exception:
+        except Exception:  # noqa: BLE001
             pass
         os._exit(code)
 
 
-def _init(world_size, rank_main, children, status, port, limits, drop_ids, prepare) -> None:
+def _run_function(rank, world_size, rank_main, conn, tracker, port, limits, payload, drop) -> None:
+    """A plain ``rank_main(rank, world_size, payload, report)`` (the engine's own tests)."""
+    import torch
+    import torch.distributed as dist
+
+    from .ranks.rank import install_socket_guard, install_tracking, load_filter
+
+    torch.set_num_threads(limits.threads)
+
+    def report(message: dict) -> None:
+        data = json.dumps(message).encode()
+        if len(data) > MAX_MESSAGE:
+            raise ValueError("message too large")
+        conn.send_bytes(data)
+
+    tracker.enter("init_process_group")
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+    tracker.leave()
+    import encodings.idna  # noqa: F401
+    drop()
+    install_tracking(tracker)
+    install_socket_guard(report)
+    if not load_filter():
+        report({"crash": "the system-call filter could not be loaded"})
+        return
+    rank_main(rank, world_size, payload, report)
+
+
+def _forked_init(world_size, rank_main, children, status, port, limits, drop_ids, prepare) -> None:
     """PID 1 of the group's namespace: forks the ranks, reaps whatever exits."""
     ranks = {}
     for rank in range(world_size):
         pid = os.fork()
         if pid == 0:
-            _rank(rank, world_size, rank_main, children[rank], status, port, limits, drop_ids, prepare)
+            _forked_rank(rank, world_size, rank_main, children[rank], status, port, limits, drop_ids, prepare)
         ranks[pid] = rank
     while True:  # reap ranks and anything re-parented to us, until the grader kills us
         try:
@@ -455,7 +533,82 @@ def _init(world_size, rank_main, children, status, port, limits, drop_ids, prepa
             os._exit(0)
 
 
-# ----------------------------------------------------------------------------- the grader's side
+def _run_forked(world_size, rank_main, payloads, limits, isolate, prepare, checkpoints) -> GroupResult:
+    """Ranks forked from this process (a self-check): see the module."""
+    from multiprocessing import Pipe
+    import struct
+
+    result = GroupResult(world_size, messages=[[] for _ in range(world_size)])
+    isolated = isolate and namespaces_available()[0]
+    port = PRIVATE_PORT if isolated else _free_port()
+    memory = mmap.mmap(-1, SLOTS * world_size * 8)  # this group's alone (anonymous, shared)
+    status = memoryview(memory).cast("d")
+    pipes = [Pipe(duplex=True) for _ in range(world_size)]
+    ready_r, ready_w = os.pipe()
+    leader = os.fork()
+    if leader == 0:
+        try:
+            os.close(ready_r)
+            for ours, _ in pipes:
+                ours.close()
+            if isolated and not _unshare(0x40000000 | 0x20000000):
+                os._exit(3)
+            if isolated:
+                loopback_up()
+            init = os.fork()
+            if init == 0:
+                _forked_init(world_size, rank_main, [theirs for _, theirs in pipes], status, port, limits,
+                             drop_ids=isolated and os.geteuid() == 0, prepare=prepare)
+            os.write(ready_w, struct.pack("q", init))
+            os.waitpid(init, 0)
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    for _, theirs in pipes:
+        theirs.close()
+    raw = os.read(ready_r, 8)
+    init_pid = struct.unpack("q", raw)[0] if len(raw) == 8 else 0
+    os.close(ready_r)
+    result.isolated, result.isolation = isolated, "fork" + (" (namespaces)" if isolated else "")
+    conns = [ours for ours, _ in pipes]
+    for conn, data in zip(conns, payloads):
+        conn.send_bytes(data)
+    try:
+        _watch(result, conns, status, limits, checkpoints, lambda: _descendants(init_pid))
+    finally:
+        _kill_forked(init_pid, leader, isolated)
+        for conn in conns:
+            conn.close()
+        with contextlib.suppress(BufferError):
+            status.release()
+    return result
+
+
+def _kill_forked(init_pid: int, leader: int, isolated: bool) -> None:
+    """Kill everything a forked group started. In a PID namespace, killing its init is
+    enough: the kernel kills the rest. Without one, kill each descendant (collected first)."""
+    victims = [init_pid] if isolated else (_descendants(init_pid)[::-1] if init_pid > 0 else [])
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(leader, os.WNOHANG)[0] == leader:
+                return
+        except ChildProcessError:
+            return
+        time.sleep(0.002)
+    try:
+        os.kill(leader, signal.SIGKILL)
+        os.waitpid(leader, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
+# ----------------------------------------------------------------------------- the watchdog
 
 def _descendants(pid: int) -> list[int]:
     out, todo = [], [pid]
@@ -471,6 +624,13 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+TICKS = os.sysconf("SC_CLK_TCK")
+#: CPU seconds a stuck group may still spend in ``stall_s`` (gloo's event loops wake up now
+#: and then); a rank that computes, even on a loaded machine, spends more or waits to run.
+IDLE_CPU_S = 0.1
+
+
 def _rss(pid: int) -> int:
     """Resident set size from ``/proc/PID/statm`` (cheap: a counter). Never less than the
     proportional set size, so a group whose RSS sum is under the limit is under it in PSS."""
@@ -479,9 +639,6 @@ def _rss(pid: int) -> int:
             return int(f.read().split()[1]) * PAGE_SIZE
     except (OSError, ValueError, IndexError):
         return 0
-
-
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
 def _pss(pid: int) -> int:
@@ -495,6 +652,24 @@ def _pss(pid: int) -> int:
     return 0
 
 
+def _activity(pids) -> tuple[float, set]:
+    """``(CPU seconds, runnable threads)`` of the processes ``pids``, from ``/proc``: what
+    tells a slow group (busy, or waiting for a core) from a stuck one."""
+    cpu, runnable = 0.0, set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            cpu += (int(fields[11]) + int(fields[12])) / TICKS
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/stat", "rb") as f:
+                    if f.read().rsplit(b")", 1)[1].split()[:1] == [b"R"]:
+                        runnable.add(int(task))
+        except (OSError, ValueError, IndexError):
+            pass
+    return cpu, runnable
+
+
 def _hang(status, world_size, stall_s, now) -> str | None:
     blocked = [(now - status[r * SLOTS + 1], r, OPERATIONS[int(status[r * SLOTS])])
                for r in range(world_size) if status[r * SLOTS] and not status[r * SLOTS + 2]
@@ -506,146 +681,6 @@ def _hang(status, world_size, stall_s, now) -> str | None:
     # rank that is not rank 0, whose peer is usually the one that never sent.
     seconds, rank, op = max(blocked, key=lambda b: (round(b[0]), -b[1]))
     return f"rank {rank} hung in {op} after {stall_s:g} s"
-
-
-def run_ranks(world_size: int, rank_main, payloads: list[bytes], limits: Limits = Limits(),
-              isolate: bool = True, prepare=None, checkpoints=None) -> GroupResult:
-    """Run ``rank_main`` on ``world_size`` ranks as one isolated group (see the module).
-    ``prepare()`` runs in each rank before it drops to an unprivileged uid (imports that
-    need the interpreter's folders, which that uid may not read). ``checkpoints``: an
-    object with ``arrive(rank, message) -> {rank: answer}`` and ``finished(rank) -> {rank:
-    answer}`` deciding when ranks waiting at a checkpoint go on (default: at once, "go")."""
-    if not 1 <= world_size <= 64 or len(payloads) != world_size:
-        raise ValueError(f"world_size must be 1..64 with one payload per rank, got {world_size}")
-    if isinstance(rank_main, RankProgram):
-        rank_main = program_main(rank_main)
-        prepare = rank_main.prepare
-    result = GroupResult(world_size, messages=[[] for _ in range(world_size)])
-    isolated = isolate and namespaces_available()[0]
-    port = PRIVATE_PORT if isolated else _free_port()
-    status = RawArray("d", SLOTS * world_size)
-    pipes = [Pipe(duplex=True) for _ in range(world_size)]
-    ready_r, ready_w = os.pipe()
-    start = time.monotonic()
-    leader = os.fork()
-    if leader == 0:
-        try:
-            os.close(ready_r)
-            for ours, _ in pipes:
-                ours.close()
-            if isolated and not _unshare(CLONE_NEWNET | CLONE_NEWPID):
-                os._exit(3)
-            if isolated:
-                _loopback_up()
-            init = os.fork()
-            if init == 0:
-                _init(world_size, rank_main, [theirs for _, theirs in pipes], status, port, limits,
-                      drop_ids=isolated and os.geteuid() == 0, prepare=prepare)
-            os.write(ready_w, struct.pack("q", init))
-            os.waitpid(init, 0)
-        finally:
-            os._exit(0)
-    os.close(ready_w)
-    for _, theirs in pipes:
-        theirs.close()
-    raw = os.read(ready_r, 8)
-    init_pid = struct.unpack("q", raw)[0] if len(raw) == 8 else 0
-    os.close(ready_r)
-    result.isolated = isolated
-    conns = [ours for ours, _ in pipes]
-    for conn, payload in zip(conns, payloads):
-        conn.send_bytes(payload)
-    open_conns = {conn: rank for rank, conn in enumerate(conns)}
-    next_memory = 0.0
-    errored = None  # when a rank first reported an error
-    done_ranks = set()  # ranks whose end the checkpoints object has been told of
-    try:
-        while True:
-            now = time.monotonic()
-            for conn in wait(list(open_conns), timeout=0.05):
-                rank = open_conns[conn]
-                try:
-                    data = conn.recv_bytes(MAX_MESSAGE)
-                except (EOFError, OSError):
-                    del open_conns[conn]
-                    continue
-                try:
-                    message = json.loads(data)
-                except ValueError:
-                    message = {"crash": "a message that is not JSON"}
-                if not isinstance(message, dict):
-                    message = {"crash": "a message that is not a JSON object"}
-                if "socket" in message:
-                    result.sockets.append(f"rank {rank}: {message['socket']}")
-                if "checkpoint" in message:
-                    answers = checkpoints.arrive(rank, message) if checkpoints else {rank: "go"}
-                    _answer(conns, answers, open_conns)
-                    if checkpoints is None or not getattr(checkpoints, "record", False):
-                        continue
-                result.messages[rank].append(message)
-                if "error" in message and errored is None:
-                    errored = now
-            # A rank sets its finished flag after its last message: once all are set, what
-            # is still in the pipes is read, and the group is done. (The pipes never reach
-            # end-of-file while the namespace's init holds their other ends.)
-            if all(status[r * SLOTS + 2] for r in range(world_size)):
-                if not wait(list(open_conns), timeout=0.02):
-                    break
-                continue
-            if checkpoints is not None:
-                for r in range(world_size):
-                    if status[r * SLOTS + 2] and r not in done_ranks and not wait([conns[r]], timeout=0):
-                        done_ranks.add(r)
-                        _answer(conns, checkpoints.finished(r), open_conns)
-            ended = [r for r in range(world_size) if status[r * SLOTS + 3] and not status[r * SLOTS + 2]]
-            if ended and not wait([conns[ended[0]]], timeout=0):
-                r = ended[0]  # gone without saying it had finished: killed, or os._exit
-                op = OPERATIONS[int(status[r * SLOTS])]
-                how = int(status[r * SLOTS + 3])
-                result.outcome = "crashed"
-                result.detail = (f"rank {r} was killed by {_signal_name(how - 1)}" if how < 1000 else
-                                 f"rank {r} exited with status {how - 1000} (sys.exit or os._exit?)")
-                result.detail += f" in {op}" if op else ""
-                break
-            hang = _hang(status, world_size, limits.stall_s, now)
-            if hang is None and errored is not None and now - errored > limits.stall_after_error_s:
-                hang = _hang(status, world_size, limits.stall_after_error_s, now)
-            if hang:
-                result.outcome, result.detail = "hung", hang
-                break
-            if now - start > limits.wall_s:
-                running = [r for r in range(world_size) if not status[r * SLOTS + 2]]
-                result.outcome = "timeout"
-                result.detail = (f"rank {running[0] if running else 0} did not finish within "
-                                 f"{limits.wall_s:g} s")
-                break
-            if now >= next_memory:
-                # PSS counts a page shared by k processes as 1/k in each (torch's libraries,
-                # the pages the ranks inherit from the grader), but reading smaps_rollup walks
-                # every mapping (~45 ms for a process with torch loaded): read only when the
-                # RSS sum, an upper bound, is over the limit.
-                group = _descendants(init_pid)
-                used = sum(_rss(p) for p in group)
-                if used > limits.memory_bytes:
-                    used = sum(_pss(p) for p in group)
-                result.peak_memory_bytes = max(result.peak_memory_bytes, used)
-                if used > limits.memory_bytes:
-                    result.outcome = "memory"
-                    result.detail = (f"the ranks together used {used / 2**30:.2f} GiB, more than "
-                                     f"the limit of {limits.memory_bytes / 2**30:.2f} GiB")
-                    break
-                next_memory = now + 0.2
-    finally:
-        _kill_group(init_pid, leader, isolated)
-        for conn in conns:
-            conn.close()
-    if result.ok:
-        crashes = [(r, m["crash"]) for r, ms in enumerate(result.messages) for m in ms if "crash" in m]
-        if crashes:
-            result.outcome = "crashed"
-            result.detail = f"rank {crashes[0][0]} stopped: {crashes[0][1]}"
-    result.wall_s = time.monotonic() - start
-    return result
 
 
 def _signal_name(number: int) -> str:
@@ -666,27 +701,121 @@ def _answer(conns, answers: dict, open_conns) -> None:
                 pass
 
 
-def _kill_group(init_pid: int, leader: int, isolated: bool) -> None:
-    """Kill everything the group started. In a PID namespace, killing its init is enough:
-    the kernel kills the rest, and the dying init waits for them, so the leader's reaping of
-    the init means the namespace is empty. Without one, kill each descendant (a rank that
-    escaped with setsid is still a descendant until its parent dies: collect them first)."""
-    victims = [init_pid] if isolated else (_descendants(init_pid)[::-1] if init_pid > 0 else [])
-    for pid in victims:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            if os.waitpid(leader, os.WNOHANG)[0] == leader:
+def _watch(result: GroupResult, conns, status, limits: Limits, checkpoints, group) -> None:
+    """Read the ranks' messages and watch the group until every rank has finished, or it
+    hangs, runs out of time, CPU or memory, or a rank dies (``group()``: its processes)."""
+    world_size = result.world_size
+    start = time.monotonic()
+    open_conns = {conn: rank for rank, conn in enumerate(conns)}
+    sent = [[0, 0] for _ in range(world_size)]  # per rank: bytes, messages
+    next_sample, errored, done_ranks, was_runnable = 0.0, None, set(), set()
+    samples = []  # (when, the group's CPU seconds, a thread runnable since the sample before)
+    while True:
+        now = time.monotonic()
+        for conn in wait(list(open_conns), timeout=0.05):
+            rank = open_conns[conn]
+            try:
+                data = conn.recv_bytes(MAX_MESSAGE)
+            except (EOFError, OSError):
+                del open_conns[conn]
+                continue
+            sent[rank][0] += len(data)
+            sent[rank][1] += 1
+            if sent[rank][0] > MAX_RANK_BYTES or sent[rank][1] > MAX_RANK_MESSAGES:
+                result.outcome = "crashed"
+                result.detail = (f"rank {rank} sent the grader more than {MAX_RANK_BYTES // 2**20} MB or "
+                                 f"{MAX_RANK_MESSAGES:,} messages")
                 return
-        except ChildProcessError:
-            return
-        time.sleep(0.002)
-    try:
-        os.kill(leader, signal.SIGKILL)
-        os.waitpid(leader, 0)
-    except (ProcessLookupError, ChildProcessError):
-        pass
+            try:
+                message = json.loads(data)
+            except ValueError:
+                message = {"crash": "a message that is not JSON"}
+            if not isinstance(message, dict):
+                message = {"crash": "a message that is not a JSON object"}
+            if "ports" in message and not result.ports:
+                result.ports = [[] for _ in range(world_size)]
+            if "ports" in message and sent[rank][1] == 1:  # its first message, before its code ran
+                ports = message["ports"]
+                result.ports[rank] = [p for p in ports if isinstance(p, int)][:64] if isinstance(ports, list) else []
+                continue
+            if "socket" in message:
+                result.sockets.append(f"rank {rank}: {str(message['socket'])[:200]}")
+            if "checkpoint" in message:
+                answers = checkpoints.arrive(rank, message) if checkpoints else {rank: "go"}
+                _answer(conns, answers, open_conns)
+                if checkpoints is None or not getattr(checkpoints, "record", False):
+                    continue
+            result.messages[rank].append(message)
+            if "error" in message and errored is None:
+                errored = now
+        # A rank sets its finished flag after its last message: once all are set, what is
+        # still in the sockets is read, and the group is done.
+        if all(status[r * SLOTS + 2] for r in range(world_size)):
+            if not wait(list(open_conns), timeout=0.02):
+                break
+            continue
+        def drained(r) -> bool:  # nothing of rank r's left to read
+            return conns[r] not in open_conns or not wait([conns[r]], timeout=0)
+
+        if checkpoints is not None:
+            for r in range(world_size):
+                if status[r * SLOTS + 2] and r not in done_ranks and drained(r):
+                    done_ranks.add(r)
+                    _answer(conns, checkpoints.finished(r), open_conns)
+        ended = [r for r in range(world_size) if status[r * SLOTS + 3] and not status[r * SLOTS + 2]]
+        if ended and drained(ended[0]):
+            r = ended[0]  # gone without saying it had finished: killed, or os._exit
+            op = OPERATIONS[int(status[r * SLOTS])]
+            how = int(status[r * SLOTS + 3])
+            result.outcome = "crashed"
+            result.detail = (f"rank {r} was killed by {_signal_name(how - 1)}" if how < 1000 else
+                             f"rank {r} exited with status {how - 1000} (sys.exit or os._exit?)")
+            result.detail += f" in {op}" if op else ""
+            break
+        if now >= next_sample:
+            next_sample = now + 0.2
+            pids = group()
+            cpu, runnable = _activity(pids)
+            result.cpu_s = cpu
+            # Progress: CPU time spent (more than an idle event loop spends), or a thread
+            # runnable in two samples running (waiting for a core on a loaded machine).
+            samples.append((now, cpu, bool(runnable & was_runnable)))
+            was_runnable = runnable
+            while len(samples) > 2 and samples[1][0] < now - limits.stall_s:
+                samples.pop(0)
+            if cpu > limits.cpu_s:
+                result.outcome = "timeout"
+                result.detail = f"the ranks used more than {limits.cpu_s:g} CPU seconds"
+                break
+            # PSS counts a page shared by k processes as 1/k in each (torch's libraries, the
+            # pages the ranks inherit), but reading smaps_rollup walks every mapping (~45 ms
+            # for a process with torch loaded): read only when the RSS sum is over the limit.
+            used = sum(_rss(p) for p in pids)
+            if used > limits.memory_bytes:
+                used = sum(_pss(p) for p in pids)
+            result.peak_memory_bytes = max(result.peak_memory_bytes, used)
+            if used > limits.memory_bytes:
+                result.outcome = "memory"
+                result.detail = (f"the ranks together used {used / 2**30:.2f} GiB, more than "
+                                 f"the limit of {limits.memory_bytes / 2**30:.2f} GiB")
+                break
+        # Stuck: over the last stall_s, the group spent almost no CPU and no thread waited to run.
+        idle = (len(samples) > 1 and samples[0][0] <= now - limits.stall_s + 0.25
+                and samples[-1][1] - samples[0][1] < IDLE_CPU_S and not any(s[2] for s in samples))
+        hang = _hang(status, world_size, limits.stall_s, now) if idle else None
+        if hang is None and errored is not None and now - errored > limits.stall_after_error_s:
+            hang = _hang(status, world_size, limits.stall_after_error_s, now)
+        if hang:
+            result.outcome, result.detail = "hung", hang
+            break
+        if now - start > limits.wall_s:
+            running = [r for r in range(world_size) if not status[r * SLOTS + 2]]
+            result.outcome = "timeout"
+            result.detail = f"rank {running[0] if running else 0} did not finish within {limits.wall_s:g} s"
+            break
+    if result.ok:
+        crashes = [(r, m["crash"]) for r, ms in enumerate(result.messages) for m in ms if "crash" in m]
+        if crashes:
+            result.outcome = "crashed"
+            result.detail = f"rank {crashes[0][0]} stopped: {str(crashes[0][1])[:300]}"
+    result.wall_s = time.monotonic() - start
