@@ -6,9 +6,10 @@ divides the sum by the world size. Any size (also not a multiple of the world si
 smaller than it), any world size from 2 to 8.
 
 Each world size runs as one group of real gloo ranks (``sandbox.multirank``: a private
-loopback, every rank dies with the group). The grader sends each rank its own random
-inputs, gets back what the ring left in the tensor and what the rank sent (the labs'
-collective counter, extended to sends), and compares:
+loopback, every rank dies with the group), every case on its own (``common.run_cases``).
+The grader sends each rank its own random inputs, gets back what the ring left in the
+tensor, sees what each rank sent on the group's loopback (``sandbox.wire``, outside the
+ranks: the rank's own count is used only where no capture is possible), and compares:
 
 * the result with the float64 sum (or mean) of every rank's input, to
   ``TOLERANCE_ULPS * n * eps32 * max|sum|``: the same n numbers summed in another order
@@ -16,9 +17,10 @@ collective counter, extended to sends), and compares:
 * the bytes each rank sends with ``2 (n-1)/n`` of the buffer
   (``solutions.communication.allreduce_bytes_per_rank``; Patarasuk & Yuan 2009), exactly,
   on sizes divisible by ``n``;
-* that no built-in collective is called (the counter sees any c10d collective, whatever
-  name it is called by): a submission that uses one scores 0 on every part, as does one
-  whose code opens a socket to anything but its own ranks.
+* that no built-in collective is called (any gloo collective is seen on the wire, however
+  it was called): a submission that uses one scores 0 on every part, as does one whose code
+  opens a socket to anything but its own ranks, or whose data travels past gloo's messages
+  (the rendezvous store, raw bytes).
 """
 from __future__ import annotations
 
@@ -221,14 +223,20 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
         if runs.sockets and not any(c.startswith("net:") for c in cheats):
             where, address = runs.sockets[0].split(": ", 1)
             cheats.append(f"net: opened a socket to {address} ({where}): only its own ranks may be reached")
+        if runs.outside and not any(c.startswith("wire:") for c in cheats):
+            cheats.append(f"wire: {runs.outside[0]}: the ring's data must travel by send and recv")
         judged = {}
         for c, (part, size, op) in enumerate(todo):
             if c in runs.stopped:
                 judged[c] = ("stopped", runs.stopped[c], None)
                 continue
             judged[c] = _judge_case(part, size, op, data[c], runs.messages[c], n)
-            calls = {k: v for m in runs.messages[c].values() for k, v in (m.get("calls") or {}).items()
-                     if isinstance(k, str) and isinstance(v, int)}
+            seen = runs.traffic(c)
+            if seen is not None:  # the collectives seen on the group's loopback (a barrier moves no data)
+                calls = {k: v for t in seen for k, v in t["calls"].items() if k != "barrier"}
+            else:  # no capture: what the ranks themselves counted
+                calls = {k: v for m in runs.messages[c].values() for k, v in (m.get("calls") or {}).items()
+                         if isinstance(k, str) and isinstance(v, int)}
             used = built_in_collectives(calls)
             if used and not any(x.startswith("p2p:") for x in cheats):
                 cheats.append(f"p2p: calls the built-in {', '.join(used)}: the ring must be built from "
@@ -256,7 +264,7 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
                 first[part] = first[part] or text
             elif part == "sum":
                 measured = True
-                first["traffic"] = first["traffic"] or _judge_traffic(runs.messages[c], size, n)
+                first["traffic"] = first["traffic"] or _judge_traffic(runs.messages[c], runs.traffic(c), size, n)
         if not measured:
             first["traffic"] = first["traffic"] or (
                 f"n={n}: not measured: the bytes are counted once a sum comes out right")
@@ -270,10 +278,16 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
     return report
 
 
-def _judge_traffic(ranks: dict, size: int, n: int) -> str | None:
-    """The bytes each rank sent for a right sum against the ring's ``2(n-1)/n``."""
+def _judge_traffic(ranks: dict, seen, size: int, n: int) -> str | None:
+    """The bytes each rank sent for a right sum against the ring's ``2(n-1)/n``: the payload
+    bytes its sends carried on the group's loopback (``seen``), or where no capture saw
+    them, what the rank counted itself."""
     predicted = int(allreduce_bytes_per_rank(size * 4, n))
-    sent = [int((m.get("bytes") or {}).get("send", 0)) for _, m in sorted(ranks.items())]
+    if seen is not None:
+        sent = [int(t["p2p"]) for t in seen]
+    else:
+        sent = [int((m.get("bytes") or {}).get("send", 0)) if isinstance(m.get("bytes"), dict) else 0
+                for _, m in sorted(ranks.items())]
     bad = [(r, b) for r, b in enumerate(sent) if b != predicted]
     if not bad:
         return None

@@ -22,16 +22,21 @@ seed), checks:
 * **result**: after each step's synchronisation the gradients equal those of one process
   on the whole global batch (relative L2 difference at most ``GRAD_TOL``), and after k
   steps the parameters do (L2 difference at most ``PARAM_TOL`` of the L2 of the update);
-* **traffic**: bytes each rank sends, from the course's collective counter
-  (``labs.training.CollectiveCounter``, which records each all-reduce's buffer) through
-  ``solutions.communication.allreduce_bytes_per_rank``: ``2(n-1)/n`` of the gradient bytes,
-  once per step;
-* **buckets**: the all-reduced buffers have the sizes of the reverse-order buckets;
-* **overlap**: seen from the order of events in each rank (the grader's own gradient hooks,
-  the counter's record of each all-reduce, the waits): every all-reduce is asynchronous,
-  starts as soon as its bucket is full and not before, the first starts before the backward
-  pass ends, and each is waited for before the optimizer step;
-* **no_sync**: no all-reduce during a ``no_sync`` micro-batch.
+* **traffic**: bytes each rank sends per step, seen on the group's loopback between the
+  grader's checkpoints (``sandbox.wire``; where no capture is possible, the rank's own count
+  of each all-reduce's buffer): ``2(n-1)/n`` of the gradient bytes
+  (``solutions.communication.allreduce_bytes_per_rank``), once per step;
+* **buckets**: the all-reduced buffers (each call seen on the wire) have the sizes of the
+  reverse-order buckets;
+* **overlap**: something is sent before the synchronising backward pass ends (wire); the
+  hook does not wait (the grader holds the other ranks back before their first bucket's
+  all-reduce and lets rank 0 alone go on: a hook that waits cannot reach its next
+  gradient); and from the order of events in each rank (the grader's own gradient hooks,
+  the calls, the waits): every all-reduce is asynchronous, starts as soon as its bucket is
+  full and not before, and is waited for before the optimizer step;
+* **no_sync**: nothing sent during a ``no_sync`` micro-batch, something after it.
+
+Each rank gets its own micro-batches only.
 """
 from __future__ import annotations
 
@@ -41,7 +46,7 @@ from solutions.communication import allreduce_bytes_per_rank
 
 from .a2_rank import (BATCH, BUCKET_BYTES, EPS, LAYERS, LR, MICRO, STEPS, WEIGHT_DECAY,  # noqa: F401
                       bucket_bytes_for, build_model, data, flat)
-from .common import Report, decode, grade_submitted, grade_training, rank_program, seeded
+from .common import Report, decode, grade_submitted, grade_training, payload, rank_program, seeded
 from .common import self_check as run_self_check
 
 NAME = "Assignment 2: DDP by hand"
@@ -267,6 +272,106 @@ def check_traffic(m: dict, n: int, total_bytes: int) -> str | None:
             f"the gradients per step); 2(n-1)/n of the gradients once per step = {predicted:,.0f}{why}")
 
 
+def _steps(segments) -> dict:
+    """The case's traffic per step: ``{step: [(micro, traffic)]}`` (the step's last entry is
+    its synchronisation, micro = ``MICRO``)."""
+    out, held = {}, []  # held: the traffic cut at hold checkpoints, part of the micro-batch after them
+    for segment in segments:
+        point = segment.get("point")
+        if segment["checkpoint"] == "hold":
+            held.append(segment["traffic"])
+        elif segment["checkpoint"] in ("micro", "finish") and isinstance(point, list) and len(point) == 2:
+            out.setdefault(point[0], []).append((point[1], [_merged(parts) for parts in
+                                                            zip(*held, segment["traffic"])]))
+            held = []
+    return out
+
+
+def _merged(parts) -> dict:
+    """One rank's traffic over consecutive segments."""
+    out = {"calls": {}, "call_bytes": {}}
+    for t in parts:
+        for name, slots in t["call_bytes"].items():
+            merged = out["call_bytes"].setdefault(name, {})
+            for slot, nbytes in slots.items():
+                merged[slot] = merged.get(slot, 0) + nbytes
+    out["calls"] = {name: len(slots) for name, slots in out["call_bytes"].items()}
+    return out
+
+
+def check_hold(held) -> dict:
+    """What the grader saw when it held the other ranks back before their first bucket's
+    all-reduce and let rank 0 alone go on (see ``assignments.common.CaseBarrier``)."""
+    if held == "waited":
+        return {"overlap": ("the hook waits for its all-reduce: held back before its peers had started theirs, "
+                            "rank 0 did not go on to its next gradient (work.wait() or a blocking all-reduce in "
+                            "the backward pass: nothing overlaps); keep the work and wait for it in "
+                            "finish_gradient_synchronization")}
+    return {}
+
+
+def check_wire(n: int, seed: int, segments: list, sizes: list) -> dict:
+    """What the traffic seen between the ranks shows, step by step: nothing sent inside
+    no_sync; the all-reduces of the synchronising micro-batch started before its backward
+    pass ended; their buffers the reverse-order buckets; 2(n-1)/n of the gradients per rank
+    and step (gloo's ring: its ranks send 2(n-1) times the buffer between them)."""
+    out = {}
+    cap = bucket_bytes_for(seed)
+    expected = sorted(sum(sizes[i] for i in b) for b in buckets(sizes, cap))
+    total = sum(sizes)
+    for step, parts in sorted(_steps(segments).items()):
+        calls = {}
+        for micro, traffic in parts:
+            others = {k for t in traffic for k in t["calls"] if k not in ("all_reduce", "barrier")}
+            if others:
+                out.setdefault("buckets", f"step {step}: {', '.join(sorted(others))} seen between the ranks: a "
+                                          "bucket is synchronised with one dist.all_reduce")
+            started = {slot for t in traffic for slot in t["call_bytes"].get("all_reduce", {})}
+            if micro < MICRO - 1 and started:
+                out.setdefault("no_sync", f"step {step}, micro-batch {micro} (inside no_sync): "
+                                          f"{len(started)} all-reduce(s) seen between the ranks; inside no_sync "
+                                          "the gradients only accumulate")
+            if micro == MICRO - 1 and not started:
+                out.setdefault("overlap", f"step {step}: nothing was sent between the ranks before the backward "
+                                          "pass ended: the first all-reduce starts only after the backward pass "
+                                          "has ended, no overlap of communication with the backward pass")
+            for t in traffic:
+                for slot, nbytes in t["call_bytes"].get("all_reduce", {}).items():
+                    calls[slot] = calls.get(slot, 0) + nbytes
+        if not calls:
+            out.setdefault("no_sync", f"step {step}: no all-reduce seen after the no_sync micro-batches: the "
+                                      "backward pass outside no_sync must synchronise the accumulated sum")
+        sent = sum(calls.values())
+        if abs(sent - 2 * (n - 1) * total) > 4 * n * max(len(calls), 1):
+            out.setdefault("traffic", f"step {step}: the ranks sent {sent / n:,.0f} bytes each on average in "
+                                      f"all-reduces (seen between them); 2(n-1)/n of the {total:,} bytes of "
+                                      f"gradients is {2 * (n - 1) * total / n:,.0f}")
+        got = sorted(round(b / (2 * (n - 1))) for b in calls.values())
+
+        def near(a, b):
+            return len(a) == len(b) and all(abs(x - y) <= 4 * n for x, y in zip(a, b))
+
+        if calls and not near(got, expected):
+            forward = sorted(sum(sizes[i] for i in b) for b in buckets(sizes, cap, reverse=False))
+            if near(got, forward):
+                why = ("buckets in forward order: walk model.parameters() in reverse, the order in which the "
+                       "backward pass produces the gradients")
+            elif len(got) == 1 and near(got, [total]):
+                why = "one all-reduce of every gradient: split them into buckets of bucket_bytes"
+            else:
+                why = f"buckets of {expected} bytes expected"
+            out.setdefault("buckets", f"bucket_bytes={cap}, step {step}: buffers of {got} bytes all-reduced (seen "
+                                      f"between the ranks); {why}")
+    return out
+
+
+def payloads(n: int, seeds: list, salt: int, indices: list) -> list:
+    """What each rank gets: the cases to run and its own micro-batches of each, no one else's."""
+    header = {"cases": indices, "seeds": seeds, "salt": salt}
+    per_case = [data(n, seeds[c], salt) for c in indices]
+    return [payload(header, [a for x, y in per_case for a in (x[:, r], y[:, r])]) for r in range(n)]
+
+
 def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=True,
           limits=None, isolate=True) -> Report:
     """Grade ``student`` (:class:`~assignments.common.Student`) at each world size; a Report."""
@@ -282,8 +387,11 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
     seeds = list(seeds)
     return grade_training(
         NAME, TITLES, POINTS, rank_program("a2_rank:main", student, (CLASS,), quiet), seeds,
-        header={"seeds": seeds, "salt": salt}, describe=lambda seed: f"seed {seed}",
-        reference=lambda n, seed: baseline(n, seed, salt), check=check, world_sizes=world_sizes,
+        header={}, payloads=lambda n, indices: payloads(n, seeds, salt, indices),
+        describe=lambda seed: f"seed {seed}", reference=lambda n, seed: baseline(n, seed, salt), check=check,
+        check_wire=lambda n, seed, segments, held, messages: dict(
+            check_wire(n, seed, segments, sizes) if segments is not None else {}, **check_hold(held)),
+        wire_parts=("result", "traffic", "buckets", "overlap", "no_sync"), world_sizes=world_sizes,
         limits=limits or Limits(wall_s=60.0, stall_s=5.0), isolate=isolate)
 
 

@@ -7,7 +7,7 @@ import contextlib
 
 import numpy as np
 
-from .rank_common import call_counter, encode, failure, unpack
+from .rank_common import Stopped, call_counter, encode, failure, marker, unpack
 
 #: The model: Linear(16, 32) - tanh - Linear(32, 24) - tanh - Linear(24, 8), P = 1536.
 #: Its parameters' sizes differ, so buckets in forward and in reverse order differ.
@@ -84,33 +84,81 @@ def watch_waits() -> None:
     dist.all_reduce = all_reduce
 
 
-def train(cls, rank: int, n: int, seed: int, salt: int) -> dict:
-    """k steps of M micro-batches with the student's ``cls``; what the grader checks."""
+def own_data(arrays: list, k: int):
+    """This rank's inputs and targets of its ``k``-th case, ``(STEPS, MICRO, BATCH, features)``
+    each: the grader sends a rank its own micro-batches only."""
+    x = arrays[2 * k].reshape(STEPS, MICRO, BATCH, LAYERS[0])
+    y = arrays[2 * k + 1].reshape(STEPS, MICRO, BATCH, LAYERS[-1])
+    return x, y
+
+
+def hold_points(model, cap: int, events: list) -> dict:
+    """Where the grader holds the ranks in the synchronising micro-batch (a rank that goes on
+    while a peer is held back before its first bucket's all-reduce does not wait in the
+    hook): ``A``, the parameter of the first bucket's last gradient, and ``B``, that of the
+    gradient after it (None: B is the backward pass's end), in the order the first
+    micro-batch produced them (``events``)."""
+    sizes = [p.numel() * p.element_size() for p in model.parameters()]
+    order = [e[1] for e in events if e and e[0] == "g"][:len(sizes)]
+    first, total = [], 0
+    for i in range(len(sizes) - 1, -1, -1):  # the first bucket: reverse order, closed at cap
+        first.append(i)
+        total += sizes[i]
+        if total >= cap:
+            break
+    if sorted(order) != list(range(len(sizes))):
+        return {}
+    last = max(order.index(i) for i in first)
+    return {"A": order[last], "B": order[last + 1] if last + 1 < len(order) else None, "next": "A"}
+
+
+def train(cls, seed: int, x, y, mark=lambda label, point: None) -> dict:
+    """k steps of M micro-batches of this rank's own data (``x``, ``y``) with the student's
+    ``cls``; what the grader checks. ``mark(label, point)`` is a checkpoint, where the grader
+    cuts the traffic it sees: after each micro-batch's backward pass and after each step's
+    synchronisation."""
     import torch
     import torch.distributed as dist
 
     torch.manual_seed(seed)
     model = build_model()
     events = EVENTS[0] = []
+    hold = {}  # the synchronising micro-batch of step 0: where the grader holds the ranks
+
+    def arrived(i):
+        events.append(["g", i])
+        if hold.get("next") == "A" and i == hold["A"]:
+            hold["next"] = "B"
+            mark("hold", "A")
+        elif hold.get("next") == "B" and i == hold.get("B"):
+            hold["next"] = None
+            mark("hold", "B")
+
     for i, p in enumerate(model.parameters()):  # before the student's: these run first
-        p.register_post_accumulate_grad_hook(lambda _p, i=i: events.append(["g", i]))
+        p.register_post_accumulate_grad_hook(lambda _p, i=i: arrived(i))
     ddp = cls(model, bucket_bytes_for(seed))
     opt = torch.optim.AdamW(model.parameters(), lr=LR, eps=EPS, weight_decay=WEIGHT_DECAY)
-    x, y = data(n, seed, salt)
     counter = call_counter(events)  # each collective, in order with the hooks' events
     grads = []
     with counter:
         for step in range(STEPS):
             for micro in range(MICRO):
                 synced = micro == MICRO - 1
+                if step == 0 and synced:
+                    hold.update(hold_points(model, bucket_bytes_for(seed), events))
                 events.append(["b", step, micro, synced])
                 with (contextlib.nullcontext() if synced else ddp.no_sync()):
-                    out = model(torch.from_numpy(x[step, rank, micro]))
-                    loss = torch.nn.functional.mse_loss(out, torch.from_numpy(y[step, rank, micro])) / MICRO
+                    out = model(torch.from_numpy(x[step, micro].copy()))
+                    loss = torch.nn.functional.mse_loss(out, torch.from_numpy(y[step, micro].copy())) / MICRO
                     loss.backward()
                 events.append(["e"])
+                if hold.get("next") == "B":  # the first bucket's gradient was the last: B is here
+                    hold["next"] = None
+                    mark("hold", "B")
+                mark("micro", [step, micro])
             ddp.finish_gradient_synchronization()
             events.append(["f"])
+            mark("finish", [step, MICRO])
             grads.append(encode(flat(p.grad if p.grad is not None else torch.zeros_like(p)
                                      for p in model.parameters())))
             opt.step()
@@ -122,16 +170,18 @@ def train(cls, rank: int, n: int, seed: int, salt: int) -> dict:
 
 
 def main(ctx) -> None:
-    header, _ = unpack(ctx.payload)
+    header, arrays = unpack(ctx.payload)
     watch_waits()
     try:
         cls = ctx.student()["BucketedDDP"]
     except LookupError as exc:
         ctx.report({"missing": str(exc)[:300]})
         return
-    for index in header["cases"]:
+    for k, index in enumerate(header["cases"]):
         try:
-            message = train(cls, ctx.rank, ctx.world_size, header["seeds"][index], header["salt"])
+            message = train(cls, header["seeds"][index], *own_data(arrays, k), marker(ctx, index))
+        except Stopped:
+            return
         except Exception as exc:  # noqa: BLE001 - the student's code
             message = failure(exc)
         ctx.report(dict(message, case=index))

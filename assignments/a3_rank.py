@@ -7,8 +7,8 @@ import types
 
 import numpy as np
 
-from .a2_rank import EPS, LAYERS, LR, STEPS, WEIGHT_DECAY, build_model, data, flat
-from .rank_common import call_counter, encode, failure, unpack
+from .a2_rank import EPS, LAYERS, LR, STEPS, WEIGHT_DECAY, build_model, flat, own_data
+from .rank_common import Stopped, call_counter, encode, failure, marker, unpack
 
 #: The held tensors a rank reports with their values (those of the model's size: the grader
 #: names what they are).
@@ -71,7 +71,9 @@ def _filled(cell) -> bool:
     return True
 
 
-def train(cls, rank: int, n: int, seed: int, salt: int, stage: int) -> dict:
+def train(cls, seed: int, stage: int, x, y, mark=lambda label, point: None) -> dict:
+    """k AdamW steps of the student's optimizer on this rank's own data (``x``, ``y``: the
+    grader sends a rank its own samples only); ``mark`` checkpoints after each step."""
     import torch
     import torch.distributed as dist
 
@@ -79,19 +81,19 @@ def train(cls, rank: int, n: int, seed: int, salt: int, stage: int) -> dict:
     model = build_model()
     params = list(model.parameters())
     opt = cls(model.parameters(), lr=LR, eps=EPS, weight_decay=WEIGHT_DECAY, stage=stage)
-    x, y = data(n, seed, salt)
     counter = call_counter()
     history = []
     with counter:
         for step in range(STEPS):
-            xs = torch.from_numpy(x[step, rank].reshape(-1, LAYERS[0]))
-            ys = torch.from_numpy(y[step, rank].reshape(-1, LAYERS[-1]))
+            xs = torch.from_numpy(x[step].reshape(-1, LAYERS[0]).copy())
+            ys = torch.from_numpy(y[step].reshape(-1, LAYERS[-1]).copy())
             torch.nn.functional.mse_loss(model(xs), ys).backward()
             opt.step()
             opt.zero_grad()
             for p in params:
                 p.grad = None
             history.append(encode(flat(params)))
+            mark("step", step)
     dist.barrier()
     exclude = {p.untyped_storage().data_ptr() for p in params}
     held = held_tensors(opt, exclude)
@@ -104,16 +106,18 @@ def train(cls, rank: int, n: int, seed: int, salt: int, stage: int) -> dict:
 
 
 def main(ctx) -> None:
-    header, _ = unpack(ctx.payload)
+    header, arrays = unpack(ctx.payload)
     try:
         cls = ctx.student()["ShardedAdamW"]
     except LookupError as exc:
         ctx.report({"missing": str(exc)[:300]})
         return
-    for index in header["cases"]:
+    for k, index in enumerate(header["cases"]):
         stage, seed = header["runs"][index]
         try:
-            message = train(cls, ctx.rank, ctx.world_size, seed, header["salt"], stage)
+            message = train(cls, seed, stage, *own_data(arrays, k), marker(ctx, index))
+        except Stopped:
+            return
         except Exception as exc:  # noqa: BLE001 - the student's code
             message = failure(exc)
         ctx.report(dict(message, case=index))

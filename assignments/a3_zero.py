@@ -41,7 +41,7 @@ from solutions.communication import (allgather_bytes_per_rank, allreduce_bytes_p
 
 from .a2_rank import EPS, LAYERS, LR, STEPS, WEIGHT_DECAY, data, flat
 from .a2_ddp import SEEDS, WORLD_SIZES, make_model
-from .common import (Report, decode, grade_submitted, grade_training, rank_program, rank_source)
+from .common import Report, decode, grade_submitted, grade_training, payload, rank_program, rank_source
 from .common import self_check as run_self_check
 
 NAME = "Assignment 3: ZeRO-1 and ZeRO-2, a sharded AdamW"
@@ -185,6 +185,48 @@ def check_traffic(m: dict, n: int, stage: int, numel: int) -> str | None:
             f"{want} of the parameters per step = {predicted:,.0f}{why}")
 
 
+#: The bytes gloo sends, per rank, for each collective the counter names, as a share of
+#: its full buffer: a ring all-reduce 2(n-1)/n; gloo runs a reduce-scatter as an all-reduce
+#: of its input; an all-gather (n-1)/n of its output (measured: ``tests/test_rank_wire.py``).
+GLOO_SHARE = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: 2 * (n - 1) / n,
+              "all_gather": lambda n: (n - 1) / n}
+#: What the wire calls each of them (gloo's slot prefix, ``sandbox.wire.PREFIXES``).
+ON_THE_WIRE = {"all_reduce": "all_reduce", "reduce_scatter": "all_reduce", "all_gather": "all_gather"}
+
+
+def check_wire(n: int, case, segments, messages: dict, numel: int) -> dict:
+    """The collectives seen between the ranks, over the k steps, against what each rank
+    counted itself (its claim, which names them): bytes the claim does not explain were sent
+    by calls the rank did not count (the backend called below torch.distributed's functions,
+    the counter switched off), and the traffic part is not earned."""
+    stage = case[0]
+    if segments is None:
+        return {}
+    seen = [{} for _ in range(n)]
+    for segment in segments:
+        if segment["checkpoint"] in ("step", "case"):
+            for r, t in enumerate(segment["traffic"]):
+                for name, nbytes in t["collectives"].items():
+                    if name != "barrier":
+                        seen[r][name] = seen[r].get(name, 0) + nbytes
+    for r in range(n):
+        claimed = (messages.get(r) or {}).get("bytes")
+        if not isinstance(claimed, dict):
+            continue
+        explained = {}
+        for name, nbytes in claimed.items():
+            if name in GLOO_SHARE and isinstance(nbytes, int):
+                wire = ON_THE_WIRE[name]
+                explained[wire] = explained.get(wire, 0) + GLOO_SHARE[name](n) * nbytes
+        for name in set(seen[r]) | set(explained):
+            got, want = seen[r].get(name, 0), explained.get(name, 0)
+            if abs(got - want) > 4 * n * STEPS * 4:
+                return {f"traffic{stage}": (f"rank {r} sent {got:,} bytes in {name} calls between the ranks, where the "
+                                            f"collectives it counted itself account for {want:,.0f}: collectives "
+                                            "called past torch.distributed's functions are not counted")}
+    return {}
+
+
 def _local_gradient(n: int, seed: int, salt: int, rank: int, params) -> np.ndarray:
     """Rank ``rank``'s own gradient at the last step (its data, the parameters before it)."""
     import torch
@@ -265,11 +307,19 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
         return {part: text for part, text in fails.items() if text}
 
     runs = [(stage, seed) for stage in STAGES for seed in seeds]
+
+    def payloads(n, indices):
+        header = {"cases": indices, "runs": runs, "salt": salt}
+        per_case = [data(n, runs[c][1], salt) for c in indices]
+        return [payload(header, [a for x, y in per_case for a in (x[:, r], y[:, r])]) for r in range(n)]
+
     program = rank_program("a3_rank:main", student, (CLASS,), quiet, extra=(("a2_rank", rank_source("a2_rank")),))
     return grade_training(
-        NAME, TITLES, POINTS, program, runs, header={"runs": runs, "salt": salt},
+        NAME, TITLES, POINTS, program, runs, header={}, payloads=payloads,
         describe=lambda case: f"stage {case[0]}, seed {case[1]}", reference=reference, check=check,
-        world_sizes=world_sizes, limits=limits or Limits(wall_s=60.0, stall_s=5.0), isolate=isolate)
+        check_wire=lambda n, case, segments, held, messages: check_wire(n, case, segments, messages, numel),
+        wire_parts=("traffic2", "traffic1"), world_sizes=world_sizes,
+        limits=limits or Limits(wall_s=60.0, stall_s=5.0), isolate=isolate)
 
 
 def grade_file(path, **kwargs) -> Report:

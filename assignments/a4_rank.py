@@ -7,7 +7,7 @@ import base64
 
 import numpy as np
 
-from .rank_common import call_counter, course_model, failure, unpack
+from .rank_common import Stopped, call_counter, course_model, failure, marker, unpack
 
 #: The blocks graded: width h, heads, sequence s, micro-batch b (small: CPU ranks).
 D_MODEL, N_HEAD, SEQ, BATCH = 32, 4, 8, 2
@@ -81,8 +81,10 @@ def unit(fn, u_np, w_np) -> dict:
     return {"out": enc(y), "grad": enc(u.grad), "calls": [fwd.calls, bwd.calls]}
 
 
-def block(fns, key, module, x, probe, rank, n) -> dict:
-    """One block on this rank: its shard, output, input gradient, shard gradients, calls."""
+def block(fns, key, module, x, probe, rank, n, mark=lambda label, point: None) -> dict:
+    """One block on this rank: its shard, output, input gradient, shard gradients, calls;
+    ``mark`` checkpoints after the forward pass and after the backward pass (where the grader
+    cuts the traffic it sees)."""
     import torch
 
     full = {k: p.detach().clone() for k, p in module.named_parameters()}
@@ -93,9 +95,11 @@ def block(fns, key, module, x, probe, rank, n) -> dict:
     try:
         with call_counter() as fwd, first_communication() as first:
             y = fns["tp_mlp"](xin, shard) if key == "mlp" else fns["tp_attention"](xin, shard, N_HEAD)
+        mark("phase", "forward")
         with call_counter() as bwd:
             (y * probe).sum().backward()
-    except NotImplementedError:
+        mark("phase", "backward")
+    except (NotImplementedError, Stopped):
         raise
     except Exception as exc:  # noqa: BLE001 - the shards are still worth reporting
         return failure(exc, message)
@@ -128,7 +132,10 @@ def main(ctx) -> None:
                     torch.manual_seed(case_seed(seed, header["salt"]))
                     built[seed] = build_case()
                 mlp, attn, x, probe = built[seed]
-                message = block(fns, step, mlp if step == "mlp" else attn, x, probe, ctx.rank, ctx.world_size)
+                message = block(fns, step, mlp if step == "mlp" else attn, x, probe, ctx.rank, ctx.world_size,
+                                marker(ctx, index))
+        except Stopped:
+            return
         except Exception as exc:  # noqa: BLE001 - the student's code
             message = failure(exc)
         ctx.report(dict(message, case=index))

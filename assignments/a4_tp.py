@@ -23,10 +23,12 @@ and each rank reports what the student's code produced. What is compared:
   relative L2 within ``labs.tensor_parallel.TOLERANCE`` (the same sums in another order);
 * per block one all-reduce in the forward pass and one in the backward pass (half of
   ``solutions.model_parallel.tensor_parallel_collectives_per_layer``: a layer is one attention
-  and one MLP block), counted by the labs' collective counter, and no other collective;
+  and one MLP block), seen on the group's loopback between the grader's checkpoints after
+  each pass (``sandbox.wire``; the rank's own count where no capture is possible), and no
+  other collective;
 * the bytes each rank sends for them with a ring, ``allreduce_bytes_per_rank`` of every
-  counted buffer, equal ``solutions.communication.tensor_parallel_bytes_per_layer`` for the
-  two blocks together.
+  buffer, equal ``solutions.communication.tensor_parallel_bytes_per_layer`` for the two
+  blocks together.
 """
 from __future__ import annotations
 
@@ -267,6 +269,27 @@ def _judge_block(key, ms, ref, n, slicers, units=None):
     return shard_problem, None
 
 
+def _wire_view(segments, n) -> list | None:
+    """Each rank's ``{"calls": [forward, backward], "bytes": [forward, backward]}`` of one
+    block as seen between the ranks (the buffer a ring's bytes come from: gloo sends
+    2(n-1)/n of each all-reduce's buffer), or None where no capture saw it."""
+    phases = {s.get("point"): s["traffic"] for s in segments or [] if s["checkpoint"] == "phase"}
+    if set(phases) != {"forward", "backward"}:
+        return None
+    view = []
+    for r in range(n):
+        calls, nbytes = [], []
+        for phase in ("forward", "backward"):
+            t = phases[phase][r]
+            counted = {k: v for k, v in t["calls"].items() if k != "barrier"}
+            if t["p2p"]:
+                counted["send"] = 1
+            calls.append(counted)
+            nbytes.append({"all_reduce": round(t["collectives"].get("all_reduce", 0) * n / (2 * (n - 1)))})
+        view.append({"calls": calls, "bytes": nbytes})
+    return view
+
+
 def _judge_comm(by_block, n):
     """Collectives of the two blocks on one case: one all-reduce forward and one backward
     per block, nothing else, and the ring bytes of the formula."""
@@ -327,6 +350,8 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
         runs = run_cases(n, len(runs_of), payloads_for, program, limits, isolate)
         report.isolated = runs.isolated and report.isolated is not False
         missing = missing or runs.missing
+        if runs.outside:
+            verdicts["comm"].append(f"n={n}: {runs.outside[0]}: the blocks' data must travel by their all-reduces")
         slicers = [shard_slicers(D_MODEL, n, r) for r in range(n)]
         first = {p: None for p in POINTS}
 
@@ -367,7 +392,8 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
                 if block_problem:
                     note(step, f"seed {seed}: {block_problem}")
                 if not any("error" in m for m in ms):
-                    complete[step] = ms
+                    seen = _wire_view(runs.segments.get(c), n) if runs.wired else None
+                    complete[step] = ([dict(m, **v) for m, v in zip(ms, seen)] if seen is not None else ms)
             if len(complete) == 2:
                 why = _judge_comm(complete, n)
                 if why:

@@ -340,10 +340,15 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
     program = rank_program("a5_rank:main", student, FUNCTIONS, quiet, extra=extra)
     for k, n in enumerate(world_sizes):
         runs_of = (["grid"] if k == 0 else []) + [{"seed": s, "m": microbatches(n, s)} for s in seeds]
-        header = {"runs": runs_of, "salt": salt, "grid": order_grid()}
+        header = {"runs": runs_of, "grid": order_grid()}
 
-        def payloads_for(indices, n=n, header=header):
-            return [make_payload(dict(header, cases=indices), [])] * n
+        def payloads_for(indices, n=n, header=header, runs_of=runs_of):
+            per_rank = [[] for _ in range(n)]
+            for c in indices:
+                if runs_of[c] != "grid":
+                    for r, arrays in enumerate(stage_data(runs_of[c]["seed"], salt, n, runs_of[c]["m"])):
+                        per_rank[r] += arrays
+            return [make_payload(dict(header, cases=indices), per_rank[r]) for r in range(n)]
 
         runs = run_cases(n, len(runs_of), payloads_for, program, limits, isolate)
         report.isolated = runs.isolated and report.isolated is not False
@@ -367,12 +372,53 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
             with one_thread():
                 ref = baseline(spec["seed"], salt, n, spec["m"])
             order_problem, result_problem = _judge_run(n, spec["m"], [runs.messages[c][r] for r in range(n)], ref, tol)
+            seen = runs.traffic(c) if runs.wired else None
+            if not any("error" in runs.messages[c][r] for r in range(n)):  # (a rank that raised sent less)
+                order_problem = _judge_wire(n, spec["m"], seen) or order_problem
             first["run_order"] = first["run_order"] or order_problem
             first["run_result"] = first["run_result"] or result_problem
         for part, text in first.items():
             found[part].append(text)
     problems = {part: [v for v in found[part] if v] for part in POINTS}
     return finish_report(report, TITLES, POINTS, problems, missing, started)
+
+
+def stage_data(seed: int, salt: int, p: int, m: int) -> list:
+    """Per rank, what it gets of one run case (float32 arrays): its stage's parameters, in the
+    order of ``Stage(...).parameters()``; the micro-batches' token ids on the first stage and
+    their targets on the last. No rank gets another stage's weights or data."""
+    from labs.pipeline_parallel import Stage
+
+    model, xs, ys = make_case(seed, salt, m)
+    out = []
+    for r in range(p):
+        arrays = [np.concatenate([q.detach().reshape(-1).numpy() for q in Stage(model, r, p).parameters()])]
+        if r == 0:
+            arrays.append(np.stack([x.numpy() for x in xs]).astype(np.float32).reshape(-1))
+        if r == p - 1:
+            arrays.append(np.stack([y.numpy() for y in ys]).astype(np.float32).reshape(-1))
+        out.append(arrays)
+    return out
+
+
+def _judge_wire(p: int, m: int, seen) -> str | None:
+    """The bytes each stage sent its neighbours, seen between the ranks: a pipeline step sends
+    each micro-batch's activation forward once and its gradient back once, and nothing else
+    (None where no capture saw the traffic)."""
+    if seen is None:
+        return None
+    size = MICRO_BATCH * MODEL["block_size"] * MODEL["d_model"] * 4
+    for s, t in enumerate(seen):
+        others = sorted(k for k in t["calls"] if k != "barrier")
+        if others:
+            return (f"p={p}, m={m}: stage {s} called {', '.join(others)} (seen between the ranks): a pipeline's "
+                    "stages exchange activations and gradients with dist.send/recv (isend/irecv) only")
+        want = ((s < p - 1) + (s > 0)) * m * size
+        if t["p2p"] != want:
+            return (f"p={p}, m={m}: stage {s} sent {t['p2p']:,} bytes to its neighbours (seen between the ranks); "
+                    f"a step sends each micro-batch's activation forward and its gradient back once: {want:,} "
+                    f"({m} x {size:,} bytes per direction)")
+    return None
 
 
 def _judge_order_grid(orders) -> dict:

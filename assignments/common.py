@@ -313,25 +313,55 @@ def finish_report(report: Report, titles: dict, points: dict, problems: dict, mi
 #: How long a rank of a submission that has already hung may wait, its group idle, before it
 #: is stuck too (the first hang waits ``Limits.stall_s``).
 RESTART_STALL_S = 2.0
+#: How long rank 0, let go alone at a hold checkpoint, may take to reach the next one.
+HOLD_S = 3.0
 
 
 class CaseBarrier:
-    """The checkpoints of a group that runs cases in turn (each rank calls
-    ``ctx.checkpoint("case", case=index, raised=bool)`` after each case): once every rank
-    still running has reported the same case, all go on, unless some ranks raised and
-    others did not (those would be out of step: their messages of the next case could meet
-    a peer still in this one), then all stop and :func:`run_cases` starts a fresh group at
-    the next case. Ranks that all raised (an untouched stub) go on together."""
+    """The checkpoints of a group that runs cases in turn. Each rank calls
+    ``ctx.checkpoint("case", case=index, raised=bool)`` after each case, and may checkpoint
+    inside one (``ctx.checkpoint(label, case=index, point=...)``, where the grader cuts the
+    traffic it sees). Once every rank still running waits at the same checkpoint, all go
+    on; at a case's end, unless some ranks raised and others did not (those would be out
+    of step: their messages of the next case could meet a peer still in this one). Ranks
+    out of step are all stopped, and :func:`run_cases` starts a fresh group at the next
+    case. Ranks that all raised (an untouched stub) go on together."""
 
     record = False
 
     def __init__(self, world_size: int):
         self.world_size, self.waiting, self.done = world_size, {}, set()
         self.stopped_after = None  # the case after which the group was told to stop
+        self.holds = {}  # case -> "went on" | "waited" (see arrive: the "hold" checkpoints)
+        self._hold = None  # (case, since when rank 0 alone was let go, whether it reached B)
 
     def arrive(self, rank: int, message: dict) -> dict:
+        """A rank waits at a checkpoint. The ``hold`` checkpoints (``point`` "A", then "B")
+        test, from outside, that a rank goes on while a peer is held back: when every rank is
+        at A, rank 0 alone goes on; the others follow once it reaches B (it "went on"), or
+        after :data:`HOLD_S` without it (it "waited": for a peer held back)."""
+        if (message.get("checkpoint") == "hold" and self._hold is not None and not self._hold[2] and rank == 0
+                and message.get("point") == "B"):
+            case, _, _ = self._hold
+            self._hold = (case, 0.0, True)
+            self.holds[case] = "went on"
+            others = {r: "go" for r in self.waiting if r != 0}
+            self.waiting = {0: message}
+            return others
         self.waiting[rank] = message
         return self._decide()
+
+    def tick(self, now: float) -> dict:
+        """Rank 0 let go alone at a hold did not reach B in time: let the others go too."""
+        if self._hold is None or self._hold[2] or now - self._hold[1] < HOLD_S:
+            return {}
+        case = self._hold[0]
+        self._hold = (case, 0.0, True)
+        self.holds[case] = "waited"
+        others = {r: "go" for r, m in self.waiting.items() if m.get("point") == "A"}
+        for r in others:
+            del self.waiting[r]
+        return others
 
     def finished(self, rank: int) -> dict:
         self.done.add(rank)
@@ -342,11 +372,17 @@ class CaseBarrier:
         live = set(range(self.world_size)) - self.done
         if not self.waiting or not live <= set(self.waiting):
             return {}
-        cases = {m.get("case") for m in self.waiting.values()}
+        where = {(m.get("checkpoint"), m.get("case"), str(m.get("point"))) for m in self.waiting.values()}
         raised = {bool(m.get("raised")) for m in self.waiting.values()}
-        go = len(cases) == 1 and len(raised) == 1 and live == set(range(self.world_size))
-        if not go:
-            self.stopped_after = min((c for c in cases if isinstance(c, int)), default=None)
+        go = len(where) == 1 and len(raised) == 1 and live == set(range(self.world_size))
+        if go and where == {("hold", next(iter(where))[1], "A")} and self.world_size > 1:
+            self._hold = (next(iter(where))[1], time.monotonic(), False)
+            del self.waiting[0]
+            return {0: "go"}
+        if go and next(iter(where))[0] == "hold":
+            self._hold = None
+        if not go and all(label == "case" for label, _, _ in where):
+            self.stopped_after = min((c for _, c, _ in where if isinstance(c, int)), default=None)
         answers = {r: "go" if go else "stop" for r in self.waiting}
         self.waiting = {}
         return answers
@@ -362,6 +398,21 @@ class CaseRuns:
     missing: str | None = None  # why the submission has nothing to grade, where a rank said so
     sockets: list = field(default_factory=list)  # outside addresses a rank tried to reach
     groups: int = 0
+    #: per case: the traffic seen between its checkpoints on the group's loopback, in order
+    #: (``[{"checkpoint": label, "point": ..., "traffic": [per rank]}]``); absent for a case
+    #: no capture saw (ranks without a network namespace: then only the ranks' claims count)
+    segments: dict = field(default_factory=dict)
+    wired: bool = True  # every group's traffic was seen whole
+    holds: dict = field(default_factory=dict)  # case -> what rank 0 did at a hold (see CaseBarrier)
+    outside: list = field(default_factory=list)  # traffic past gloo, the store or any owner: what, per group
+
+    def traffic(self, case: int, label: str = "case", point=None) -> list | None:
+        """Each rank's traffic of ``case`` up to its checkpoint ``label`` (and ``point``), or
+        None where no capture saw it."""
+        for segment in self.segments.get(case, []):
+            if segment["checkpoint"] == label and (point is None or segment.get("point") == point):
+                return segment["traffic"]
+        return None
 
 
 def stop_reason(group, messages: dict) -> str:
@@ -399,8 +450,20 @@ def run_cases(world_size: int, count: int, payloads_for, program, limits, isolat
         group = run_ranks(world_size, program, payloads_for(pending), limits, isolate=isolate,
                           checkpoints=barrier)
         runs.groups += 1
+        runs.holds.update(barrier.holds)
         runs.isolated = group.isolated and runs.isolated is not False
         runs.sockets += group.sockets
+        runs.wired = runs.wired and group.segments is not None and group.wire_complete
+        for segment in group.segments or []:
+            if isinstance(segment.get("case"), int):
+                runs.segments.setdefault(segment["case"], []).append(segment)
+            for r, counts in enumerate(segment["traffic"]):
+                if counts["store"] or counts["garbage"]:
+                    runs.outside.append(f"rank {r}: " + ("sent data through the rendezvous store"
+                                                         if counts["store"] else "wrote bytes to gloo's "
+                                                         "connections that are no gloo message"))
+        if group.unowned_bytes:
+            runs.outside.append(f"{group.unowned_bytes:,} bytes on a connection no rank opened at the rendezvous")
         by_case, runs.missing = messages_by_case(group, count, runs.missing)
         for c in pending:
             runs.messages[c].update(by_case[c])
@@ -424,25 +487,38 @@ def run_cases(world_size: int, count: int, payloads_for, program, limits, isolat
 
 
 def grade_training(name: str, titles: dict, points: dict, program, cases: list, *, header: dict, describe,
-                   reference, check, world_sizes, limits, isolate: bool) -> Report:
+                   reference, check, world_sizes, limits, isolate: bool, check_wire=None, wire_parts=(),
+                   payloads=None) -> Report:
     """The grading loop of the assignments that train a student's class (2 and 3): at each
     world size ``n`` the ranks run every case of ``cases`` (each on its own:
     :func:`run_cases`; every rank gets ``header`` plus the indices of its cases). A case that
     did not finish, or that some rank failed, costs every part (its feedback names the rank's
     own error first). For the others ``ref = reference(n, case)`` is computed once and
     ``check(n, case, rank, message, ref)`` returns each rank's failures, ``{part: text}``;
-    ``describe(case)`` names the case. A part's feedback is its first failure at each world
-    size; every part is judged on its own evidence."""
+    ``check_wire(n, case, segments, held, messages)``, the failures the grader's own view shows: the
+    traffic seen between the ranks (``segments``: the case's, see :class:`CaseRuns`; None
+    where no capture saw it) and what a rank did while its peers were held back (``held``,
+    see :class:`CaseBarrier`; None where the case held none), against what the ranks
+    reported (``{rank: message}``). ``describe(case)`` names
+    the case. ``payloads(n, indices)``: what each rank gets, when not ``header`` alone. A
+    part's feedback is its first failure at each world size; every part is judged on its
+    own evidence. Traffic past the ranks' gloo connections (the store, raw bytes) costs the
+    parts of ``wire_parts``."""
     started = time.monotonic()
     fails = {p: [] for p in points}
     missing, isolated = None, None
     for n in world_sizes:
         def payloads_for(indices, n=n):
+            if payloads is not None:
+                return payloads(n, indices)
             return [payload(dict(header, cases=indices), [])] * n
 
         runs = run_cases(n, len(cases), payloads_for, program, limits, isolate)
         isolated = runs.isolated and isolated is not False  # every group had its own namespaces
         missing = missing or runs.missing
+        if runs.outside:
+            for part in wire_parts:
+                fails[part].append(f"n={n}, {runs.outside[0]}: the ranks' data must travel by torch.distributed")
         for c, case in enumerate(cases):
             label = f"n={n}, {describe(case)}"
             ranks = runs.messages[c]
@@ -461,6 +537,10 @@ def grade_training(name: str, titles: dict, points: dict, program, cases: list, 
             for r, m in sorted(ranks.items()):
                 for part, text in check(n, case, r, m, ref).items():
                     fails[part].append(f"{label}, rank {r}: {text}")
+            seen = runs.segments.get(c) if runs.wired else None
+            if check_wire is not None and (seen is not None or c in runs.holds):
+                for part, text in check_wire(n, case, seen, runs.holds.get(c), ranks).items():
+                    fails[part].insert(0, f"{label}: {text}")  # the grader's own view comes first
     shown = {p: [] for p in points}
     for part in points:
         feedback = list(dict.fromkeys(fails[part]))

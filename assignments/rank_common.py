@@ -89,6 +89,19 @@ def course_model():
     return model
 
 
+class Stopped(Exception):
+    """The grader stopped this rank at a checkpoint inside a case (a peer was out of step)."""
+
+
+def marker(ctx, index: int):
+    """``mark(label, point)``: a checkpoint inside case ``index``, where the grader cuts the
+    traffic it sees; raises :class:`Stopped` when the grader says stop."""
+    def mark(label: str, point) -> None:
+        if ctx.checkpoint(label, case=index, point=point) == "stop":
+            raise Stopped(label)
+    return mark
+
+
 def quiet_stdio() -> None:
     """Send a rank's own prints to /dev/null (a grader's console is not the student's)."""
     devnull = os.open(os.devnull, os.O_WRONLY)

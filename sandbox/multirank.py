@@ -46,6 +46,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 from .confined import frames
+from .wire import Capture
 from .ranks.group import GROUP_NAMESPACES, loopback_up, status_view
 from .ranks.rank import (MAX_MESSAGE, NOT_A_HANG, OPERATIONS, PROGRAM_PACKAGE, SLOTS, RankContext,  # noqa: F401
                          RankProgram, RankWalls, Tracker, crash_report, load_program, run_rank)
@@ -91,6 +92,13 @@ class GroupResult:
     peak_memory_bytes: int = 0  # the largest sample: PSS over the limit's size, else RSS (above PSS)
     cpu_s: float = 0.0
     ports: list = field(default_factory=list)  # per rank: its sockets' ports, before its code ran
+    #: What the ranks sent each other, seen on the group's loopback (None: no capture, the
+    #: ranks ran without a network namespace): one entry per checkpoint the grader answered,
+    #: ``{"checkpoint": label, "case": ..., "traffic": [per rank: counts]}``, and a last one
+    #: ``"end"`` (see :mod:`sandbox.wire`).
+    segments: list | None = None
+    wire_complete: bool = True  # no packet was dropped before the grader read it
+    unowned_bytes: int = 0  # bytes on connections no rank owned
 
     @property
     def ok(self) -> bool:
@@ -359,7 +367,7 @@ def _run_zygote(world_size, program, payloads, limits, isolate, checkpoints) -> 
     channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     result = GroupResult(world_size, messages=[[] for _ in range(world_size)],
                          isolated=mode == "namespaces", isolation=mode)
-    leader = None
+    leader = capture = None
     conns = []
     try:
         leader = zygote.spawn(job, [b.fileno() for _, b in pairs] + [status_fd, theirs.fileno()])
@@ -369,18 +377,24 @@ def _run_zygote(world_size, program, payloads, limits, isolate, checkpoints) -> 
         os.close(status_fd)
         status_fd = None
         channel.settimeout(START_TIMEOUT)
-        line = channel.makefile("rb").readline(4096)
+        line, fds, _, _ = socket.recv_fds(channel, 4096, 1)
         hello = json.loads(line) if line else {"fatal": "the group's leader stopped"}
         if "init" not in hello:
+            for fd in fds:
+                os.close(fd)
             result.outcome, result.detail = "refused", f"the group could not be started: {hello.get('fatal')}"
             return result
+        if fds:
+            capture = Capture(socket.socket(fileno=fds[0]), world_size, port)
         conns = [Connection(a.detach()) for a, _ in pairs]
         setup = program.setup()
         for conn, data in zip(conns, payloads):
             conn.send_bytes(setup)
             conn.send_bytes(data)
-        _watch(result, conns, status, limits, checkpoints, lambda: _descendants(leader))
+        _watch(result, conns, status, limits, checkpoints, lambda: _descendants(leader), capture)
     finally:
+        if capture is not None:
+            capture.close()
         if leader is not None:
             zygote.kill(leader)
         if lease is not None:
@@ -701,9 +715,23 @@ def _answer(conns, answers: dict, open_conns) -> None:
                 pass
 
 
-def _watch(result: GroupResult, conns, status, limits: Limits, checkpoints, group) -> None:
+def _watch(result: GroupResult, conns, status, limits: Limits, checkpoints, group, capture=None) -> None:
     """Read the ranks' messages and watch the group until every rank has finished, or it
-    hangs, runs out of time, CPU or memory, or a rank dies (``group()``: its processes)."""
+    hangs, runs out of time, CPU or memory, or a rank dies (``group()``: its processes).
+    With a ``capture`` (:class:`sandbox.wire.Capture`), the ranks' traffic is cut at every
+    checkpoint answered into ``result.segments``."""
+    if capture is not None:
+        result.segments = []
+    try:
+        _watch_loop(result, conns, status, limits, checkpoints, group, capture)
+    finally:
+        if capture is not None:
+            result.segments.append({"checkpoint": "end", "traffic": capture.take()})
+            result.unowned_bytes = capture.finish()
+            result.wire_complete = capture.dropped() == 0
+
+
+def _watch_loop(result: GroupResult, conns, status, limits: Limits, checkpoints, group, capture) -> None:
     world_size = result.world_size
     start = time.monotonic()
     open_conns = {conn: rank for rank, conn in enumerate(conns)}
@@ -737,11 +765,21 @@ def _watch(result: GroupResult, conns, status, limits: Limits, checkpoints, grou
             if "ports" in message and sent[rank][1] == 1:  # its first message, before its code ran
                 ports = message["ports"]
                 result.ports[rank] = [p for p in ports if isinstance(p, int)][:64] if isinstance(ports, list) else []
+                if capture is not None:
+                    capture.learn(rank, result.ports[rank])
+                    if all(result.ports):  # every rank has met: the store's work is done
+                        capture.drain()
+                        capture.store_open = True
                 continue
             if "socket" in message:
                 result.sockets.append(f"rank {rank}: {str(message['socket'])[:200]}")
             if "checkpoint" in message:
                 answers = checkpoints.arrive(rank, message) if checkpoints else {rank: "go"}
+                if answers and capture is not None:  # what was sent up to here, before anyone goes on
+                    point = message.get("point")
+                    result.segments.append({"checkpoint": str(message["checkpoint"])[:40], "case": message.get("case"),
+                                            "point": point if isinstance(point, (int, str, list)) else None,
+                                            "ranks": sorted(answers), "traffic": capture.take()})
                 _answer(conns, answers, open_conns)
                 if checkpoints is None or not getattr(checkpoints, "record", False):
                     continue
@@ -772,6 +810,10 @@ def _watch(result: GroupResult, conns, status, limits: Limits, checkpoints, grou
                              f"rank {r} exited with status {how - 1000} (sys.exit or os._exit?)")
             result.detail += f" in {op}" if op else ""
             break
+        if checkpoints is not None and hasattr(checkpoints, "tick"):
+            _answer(conns, checkpoints.tick(now), open_conns)
+        if capture is not None:
+            capture.drain()  # (the socket's buffer is large, but not endless)
         if now >= next_sample:
             next_sample = now + 0.2
             pids = group()

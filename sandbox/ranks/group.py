@@ -31,6 +31,21 @@ def loopback_up() -> None:
         fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
 
 
+def open_capture() -> socket.socket:
+    """A packet socket on this network namespace's loopback (the leader opens it in the
+    group's namespace before any rank starts, and hands it to the grader: see
+    :mod:`sandbox.wire`)."""
+    capture = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))  # ETH_P_ALL
+    capture.bind(("lo", 0))
+    for option, size in ((33, 64 << 20), (socket.SO_RCVBUF, 64 << 20)):  # SO_RCVBUFFORCE, else the capped one
+        try:
+            capture.setsockopt(socket.SOL_SOCKET, option, size)
+            break
+        except OSError:
+            continue
+    return capture
+
+
 def status_view(fd: int, world_size: int):
     """The group's status slots (doubles) in the shared memory behind ``fd``."""
     memory = mmap.mmap(fd, SLOTS * world_size * 8)
@@ -46,15 +61,23 @@ def leader(mode: str, job: dict, fds: list) -> None:
     try:
         libc = load_libc()
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # dies with the zygote
+        capture = None
         if mode == "namespaces":
             if libc.unshare(GROUP_NAMESPACES) != 0:
                 raise SetupError(f"unshare(group namespaces): {os.strerror(ctypes.get_errno())}")
             loopback_up()
+            capture = open_capture()  # before any rank exists: none can reach it
         init = os.fork()
         if init == 0:
             os.close(channel)
+            if capture is not None:
+                capture.close()
             group_init(mode, job, rank_fds, status_fd)
-        os.write(channel, json.dumps({"init": init}).encode() + b"\n")
+        hello = json.dumps({"init": init, "capture": capture is not None}).encode() + b"\n"
+        with socket.socket(fileno=os.dup(channel)) as sock:
+            socket.send_fds(sock, [hello], [capture.fileno()] if capture is not None else [])
+        if capture is not None:
+            capture.close()
         os.close(channel)
         for fd in rank_fds + [status_fd]:
             os.close(fd)

@@ -345,11 +345,12 @@ def own_tcp_ports() -> list:
             if target.startswith("socket:["):
                 inodes.add(target[8:-1])
         ports = []
-        with open("/proc/self/net/tcp") as f:
-            for line in f.readlines()[1:]:
-                fields = line.split()
-                if len(fields) > 9 and fields[9] in inodes:
-                    ports.append(int(fields[1].split(":")[1], 16))
+        for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):  # (the store listens on both)
+            with open(table) as f:
+                for line in f.readlines()[1:]:
+                    fields = line.split()
+                    if len(fields) > 9 and fields[9] in inodes:
+                        ports.append(int(fields[1].rsplit(":", 1)[1], 16))
         return sorted(set(ports))
     except OSError:
         return []

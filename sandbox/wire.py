@@ -1,0 +1,215 @@
+"""What a group's ranks send each other, seen from outside them: the packets on the group's
+loopback, read by the grader from a packet socket the group's leader opened in the group's
+network namespace before any rank started (``sandbox.ranks.group.open_capture``; no rank
+can reach it, patch it or switch it off).
+
+Every byte between two ranks travels on gloo's TCP connections, whose stream is a sequence
+of messages, each a 48-byte preamble (six 64-bit words: the message's length, its opcode,
+its *slot*, offsets and the payload's length) and, for the two send opcodes, the payload
+(gloo's ``transport/tcp/pair.h``, ``struct Op``). The slot's top byte tells what sent it:
+0 for ``send``/``recv`` (the slot is the user's tag), another value for each built-in
+collective (the rest of the slot numbers the call). So the grader counts, per rank and
+between checkpoints, the payload bytes of point-to-point messages and of each collective,
+the collective calls (distinct slots), the bytes on the rendezvous store's connections after
+the rendezvous (a channel no grader module uses), and bytes that are no gloo message at all
+(written to gloo's sockets past gloo). A connection's client writes 8 bytes before its
+first message (the pair's identity), which are skipped.
+
+Verified on this machine's torch (2.13) by capturing each operation alone: send/recv slot
+prefix 0; all-reduce 4 (reduce-scatter is run as an all-reduce: 2(n-1)/n of the input);
+all-gather 2; reduce 3; broadcast 6; barrier 7 (no payload). ``tests/test_rank_wire.py``
+checks the prefixes and byte counts against the formulas, so a torch whose gloo changed
+fails there, not in a student's grade.
+"""
+from __future__ import annotations
+
+import socket
+import struct
+
+#: Slot prefixes (the slot's top byte) of gloo's messages, by what sends them.
+PREFIXES = {0: "send/recv", 2: "all_gather", 3: "reduce", 4: "all_reduce", 6: "broadcast", 7: "barrier"}
+PREAMBLE = struct.Struct("<6Q")
+SEND_BUFFER, SEND_UNBOUND_BUFFER, NOTIFY_SEND_READY, NOTIFY_RECV_READY = range(4)
+CLIENT_HELLO = 8  # bytes a connecting side writes before its first message
+PACKET_STATISTICS = 6
+SOL_PACKET = 263
+#: The most a grader keeps of one connection's stream while waiting for a message's end.
+MAX_PENDING = 64 * 1024 * 1024
+
+
+def empty_counts() -> dict:
+    return {"p2p": 0, "collectives": {}, "calls": {}, "store": 0, "garbage": 0, "messages": 0}  # calls: name -> {slot: bytes}
+
+
+class _Stream:
+    """One direction of one TCP connection, reassembled and cut into gloo messages."""
+
+    def __init__(self, client: bool):
+        self.next_seq = None
+        self.buffer = bytearray()
+        self.skip = CLIENT_HELLO if client else 0
+        self.out_of_order = {}
+        self.broken = False
+
+    def add(self, seq: int, payload: bytes) -> None:
+        if self.next_seq is None:
+            self.next_seq = seq
+        offset = (seq - self.next_seq) % 2**32
+        if offset >= 2**31:  # a retransmission of bytes already seen
+            overlap = (self.next_seq - seq) % 2**32
+            payload = payload[overlap:] if overlap < len(payload) else b""
+            offset = 0
+        if offset:
+            self.out_of_order[seq] = payload
+            return
+        self.buffer += payload
+        self.next_seq = (self.next_seq + len(payload)) % 2**32
+        while self.next_seq in self.out_of_order:
+            more = self.out_of_order.pop(self.next_seq)
+            self.buffer += more
+            self.next_seq = (self.next_seq + len(more)) % 2**32
+        if len(self.buffer) > MAX_PENDING:
+            self.broken = True
+            self.buffer.clear()
+
+
+class Capture:
+    """The group's traffic, counted per rank between the grader's cuts (:meth:`take`).
+    ``owner(port) -> rank or None`` names the rank whose socket a local port is (learned
+    from each rank's first message, sent before its student code ran); ``store_port`` is the
+    rendezvous store's."""
+
+    def __init__(self, sock: socket.socket, world_size: int, store_port: int):
+        self.sock, self.world_size, self.store_port = sock, world_size, store_port
+        self.sock.setblocking(False)
+        self.owner = {}
+        self.streams = {}  # (sport, dport) -> _Stream
+        self.clients = set()  # (sport, dport) of connections seen opening (SYN)
+        self.counts = [empty_counts() for _ in range(world_size)]
+        self.unowned = 0  # bytes from ports no rank reported (a socket made past the filter?)
+        self.store_open = False  # store bytes are counted once every rank has met
+
+    def learn(self, rank: int, ports) -> None:
+        for port in ports:
+            self.owner[port] = rank
+
+    def dropped(self) -> int:
+        """Packets the kernel dropped before the grader read them (then the counts are not
+        the whole traffic)."""
+        try:
+            raw = self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
+            return struct.unpack("II", raw)[1]
+        except OSError:
+            return 0
+
+    def drain(self) -> None:
+        """Read every packet waiting, and count every whole message they complete."""
+        touched = set()
+        while True:
+            try:
+                data, address = self.sock.recvfrom(1 << 17)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                break
+            if address[2] == socket.PACKET_OUTGOING:  # a loopback packet is seen twice
+                continue
+            key = self._packet(data)
+            if key is not None:
+                touched.add(key)
+        for key in touched:
+            self._messages(key)
+
+    def _packet(self, data: bytes):
+        if len(data) < 34 or data[12:14] != b"\x08\x00":  # IPv4 over the loopback's Ethernet header
+            return None
+        ip = 14
+        if data[ip + 9] != socket.IPPROTO_TCP:
+            return None
+        header = (data[ip] & 0x0F) * 4
+        total = struct.unpack_from("!H", data, ip + 2)[0]
+        tcp = ip + header
+        sport, dport, seq = struct.unpack_from("!HHI", data, tcp)
+        flags = data[tcp + 13]
+        key = (sport, dport)
+        if flags & 0x02 and not flags & 0x10:  # SYN without ACK: the connecting side
+            self.clients.add(key)
+        payload = data[tcp + (data[tcp + 12] >> 4) * 4: ip + total]
+        if flags & 0x02:
+            self.streams[key] = _Stream(key in self.clients)
+            self.streams[key].next_seq = (seq + 1) % 2**32
+            return None
+        if not payload:
+            return None
+        stream = self.streams.get(key)
+        if stream is None:
+            stream = self.streams[key] = _Stream(key in self.clients)
+        stream.add(seq, payload)
+        return key
+
+    def _messages(self, key) -> None:
+        sport, dport = key
+        stream = self.streams[key]
+        rank = self.owner.get(sport)
+        if rank is None:
+            return  # kept until the rank that owns it says so (see take)
+        counts = self.counts[rank]
+        if self.store_port in (sport, dport):
+            if self.store_open:
+                counts["store"] += len(stream.buffer)
+            stream.buffer.clear()
+            return
+        buffer = stream.buffer
+        if stream.skip:
+            cut = min(stream.skip, len(buffer))
+            del buffer[:cut]
+            stream.skip -= cut
+        offset = 0
+        while len(buffer) - offset >= PREAMBLE.size and not stream.broken:
+            nbytes, opcode, slot, _, length, _ = PREAMBLE.unpack_from(buffer, offset)
+            carries = opcode in (SEND_BUFFER, SEND_UNBOUND_BUFFER)
+            if opcode > NOTIFY_RECV_READY or nbytes != PREAMBLE.size + (length if carries else 0):
+                stream.broken = True  # not gloo's: count the rest as garbage
+                break
+            if len(buffer) - offset < nbytes:
+                break
+            offset += nbytes
+            counts["messages"] += 1
+            prefix = slot >> 56
+            if prefix == 0:
+                counts["p2p"] += length if carries else 0
+                continue
+            name = PREFIXES.get(prefix, f"collective {prefix}")
+            counts["collectives"][name] = counts["collectives"].get(name, 0) + (length if carries else 0)
+            calls = counts["calls"].setdefault(name, {})
+            calls[slot] = calls.get(slot, 0) + (length if carries else 0)
+        if stream.broken:
+            counts["garbage"] += len(buffer) - offset
+            offset = len(buffer)
+        del buffer[:offset]
+
+    def take(self) -> list:
+        """Drain, and return each rank's counts since the last cut (plain data: the calls as
+        their number, the slots as a sorted list per collective)."""
+        self.drain()
+        out = []
+        for counts in self.counts:
+            out.append({"p2p": counts["p2p"], "collectives": dict(counts["collectives"]),
+                        "calls": {k: len(v) for k, v in counts["calls"].items()},
+                        "call_bytes": {k: dict(v) for k, v in counts["calls"].items()},
+                        "store": counts["store"], "garbage": counts["garbage"], "messages": counts["messages"]})
+        self.counts = [empty_counts() for _ in range(self.world_size)]
+        return out
+
+    def finish(self) -> int:
+        """Drain once more; the bytes of connections no rank owned (a socket the system-call
+        filter should have refused), which are then dropped."""
+        self.drain()
+        for (sport, _), stream in self.streams.items():
+            if sport not in self.owner:
+                self.unowned += len(stream.buffer)
+                stream.buffer.clear()
+        return self.unowned
+
+    def close(self) -> None:
+        self.sock.close()
