@@ -341,6 +341,8 @@ def check_wire(n: int, seed: int, segments: list, sizes: list) -> dict:
         if not calls:
             out.setdefault("no_sync", f"step {step}: no all-reduce seen after the no_sync micro-batches: the "
                                       "backward pass outside no_sync must synchronise the accumulated sum")
+            out.setdefault("buckets", f"bucket_bytes={cap}, step {step}: no buffer all-reduced (nothing seen between "
+                                      f"the ranks); buckets of {expected} bytes expected")
         sent = sum(calls.values())
         if abs(sent - 2 * (n - 1) * total) > 4 * n * max(len(calls), 1):
             out.setdefault("traffic", f"step {step}: the ranks sent {sent / n:,.0f} bytes each on average in "
@@ -391,7 +393,8 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
         describe=lambda seed: f"seed {seed}", reference=lambda n, seed: baseline(n, seed, salt), check=check,
         check_wire=lambda n, seed, segments, held, messages: dict(
             check_wire(n, seed, segments, sizes) if segments is not None else {}, **check_hold(held)),
-        wire_parts=("result", "traffic", "buckets", "overlap", "no_sync"), world_sizes=world_sizes,
+        wire_parts=("result", "traffic", "buckets", "overlap", "no_sync"),
+        wire_decides=("traffic", "buckets", "no_sync"), world_sizes=world_sizes,
         limits=limits or Limits(wall_s=60.0, stall_s=5.0), isolate=isolate)
 
 

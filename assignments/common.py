@@ -436,19 +436,30 @@ def run_cases(world_size: int, count: int, payloads_for, program, limits, isolat
     a rank that raised while its peers did not), a fresh group runs the cases after it. A case
     whose ``signature(index)`` equals that of a case that stopped a group is not run again
     (the same code on other random numbers would stop it the same way): it is recorded as
-    stopped, saying so."""
+    stopped, saying so. The groups of a world size share ``limits.wall_s`` and
+    ``limits.cpu_s``: once spent, the cases left are not run."""
     import dataclasses
 
     from sandbox.multirank import run_ranks
 
     runs = CaseRuns([{} for _ in range(count)])
     pending = list(range(count))
+    spent_wall = spent_cpu = 0.0  # the world size's groups together
     while pending:
         if runs.stopped:  # this code has hung once: an idle group that waits is stuck sooner
             limits = dataclasses.replace(limits, stall_s=min(limits.stall_s, RESTART_STALL_S))
+        if spent_wall >= limits.wall_s or spent_cpu >= limits.cpu_s:
+            for c in pending:
+                runs.stopped[c] = (f"not run: the ranks used up the {limits.wall_s:g} s (or {limits.cpu_s:g} CPU s) "
+                                   "a world size may take")
+            break
         barrier = CaseBarrier(world_size)
-        group = run_ranks(world_size, program, payloads_for(pending), limits, isolate=isolate,
-                          checkpoints=barrier)
+        group = run_ranks(world_size, program, payloads_for(pending),
+                          dataclasses.replace(limits, wall_s=limits.wall_s - spent_wall,
+                                              cpu_s=limits.cpu_s - spent_cpu),
+                          isolate=isolate, checkpoints=barrier)
+        spent_wall += group.wall_s
+        spent_cpu += group.cpu_s
         runs.groups += 1
         runs.holds.update(barrier.holds)
         runs.isolated = group.isolated and runs.isolated is not False
@@ -488,7 +499,7 @@ def run_cases(world_size: int, count: int, payloads_for, program, limits, isolat
 
 def grade_training(name: str, titles: dict, points: dict, program, cases: list, *, header: dict, describe,
                    reference, check, world_sizes, limits, isolate: bool, check_wire=None, wire_parts=(),
-                   payloads=None) -> Report:
+                   wire_decides=(), payloads=None) -> Report:
     """The grading loop of the assignments that train a student's class (2 and 3): at each
     world size ``n`` the ranks run every case of ``cases`` (each on its own:
     :func:`run_cases`; every rank gets ``header`` plus the indices of its cases). A case that
@@ -503,7 +514,8 @@ def grade_training(name: str, titles: dict, points: dict, program, cases: list, 
     the case. ``payloads(n, indices)``: what each rank gets, when not ``header`` alone. A
     part's feedback is its first failure at each world size; every part is judged on its
     own evidence. Traffic past the ranks' gloo connections (the store, raw bytes) costs the
-    parts of ``wire_parts``."""
+    parts of ``wire_parts``; the parts of ``wire_decides`` are judged by the traffic alone
+    where it was seen (what the ranks said about them is then set aside: a claim)."""
     started = time.monotonic()
     fails = {p: [] for p in points}
     missing, isolated = None, None
@@ -534,10 +546,11 @@ def grade_training(name: str, titles: dict, points: dict, program, cases: list, 
                     fails[p].append(f"{label}: {text}")
                 continue
             ref = reference(n, case)
+            seen = runs.segments.get(c) if runs.wired else None
             for r, m in sorted(ranks.items()):
                 for part, text in check(n, case, r, m, ref).items():
-                    fails[part].append(f"{label}, rank {r}: {text}")
-            seen = runs.segments.get(c) if runs.wired else None
+                    if seen is None or part not in wire_decides:
+                        fails[part].append(f"{label}, rank {r}: {text}")
             if check_wire is not None and (seen is not None or c in runs.holds):
                 for part, text in check_wire(n, case, seen, runs.holds.get(c), ranks).items():
                     fails[part].insert(0, f"{label}: {text}")  # the grader's own view comes first

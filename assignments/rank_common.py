@@ -56,16 +56,22 @@ def load_names(sources: list, names) -> dict:
     source)]``) run once, in order, in one namespace (a unit that fails costs only itself,
     as in the exercises' grader). LookupError naming the first one missing, and why."""
     namespace = {"__name__": "submission"}
-    errors = []
+    errors, failed = [], []
     with contextlib.redirect_stdout(io.StringIO()):
         for filename, source in sources:
             try:
                 exec(compile(source, filename, "exec"), namespace)
             except BaseException as exc:  # noqa: BLE001 - the student's cell, not ours
                 errors.append(f"{filename}: {error_text(exc)}")
+                failed.append(source)
     for name in names:
         if not callable(namespace.get(name)):
             defined = re.compile(rf"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+{re.escape(name)}\b", re.M)
+            imported = re.compile(rf"^[ \t]*(?:from[ \t]+\S+[ \t]+)?import[ \t][^\n]*\b{re.escape(name)}\b", re.M)
+            where = [e for e, source in zip(errors, failed) if imported.search(source)]
+            if where:
+                raise LookupError(f"no function `{name}` in the submission: it is imported ({where[0]}), and a "
+                                  "rank has only the standard library, numpy and torch: write it yourself")
             if not any(defined.search(source) for _, source in sources):
                 # Not written anywhere: most likely another file (a cell's error would mislead).
                 raise LookupError(f"no function `{name}` in the submission: nowhere does it "

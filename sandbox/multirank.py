@@ -76,7 +76,7 @@ class Limits:
     cpu_s: float = 120.0  # CPU seconds of the group's processes together
     tmp_mb: int = 64  # each rank's /tmp and /dev/shm (namespaces)
     file_mb: int = 32  # the largest file a rank may write
-    tasks_per_rank: int = 48  # processes and threads (gloo and torch start a dozen)
+    tasks_per_rank: int = 24  # processes and threads (gloo, the store and torch start about six)
 
 
 @dataclass
@@ -349,6 +349,51 @@ def _kill_uid(uid: int) -> None:
         time.sleep(0.005)
 
 
+class _Cgroup:
+    """A control group per group of ranks, where the machine lets the grader make one (cgroup
+    v1's ``cpu``, ``pids`` and ``memory`` controllers, or v2's unified hierarchy): an equal
+    share of the processors whatever the number of threads its ranks start (a classmate
+    graded at the same time who spins forty threads takes one group's share, not forty),
+    a cap on its tasks and on its memory. Best effort: where none can be made, the rlimits
+    and the watchdog are the bounds."""
+
+    ROOT = Path("/sys/fs/cgroup")
+
+    def __init__(self, limits: Limits, world_size: int):
+        self.dirs = []
+        name = f"autograde-ranks/{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}"
+        settings = {"cpu": {"cpu.shares": "1024"},
+                    "pids": {"pids.max": str(limits.tasks_per_rank * world_size + 8)},
+                    "memory": {"memory.limit_in_bytes": str(limits.memory_bytes)}}
+        if (self.ROOT / "cgroup.controllers").exists():  # v2: one hierarchy
+            settings = {"": {"cpu.weight": "100", "pids.max": settings["pids"]["pids.max"],
+                             "memory.max": str(limits.memory_bytes)}}
+        for controller, values in settings.items():
+            folder = self.ROOT / controller / name if controller else self.ROOT / name
+            try:
+                folder.mkdir(parents=True)
+                self.dirs.append(folder)
+                for key, value in values.items():
+                    with contextlib.suppress(OSError):
+                        (folder / key).write_text(value)
+            except OSError:
+                continue
+
+    def add(self, pid: int) -> None:
+        for folder in self.dirs:
+            with contextlib.suppress(OSError):
+                (folder / "cgroup.procs").write_text(str(pid))
+
+    def remove(self) -> None:
+        for folder in self.dirs:
+            for _ in range(50):  # empty once the group's processes are reaped
+                try:
+                    folder.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.01)
+
+
 def _run_zygote(world_size, program, payloads, limits, isolate, checkpoints) -> GroupResult:
     zygote = rank_zygote(isolate)
     mode = zygote.isolation
@@ -369,6 +414,7 @@ def _run_zygote(world_size, program, payloads, limits, isolate, checkpoints) -> 
                          isolated=mode == "namespaces", isolation=mode)
     leader = capture = None
     conns = []
+    cgroup = _Cgroup(limits, world_size)
     try:
         leader = zygote.spawn(job, [b.fileno() for _, b in pairs] + [status_fd, theirs.fileno()])
         for _, b in pairs:
@@ -376,6 +422,8 @@ def _run_zygote(world_size, program, payloads, limits, isolate, checkpoints) -> 
         theirs.close()
         os.close(status_fd)
         status_fd = None
+        cgroup.add(leader)  # before its first fork: everything the group starts is in it
+        channel.sendall(b"go")
         channel.settimeout(START_TIMEOUT)
         line, fds, _, _ = socket.recv_fds(channel, 4096, 1)
         hello = json.loads(line) if line else {"fatal": "the group's leader stopped"}
@@ -385,7 +433,7 @@ def _run_zygote(world_size, program, payloads, limits, isolate, checkpoints) -> 
             result.outcome, result.detail = "refused", f"the group could not be started: {hello.get('fatal')}"
             return result
         if fds:
-            capture = Capture(socket.socket(fileno=fds[0]), world_size, port)
+            capture = Capture(socket.socket(fileno=fds[0]), world_size, port, shared=mode != "namespaces")
         conns = [Connection(a.detach()) for a, _ in pairs]
         setup = program.setup()
         for conn, data in zip(conns, payloads):
@@ -397,6 +445,7 @@ def _run_zygote(world_size, program, payloads, limits, isolate, checkpoints) -> 
             capture.close()
         if leader is not None:
             zygote.kill(leader)
+        cgroup.remove()
         if lease is not None:
             lease.release()
         for conn in conns:

@@ -79,8 +79,11 @@ class Capture:
     from each rank's first message, sent before its student code ran); ``store_port`` is the
     rendezvous store's."""
 
-    def __init__(self, sock: socket.socket, world_size: int, store_port: int):
+    def __init__(self, sock: socket.socket, world_size: int, store_port: int, shared: bool = False):
         self.sock, self.world_size, self.store_port = sock, world_size, store_port
+        #: the machine's loopback (no namespace of the group's own): other processes' traffic
+        #: passes there too, and only connections with a port of the group's are kept
+        self.shared = shared
         self.sock.setblocking(False)
         self.owner = {}
         self.streams = {}  # (sport, dport) -> _Stream
@@ -92,6 +95,10 @@ class Capture:
     def learn(self, rank: int, ports) -> None:
         for port in ports:
             self.owner[port] = rank
+        self.learned = getattr(self, "learned", 0) + 1
+        if self.shared and self.learned >= self.world_size:  # every rank has said: drop the rest
+            for key in [k for k in self.streams if k[0] not in self.owner and k[1] not in self.owner]:
+                del self.streams[key]
 
     def dropped(self) -> int:
         """Packets the kernel dropped before the grader read them (then the counts are not
@@ -135,6 +142,9 @@ class Capture:
         if flags & 0x02 and not flags & 0x10:  # SYN without ACK: the connecting side
             self.clients.add(key)
         payload = data[tcp + (data[tcp + 12] >> 4) * 4: ip + total]
+        if (self.shared and getattr(self, "learned", 0) >= self.world_size
+                and sport not in self.owner and dport not in self.owner):
+            return None  # someone else's traffic on the machine's loopback
         if flags & 0x02:
             self.streams[key] = _Stream(key in self.clients)
             self.streams[key].next_seq = (seq + 1) % 2**32
@@ -205,8 +215,8 @@ class Capture:
         """Drain once more; the bytes of connections no rank owned (a socket the system-call
         filter should have refused), which are then dropped."""
         self.drain()
-        for (sport, _), stream in self.streams.items():
-            if sport not in self.owner:
+        for (sport, dport), stream in self.streams.items():
+            if sport not in self.owner and not (self.shared and dport not in self.owner):
                 self.unowned += len(stream.buffer)
                 stream.buffer.clear()
         return self.unowned

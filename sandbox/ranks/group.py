@@ -61,12 +61,19 @@ def leader(mode: str, job: dict, fds: list) -> None:
     try:
         libc = load_libc()
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # dies with the zygote
+        if os.read(channel, 2) != b"go":  # the grader has put it in the group's cgroup, if any
+            raise SetupError("the grader did not answer")
         capture = None
         if mode == "namespaces":
             if libc.unshare(GROUP_NAMESPACES) != 0:
                 raise SetupError(f"unshare(group namespaces): {os.strerror(ctypes.get_errno())}")
             loopback_up()
             capture = open_capture()  # before any rank exists: none can reach it
+        elif mode == "uid":  # the machine's loopback, shared: the grader keeps the group's ports only
+            try:
+                capture = open_capture()
+            except OSError:
+                capture = None  # no CAP_NET_RAW: the ranks' own counts only
         init = os.fork()
         if init == 0:
             os.close(channel)
