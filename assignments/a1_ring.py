@@ -203,7 +203,7 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
     Every case of every seed runs and scores on its own (:func:`~assignments.common.run_cases`)."""
     from sandbox.multirank import Limits
 
-    limits = limits or Limits(wall_s=30.0, stall_s=5.0)
+    limits = limits or Limits(wall_s=300.0, stall_s=5.0, cpu_s=30.0)
     started = time.monotonic()
     report = Report(NAME)
     program = rank_program("a1_rank:main", student, (FUNCTION,), quiet)

@@ -395,7 +395,7 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
             check_wire(n, seed, segments, sizes) if segments is not None else {}, **check_hold(held)),
         wire_parts=("result", "traffic", "buckets", "overlap", "no_sync"),
         wire_decides=("traffic", "buckets", "no_sync"), world_sizes=world_sizes,
-        limits=limits or Limits(wall_s=60.0, stall_s=5.0), isolate=isolate)
+        limits=limits or Limits(wall_s=300.0, stall_s=5.0, cpu_s=60.0), isolate=isolate)
 
 
 def grade_file(path, **kwargs) -> Report:

@@ -319,7 +319,7 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
         describe=lambda case: f"stage {case[0]}, seed {case[1]}", reference=reference, check=check,
         check_wire=lambda n, case, segments, held, messages: check_wire(n, case, segments, messages, numel),
         wire_parts=("traffic2", "traffic1"), world_sizes=world_sizes,
-        limits=limits or Limits(wall_s=60.0, stall_s=5.0), isolate=isolate)
+        limits=limits or Limits(wall_s=300.0, stall_s=5.0, cpu_s=60.0), isolate=isolate)
 
 
 def grade_file(path, **kwargs) -> Report:

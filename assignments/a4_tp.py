@@ -330,7 +330,7 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
     from labs.tensor_parallel import shard_slicers
     from sandbox.multirank import Limits
 
-    limits = limits or Limits(wall_s=40.0, stall_s=5.0)
+    limits = limits or Limits(wall_s=300.0, stall_s=5.0, cpu_s=40.0)
     started = time.monotonic()
     report = Report(NAME)
     verdicts = {p: [] for p in POINTS}  # per world size: None (passed) or the first problem

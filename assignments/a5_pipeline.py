@@ -330,7 +330,7 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
     size) and each run case score on their own (:func:`~assignments.common.run_cases`)."""
     from sandbox.multirank import Limits
 
-    limits = limits or Limits(wall_s=40.0, stall_s=5.0)
+    limits = limits or Limits(wall_s=300.0, stall_s=5.0, cpu_s=40.0)
     started = time.monotonic()
     report = Report(NAME)
     found = {part: [] for part in POINTS}

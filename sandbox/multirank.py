@@ -66,8 +66,9 @@ UID_BASE, UID_COUNT = 65100, 800  # the groups' uids where the grader is root
 
 @dataclass(frozen=True)
 class Limits:
-    wall_s: float = 60.0  # the whole group, start to end, however loaded the machine
+    wall_s: float = 600.0  # the whole group, start to end: a last resort (progress decides first)
     stall_s: float = 5.0  # one rank blocked in one communication call, the group idle meanwhile
+    idle_s: float = 10.0  # the group idle (no CPU spent, no thread waiting to run) with no rank waiting for a message
     memory_bytes: int = 4 * 1024**3  # the group's processes together (PSS)
     threads: int = 1  # torch threads per rank: ranks share the machine's cores
     #: once a rank has reported an error, a peer blocked this long is waiting for it (the
@@ -872,7 +873,7 @@ def _watch_loop(result: GroupResult, conns, status, limits: Limits, checkpoints,
             # runnable in two samples running (waiting for a core on a loaded machine).
             samples.append((now, cpu, bool(runnable & was_runnable)))
             was_runnable = runnable
-            while len(samples) > 2 and samples[1][0] < now - limits.stall_s:
+            while len(samples) > 2 and samples[1][0] < now - max(limits.stall_s, limits.idle_s):
                 samples.pop(0)
             if cpu > limits.cpu_s:
                 result.outcome = "timeout"
@@ -890,14 +891,22 @@ def _watch_loop(result: GroupResult, conns, status, limits: Limits, checkpoints,
                 result.detail = (f"the ranks together used {used / 2**30:.2f} GiB, more than "
                                  f"the limit of {limits.memory_bytes / 2**30:.2f} GiB")
                 break
-        # Stuck: over the last stall_s, the group spent almost no CPU and no thread waited to run.
-        idle = (len(samples) > 1 and samples[0][0] <= now - limits.stall_s + 0.25
-                and samples[-1][1] - samples[0][1] < IDLE_CPU_S and not any(s[2] for s in samples))
-        hang = _hang(status, world_size, limits.stall_s, now) if idle else None
+        def idle_for(seconds) -> bool:  # the group spent almost no CPU and no thread waited to run
+            window = [s for s in samples if s[0] >= now - seconds - 0.25]
+            return (len(window) > 1 and window[0][0] <= now - seconds + 0.25
+                    and window[-1][1] - window[0][1] < IDLE_CPU_S and not any(s[2] for s in window))
+
+        hang = _hang(status, world_size, limits.stall_s, now) if idle_for(limits.stall_s) else None
         if hang is None and errored is not None and now - errored > limits.stall_after_error_s:
             hang = _hang(status, world_size, limits.stall_after_error_s, now)
         if hang:
             result.outcome, result.detail = "hung", hang
+            break
+        asleep = [r for r in range(world_size) if not status[r * SLOTS + 2] and not status[r * SLOTS]]
+        if asleep and now - start > limits.idle_s and idle_for(limits.idle_s):
+            result.outcome = "timeout"  # neither computing nor waiting for a message: sleeping
+            result.detail = (f"rank {asleep[0]} did nothing for {limits.idle_s:g} s (no CPU, not waiting for a "
+                             "message: a sleep?)")
             break
         if now - start > limits.wall_s:
             running = [r for r in range(world_size) if not status[r * SLOTS + 2]]

@@ -162,3 +162,32 @@ def test_a_wait_on_an_asynchronous_collective_is_named_when_it_hangs():
     assert result.outcome == "hung", result.detail
     assert result.detail == "rank 0 hung in collective wait after 2 s"
     assert result.wall_s < 15
+
+
+def _waits_for_a_busy_peer(rank, world_size, payload, report):
+    import torch
+    import torch.distributed as dist
+
+    if rank == 1:
+        until = time.monotonic() + 3
+        while time.monotonic() < until:  # computing, as a slow or starved rank would
+            pass
+        dist.send(torch.ones(1), 0)
+    else:
+        dist.recv(torch.zeros(1), 1)
+    report({"done": rank})
+
+
+def _sleeps(rank, world_size, payload, report):
+    time.sleep(100 if rank == 1 else 0)
+
+
+def test_a_hang_is_judged_by_progress_not_by_wall_time_alone():
+    """Rank 0 waits 3 s in recv (past ``stall_s``) while rank 1 computes: not a hang, the
+    group is making progress. A rank that sleeps (no CPU, no message awaited) is stopped after
+    ``idle_s``, long before the wall limit."""
+    busy = run_ranks(2, _waits_for_a_busy_peer, [b"", b""], Limits(wall_s=60, stall_s=1))
+    assert busy.ok, busy.detail
+    asleep = run_ranks(2, _sleeps, [b"", b""], Limits(wall_s=60, idle_s=2))
+    assert asleep.outcome == "timeout" and "rank 1 did nothing for 2 s" in asleep.detail, asleep.detail
+    assert asleep.wall_s < 20
