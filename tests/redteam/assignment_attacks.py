@@ -122,15 +122,14 @@ def ring_all_reduce(tensor, op="sum"):
 FRAMES = '''    import gc
     import numpy as np
     mine = tensor.detach().numpy().copy()
-    found = [a for a in gc.get_objects() if isinstance(a, np.ndarray) and a.dtype == np.float32
-             and a.shape == mine.shape and not np.array_equal(a, mine)]
-    total = mine.astype("float64")
-    seen = set()
-    for a in found:
-        key = a.tobytes()
-        if key not in seen:
-            seen.add(key)
-            total += a
+    total = None
+    for o in gc.get_objects():  # a list holding every rank's input of this case
+        if (isinstance(o, list) and len(o) == n and all(isinstance(a, np.ndarray) and a.shape == mine.shape for a in o)
+                and any(np.array_equal(a, mine) for a in o)):
+            total = np.sum([a.astype("float64") for a in o], axis=0)
+            break
+    if total is None:
+        total = mine.astype("float64")
     tensor.copy_(torch.from_numpy((total / n if op == "mean" else total).astype("float32")))
     return tensor
 '''
@@ -206,6 +205,32 @@ A3_NUMPY = ("        self.inner = torch.optim.AdamW([self.shard], lr=lr, betas=b
             "        SIDE['moments'] = [np.zeros(self.numel, dtype=np.float32) for _ in (0, 1)]\n")
 
 
+LABS = '''import torch
+
+
+def ring_all_reduce(tensor, op="sum"):
+    import importlib
+    return importlib.import_module("labs.collectives").ring_all_reduce(tensor, op=op)
+'''
+
+MASTER_READ = '''import torch
+import torch.distributed as dist
+
+
+def ring_all_reduce(tensor, op="sum"):
+    for path in ("assignments/a1-ring-allreduce.md", "/autograder/source/assignments/a1-ring-allreduce.md",
+                 %r):
+        try:
+            text = open(path).read()
+        except OSError:
+            continue
+        cell = next(c for c in text.split("```") if "def ring_all_reduce" in c)
+        namespace = {}
+        exec("\\n".join(line for line in cell.splitlines() if not line.startswith(("{", ":"))), namespace)
+        return namespace["ring_all_reduce"](tensor, op=op)
+    raise FileNotFoundError("no master notebook")
+''' % str(ROOT / "assignments" / "a1-ring-allreduce.md")
+
 A3_IMPORTS = ("import torch\nimport torch.distributed as dist\n\n\nclass ShardedAdamW:",
               "import numpy as np\nimport torch\nimport torch.distributed as dist\n\nSIDE = {}\n\n\nclass ShardedAdamW:")
 
@@ -223,13 +248,9 @@ ATTACKS = [
     Attack("flood", "flooding the grader with messages", "a1", lambda folder: ring(FLOOD), A1_NONE,
            words=("sent the grader more than",)),
     Attack("files", "64 MB files left in /dev/shm, /tmp and /var/tmp", "a1", lambda folder: ring(FILES), A1_FULL),
-    Attack("labs", "importing the course's own ring from labs", "a1",
-           lambda folder: "from labs.collectives import ring_all_reduce\n", A1_NONE, words=("ModuleNotFoundError",)),
-    Attack("master", "reading the master notebook from disk", "a1",
-           lambda folder: ring("    for p in ('assignments/a1-ring-allreduce.md', '../assignments/a1-ring-allreduce.md', "
-                               "'/autograder/source/assignments/a1-ring-allreduce.md', " +
-                               repr(str(ROOT / "assignments")) + " + '/a1-ring-allreduce.md'):\n"
-                               "        exec(open(p).read().split('```')[0])\n"), A1_NONE,
+    Attack("labs", "importing the course's own ring from labs", "a1", lambda folder: LABS, A1_NONE,
+           words=("ModuleNotFoundError",)),
+    Attack("master", "reading the master notebook from disk", "a1", lambda folder: MASTER_READ, A1_NONE,
            words=("FileNotFoundError",)),
     Attack("backend", "calling the backend's all-reduce below the counter", "a1", lambda folder: ring(BACKEND), A1_NONE,
            words=("calls the built-in all_reduce",)),
