@@ -64,7 +64,7 @@ STUDENT_EXCLUDED = (
     "chapters/09-exercises.", "README.md",
 ) + tuple(master[: -len(".md")] + "." for _, master in ASSIGNMENTS.values())
 
-#: What the release's notebooks and modules import (tests/test_release_kit.py parses them and
+#: What the release's notebooks and modules import (tests/instructor/test_release_kit.py parses them and
 #: checks this list covers every import), plus JupyterLab to open them: distribution names,
 #: pinned to the course's own requirements.txt. No build or test package.
 STUDENT_PACKAGES = (
@@ -222,7 +222,7 @@ def exercise_3_routes(out: Path) -> tuple[set, re.Pattern, re.Pattern]:
 GRADESCOPE_PACKAGES = ("numpy", "jupytext")
 
 #: The commands a student is told to run, from the release's top folder. A test runs each
-#: one in a fresh release (tests/test_autograde_release.py).
+#: one in a fresh release (tests/instructor/test_autograde_release.py).
 STUDENT_COMMANDS = (
     "python -m autograde chapters/09-exercises.ipynb",
     "python -m autograde chapters/09-exercises.ipynb --json my-report.json",
