@@ -61,7 +61,7 @@ STUDENT_EXCLUDED = (
     "autograde/gradescope.py", "grading/",  # its public checks come back (grading.STUDENT_RELEASE_FILES)
     "tools/", "book/_ext/", "book/_static/", "pyproject.toml", "environment.yml",
     "requirements.in", "requirements.txt",
-    "chapters/09-exercises.", "README.md",
+    "chapters/09-exercises.", "README.md", "CONTRIBUTING.md",
 ) + tuple(master[: -len(".md")] + "." for _, master in ASSIGNMENTS.values())
 
 #: What the release's notebooks and modules import (tests/instructor/test_release_kit.py parses them and
