@@ -489,13 +489,18 @@ def feedback_file_name(student_id: str) -> str:
 def feedback_markdown(report: SubmissionReport) -> str:
     """One student's feedback: who, which file was graded (and which not), the score, and the
     per-test report (hidden tests included: it goes back once grades are published)."""
-    fence = "~~~~"
-    lines = [f"# Feedback: {report.name or report.student_id}", "",
-             f"- Student: {report.student_id}",
-             f"- File graded: {report.submission or '(none)'}",
-             f"- Status: {status(report)}",
+    import re
+
+    md = textsafe.markdown  # every name and file name is the student's: literal text only
+    body = textsafe.console(student_text(report))
+    # A fence longer than any run of tildes or backticks in the text, which cannot close it.
+    fence = "~" * max(4, 1 + max((len(run) for run in re.findall(r"~+", body)), default=0))
+    lines = [f"# Feedback: {md(report.name or report.student_id)}", "",
+             f"- Student: {md(report.student_id)}",
+             f"- File graded: {md(report.submission or '(none)')}",
+             f"- Status: {md(status(report))}",
              f"- Score: {fmt_points(report.score)} / {fmt_points(report.max_score)}", "",
-             fence + "text", student_text(report).replace(fence, "~~~"), fence, ""]
+             fence + "text", body, fence, ""]
     return "\n".join(lines)
 
 
