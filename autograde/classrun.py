@@ -212,10 +212,39 @@ def _resubmission(path: Path) -> int:
 
 # ----------------------------------------------------------------------------- picking
 
-def implemented(path: Path) -> int:
-    """How many of the four functions the file defines with a body that is not a stub
-    (``raise NotImplementedError``, ``pass``, ``...``); read as text, nothing runs; -1 if
-    the file cannot be read at all."""
+@dataclass(frozen=True)
+class Wanted:
+    """What the graded file must define, to pick it among a student's files: ``names``
+    (functions or classes), the ``stem`` of the hand-out's notebook (a tie goes to it) and
+    ``words`` (how the pick's reason names them)."""
+
+    names: tuple
+    stem: str
+    words: str
+
+
+#: The exercises: the functions of the registry, in the exercises notebook.
+EXERCISES_WANTED = Wanted(FUNCTIONS, EXERCISES_STEM, "the exercises' functions")
+
+
+def wanted_for(assignment: str | None) -> Wanted:
+    """What the graded file of ``assignment`` defines (the exercises' when None): its grader's
+    function or class names, its notebook's stem."""
+    if not assignment:
+        return EXERCISES_WANTED
+    from assignments import ASSIGNMENTS
+    from assignments.common import grader
+
+    module = grader(assignment)
+    names = tuple(getattr(module, "FUNCTIONS", None) or
+                  [n for n in (getattr(module, "FUNCTION", None), getattr(module, "CLASS", None)) if n])
+    return Wanted(names, Path(ASSIGNMENTS[assignment][1]).stem, "`" + "`, `".join(names) + "`")
+
+
+def implemented(path: Path, names=FUNCTIONS) -> int:
+    """How many of ``names`` (functions or classes) the file defines with a body that is not
+    a stub (``raise NotImplementedError``, ``pass``, ``...``; a class is a stub when every
+    method is); read as text, nothing runs; -1 if the file cannot be read at all."""
     try:
         submission = read_submission(path)
     except Exception:
@@ -224,7 +253,7 @@ def implemented(path: Path) -> int:
         return -1
     done = set()
     for unit in submission.units:
-        wanted = set(FUNCTIONS) & set(unit.defines)
+        wanted = set(names) & set(unit.defines)
         if not wanted:
             continue
         try:
@@ -232,12 +261,15 @@ def implemented(path: Path) -> int:
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
         for node in tree.body:
-            if isinstance(node, ast.FunctionDef) and node.name in wanted:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in wanted:
                 (done.add if not _is_stub(node) else done.discard)(node.name)
     return len(done)
 
 
-def _is_stub(node: ast.FunctionDef) -> bool:
+def _is_stub(node) -> bool:
+    if isinstance(node, ast.ClassDef):
+        methods = [n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        return all(_is_stub(m) for m in methods)
     body = list(node.body)
     if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
         body = body[1:]  # the docstring
@@ -250,6 +282,22 @@ def _is_stub(node: ast.FunctionDef) -> bool:
             continue
         return False
     return True
+
+
+def guess_assignment(path: Path) -> str | None:
+    """The assignment whose work ``path`` holds when it holds none of the exercises' (its
+    notebook's name, or a non-stub definition of its function or class); None otherwise.
+    What ``python -m autograde`` without ``--assignment`` uses to say that one is missing."""
+    from assignments import ASSIGNMENTS
+
+    if implemented(path) > 0:
+        return None
+    stem = submitted_name(path).rpartition(".")[0].lower()
+    for assignment in sorted(ASSIGNMENTS):
+        wanted = wanted_for(assignment)
+        if stem.startswith(wanted.stem.lower()) or implemented(path, wanted.names) > 0:
+            return assignment
+    return None
 
 
 def unreadable_kind(name: str) -> str:
@@ -267,10 +315,11 @@ def unreadable_kind(name: str) -> str:
     return "a " + suffixes[-1]
 
 
-def pick(student: Student) -> Student:
+def pick(student: Student, wanted: Wanted = EXERCISES_WANTED) -> Student:
     """Choose the file to grade, the same way everywhere: of the gradable files, the one that
-    defines the most of the four functions (not as stubs); ties go to the exercises notebook
-    by name (``09-exercises``), then to the latest resubmission, then to the newest file.
+    defines the most of what is ``wanted`` (the exercises' functions, or an assignment's; not
+    as stubs); ties go to the hand-out's notebook by name (``09-exercises``,
+    ``a1-ring-allreduce``), then to the latest resubmission, then to the newest file.
     A notebook and its paired ``.md`` count once (the notebook)."""
     names = {p for p, _ in student.files}
     candidates = [(p, s) for p, s in student.files if gradable(p)
@@ -295,16 +344,16 @@ def pick(student: Student) -> Student:
     def key(c):
         p, shown = c
         stem = submitted_name(p).rpartition(".")[0].lower()
-        return (max(0, implemented(p)), stem == EXERCISES_STEM, _resubmission(p), mtime(p),
+        return (max(0, implemented(p, wanted.names)), stem == wanted.stem.lower(), _resubmission(p), mtime(p),
                 p.suffix.lower() == ".ipynb", shown)
 
     ranked = sorted(((key(c), c) for c in looked), reverse=True)
     (best, (path, shown)), (second, _) = ranked[0], ranked[1]
     kind = "notebook" if path.suffix.lower() in (".ipynb", ".md") else "script"
     if best[0] > second[0]:
-        reason = f"the {kind} that defines the most of the four functions"
+        reason = f"the {kind} that defines the most of {wanted.words}"
     elif best[1] and not second[1]:
-        reason = "the exercises notebook"
+        reason = "the exercises notebook" if wanted is EXERCISES_WANTED else "the assignment's notebook"
     elif best[2] > second[2]:
         reason = "the latest resubmission"
     else:
@@ -329,12 +378,12 @@ def several_files(student: Student, limit: int = 5) -> str:
     return f"graded {student.shown}{reason}; also sent {also}"
 
 
-def pick_from_folder(folder: Path):
+def pick_from_folder(folder: Path, wanted: Wanted = EXERCISES_WANTED):
     """The file :func:`pick` grades among everything in ``folder`` (None if none)."""
     folder = Path(folder)
     student = Student("", files=[(p, "/".join(display(x) for x in p.relative_to(folder).parts))
                                  for p in walk(folder)])
-    return pick(student).chosen
+    return pick(student, wanted).chosen
 
 
 # ----------------------------------------------------------------------------- status
@@ -342,8 +391,8 @@ def pick_from_folder(folder: Path):
 def status(report, student: Student | None = None) -> str:
     """What happened to one student, in a few words (the row's ``status``): ``graded``,
     ``missing``, ``unreadable: ...``, ``several files: ...``, ``too large``, ``timed out``,
-    ``not attempted (still the stub)``, ``not run`` (nothing in the file could run) or
-    ``grader error``."""
+    ``not attempted (still the stub)``, ``empty (nothing to grade)``, ``not run (syntax
+    error)``, ``not run`` (nothing in the file could run) or ``grader error``."""
     if report.grader_errors:
         return "grader error"
     if student is not None and student.chosen is None:
@@ -361,11 +410,11 @@ def status(report, student: Student | None = None) -> str:
         return "timed out"
     if student is not None and student.others:
         return "several files: " + several_files(student)
-    from .reports import STUB_STATUS, is_stub
+    from .reports import STUB_STATUS, is_stub, nothing_ran
 
     if is_stub(report):  # it ran: every function still raises NotImplementedError
         return STUB_STATUS
-    return "not run" if report.problems and report.score == 0 else "graded"
+    return nothing_ran(report) or "graded"
 
 
 # ----------------------------------------------------------------------------- rosters
@@ -668,6 +717,12 @@ def grade_assignment(path, assignment: str, label: str | None = None) -> Submiss
     part = assignment_part(assignment)
     report = SubmissionReport(submission=textsafe.file_name(label or str(path)), parts=[part],
                               known_mistakes=dict(getattr(module, "MISTAKES", {})))
+    try:
+        problem = read_submission(Path(path)).problem  # text only: nothing runs here
+    except Exception:
+        problem = None
+    if problem:  # as the exercises' grader says it (empty, syntax error, not text...)
+        report.problems.append(f"{textsafe.file_name(Path(path).name)}: {problem}.")
     try:
         graded = module.grade_file(Path(path))
         report.results = graded.results(part)

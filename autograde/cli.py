@@ -162,6 +162,26 @@ def collect(parser, args) -> list:
     return students + strangers
 
 
+#: How many students' files to look at before grading, to tell a forgotten --assignment.
+LOOK_AT = 25
+
+
+def forgotten_assignment(students) -> str | None:
+    """One line when every file looked at holds an assignment's work and none the exercises'
+    (``--assignment`` left out: a ring all-reduce would be graded as Exercise 1 and score
+    0); None otherwise. Reads text only, a few files."""
+    from assignments.common import grader
+
+    files = [p for s in students[:LOOK_AT] for p, _ in s.files if classrun.gradable(p)][:LOOK_AT]
+    guesses = {classrun.guess_assignment(p) for p in files}
+    if not files or len(guesses) != 1 or None in guesses:
+        return None
+    assignment = guesses.pop()
+    number, _, title = grader(assignment).NAME.partition(":")
+    what = "this file holds" if len(files) == 1 else "these files hold"
+    return f"{what} work for {number} ({title.strip()}), not the exercises: add --assignment {assignment}"
+
+
 def missing_report(student: Student, checks, parts):
     """The report of a student with nothing gradable: zero, and why."""
     from . import reports
@@ -180,6 +200,7 @@ class Run:
     def __init__(self, students, checks, args, seed, journal=None, done=None):
         self.students, self.checks, self.args, self.seed = students, checks, args, seed
         self.parts = [classrun.assignment_part(args.assignment)] if args.assignment else list(EXERCISES)
+        self.wanted = classrun.wanted_for(args.assignment)
         self.journal, self.done = journal, done or {}
         self.reports: dict = {}  # index -> report, only of students finished before a stop
         self.stop = threading.Event()
@@ -196,7 +217,7 @@ class Run:
         """One student's report; never raises (a failure of the grader is that row's)."""
 
         try:
-            classrun.pick(student)
+            classrun.pick(student, self.wanted)
             if student.chosen is None:
                 report = missing_report(student, self.checks, self.parts)
             else:
@@ -326,6 +347,10 @@ def main(argv=None) -> int:
         parser.error(f"--gradescope grades exactly one submission, got {len(students)}")
     single = (len(students) == 1 and not args.roster and len(args.submissions) == 1
               and Path(args.submissions[0]).is_file())
+    if args.assignment is None:
+        forgotten = forgotten_assignment(students)
+        if forgotten:
+            parser.error(forgotten)
     journal_path = None if single else default_journal(args)
     header_seed, done = None, {}
     if args.resume:

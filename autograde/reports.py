@@ -17,7 +17,8 @@ The grades CSV (``--csv``) has one row per student, in this column order:
     submitted), ``unreadable: submitted a .pdf (...)``, ``several files: graded final.ipynb
     (the newest notebook); also sent scratch.py``, ``too large``, ``timed out``, ``not
     attempted (still the stub)`` (the untouched template: it ran, every function still raises
-    NotImplementedError), ``not run`` (nothing in the file could run) or ``grader error``;
+    NotImplementedError), ``empty (nothing to grade)`` (no code at all), ``not run (syntax
+    error)``, ``not run`` (nothing in the file could run) or ``grader error``;
 ``submission``
     the graded file, as the student named it (relative to the class folder, never an
     absolute path).
@@ -205,7 +206,26 @@ def status(report: SubmissionReport) -> str:
         return "grader error"
     if is_stub(report):
         return STUB_STATUS
-    return "not run" if report.problems and report.score == 0 else "graded"
+    return nothing_ran(report) or "graded"
+
+
+#: The status of a file with no code at all (empty, or a notebook without code cells): like
+#: a missing one, nothing to grade (the class report counts it with the missing).
+EMPTY_STATUS = "empty (nothing to grade)"
+
+
+def nothing_ran(report: SubmissionReport) -> str | None:
+    """The status of a report in which nothing earned a point because nothing could run: an
+    empty file (:data:`EMPTY_STATUS`), ``not run (syntax error)``, ``not run`` (every cell
+    failed); None otherwise."""
+    if not report.problems or report.score != 0:
+        return None
+    said = " ".join(report.problems)
+    if "the file is empty" in said or "no code cells" in said:
+        return EMPTY_STATUS
+    if "syntax error" in said and "none of it could run" in said:
+        return "not run (syntax error)"
+    return "not run"
 
 
 #: The status of the untouched template: it ran, and every function still raises
@@ -398,7 +418,7 @@ def class_report_html(reports, seed: int | None = None, pairs=None) -> str:
     WHY = known_mistakes(reports)
 
     n = len(reports)
-    absent = [r for r in reports if status(r).startswith(("missing", "unreadable"))]
+    absent = [r for r in reports if status(r).startswith(("missing", "unreadable", EMPTY_STATUS))]
     stubs = [r for r in reports if r not in absent and is_stub(r)]
     worked = [r for r in reports if r not in absent and r not in stubs]
     counts: dict = {}

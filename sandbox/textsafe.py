@@ -45,16 +45,25 @@ def csv_cell(value) -> str:
     return "'" + text if text.startswith(FORMULA_PREFIXES) else text
 
 
-#: What CommonMark lets a backslash escape (spec 0.31, sec. 2.4): all ASCII punctuation.
-_MARKDOWN_PUNCTUATION = frozenset("!\"#$%'()*+,-./:;=?@[\\]^_`{|}~")
+#: Characters that can start Markdown markup inside a line (CommonMark 0.31: code spans,
+#: emphasis, links and images, hard breaks; GFM: tables, strikethrough): backslash-escaped.
+_MARKDOWN_MARKUP = frozenset("\\`*[]|~")
 _HTML_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 
 def markdown(text) -> str:
-    """``text`` as literal Markdown inline text: one line (line breaks become spaces), control
-    characters escaped, ``&``, ``<`` and ``>`` as HTML entities (no tag can open) and every
-    other ASCII punctuation character backslash-escaped (no link, emphasis, heading, list or
-    code span can start)."""
+    """``text`` as literal Markdown inline text, still readable as plain text: one line (line
+    breaks become spaces), control characters escaped, ``&``, ``<`` and ``>`` as HTML
+    entities (no tag can open), the characters that start inline markup backslash-escaped,
+    and ``_`` too unless it sits inside a word (``smith_hw``: CommonMark's intraword rule)."""
     line = " ".join(printable(part) for part in str(text).splitlines()) if text else ""
-    return "".join(_HTML_ENTITIES.get(c) or ("\\" + c if c in _MARKDOWN_PUNCTUATION else c)
-                   for c in line)
+    out = []
+    for i, c in enumerate(line):
+        inside_word = 0 < i < len(line) - 1 and line[i - 1].isalnum() and line[i + 1].isalnum()
+        if c in _HTML_ENTITIES:
+            out.append(_HTML_ENTITIES[c])
+        elif c in _MARKDOWN_MARKUP or (c == "_" and not inside_word):
+            out.append("\\" + c)
+        else:
+            out.append(c)
+    return "".join(out)
