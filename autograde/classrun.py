@@ -588,7 +588,7 @@ def grade_many(paths, checks, *, jobs: int = 1, progress=None, labels=None, **op
 
 # ----------------------------------------------------------------------------- the journal
 
-JOURNAL_VERSION = 1
+JOURNAL_VERSION = 2  # 2: every line signed (HMAC-SHA256)
 
 
 def report_record(report) -> dict:
@@ -619,33 +619,80 @@ def report_from_record(record: dict, checks, parts=EXERCISES):
     return report
 
 
+def journal_key(path, fresh: bool) -> bytes | None:
+    """The run's secret for signing its journal, in ``<journal>.key`` (mode 600, the grader's
+    own): made anew for a fresh journal, read back for ``--resume``; None if it cannot be read
+    (then no line of the journal is trusted)."""
+    key_path = Path(str(path) + ".key")
+    if fresh:
+        key = os.urandom(32)
+        key_path.unlink(missing_ok=True)
+        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key)
+        return key
+    try:
+        key = key_path.read_bytes()
+    except OSError:
+        return None
+    return key if len(key) == 32 else None
+
+
+def _signed(key: bytes, entry: dict) -> str:
+    """One journal line: ``entry`` and its HMAC-SHA256 under the run's key (RFC 2104), so that
+    ``--resume`` trusts only lines this grader wrote, whatever else writes to the file."""
+    import hmac
+    import json
+
+    body = json.dumps(entry, allow_nan=False, sort_keys=True)
+    return json.dumps({"entry": entry, "mac": hmac.new(key, body.encode(), hashlib.sha256).hexdigest()},
+                      allow_nan=False)
+
+
+def _verified(key: bytes | None, line: str):
+    """The entry of a journal line whose signature holds under ``key``; None otherwise."""
+    import hmac
+    import json
+
+    try:
+        item = json.loads(line)
+        entry, mac = item["entry"], item["mac"]
+        body = json.dumps(entry, allow_nan=False, sort_keys=True)
+    except (ValueError, TypeError, KeyError):
+        return None
+    if key is None or not isinstance(mac, str) or not isinstance(entry, dict):
+        return None
+    return entry if hmac.compare_digest(hmac.new(key, body.encode(), hashlib.sha256).hexdigest(), mac) else None
+
+
 class Journal:
-    """The run's results, one JSON line per finished student, appended and flushed at
-    once, so that a run killed at any moment keeps every finished row (``--resume``)."""
+    """The run's results, one signed JSON line per finished student, appended and flushed at
+    once, so that a run killed at any moment keeps every finished row (``--resume``). Each line
+    carries an HMAC under a key kept in ``<journal>.key``: a line that anything else wrote (a
+    forged full mark) fails it and is graded again."""
 
     def __init__(self, path, header: dict, keep: dict | None = None):
-        import json
-
         self.path = Path(path)
         self.lock = threading.Lock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fresh = keep is None or not self.path.exists()
+        self.key = journal_key(self.path, fresh)
+        if self.key is None:  # resuming without the key: start the journal again
+            fresh, self.key = True, journal_key(self.path, True)
         torn = not fresh and not self.path.read_bytes().endswith(b"\n")  # killed mid-line
-        self.file = open(self.path, "w" if fresh else "a", encoding="utf-8")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_TRUNC if fresh else os.O_APPEND)
+        self.file = os.fdopen(os.open(self.path, flags, 0o600), "w", encoding="utf-8")
         if torn:
             self._write("")
         if fresh:
-            self._write(json.dumps({"journal": JOURNAL_VERSION, **header}))
+            self._write(_signed(self.key, {"journal": JOURNAL_VERSION, **header}))
 
     def _write(self, line: str) -> None:
         self.file.write(line + "\n")
         self.file.flush()
 
     def add(self, student_id: str, digest: str, report) -> None:
-        import json
-
-        line = json.dumps({"student_id": student_id, "hash": digest,
-                           "report": report_record(report)}, allow_nan=False)
+        line = _signed(self.key, {"student_id": student_id, "hash": digest, "report": report_record(report)})
         with self.lock:
             self._write(line)
 
@@ -654,28 +701,31 @@ class Journal:
 
 
 def read_journal(path) -> tuple[dict, dict]:
-    """(header, {student id: (hash, record)}) of a journal; a torn last line (the run was
-    killed while writing it) is ignored. Raises ValueError if it is not a journal."""
-    import json
-
+    """(header, {student id: (hash, record)}) of a journal: only lines signed with the run's key
+    (``<journal>.key``), so a line that the grader did not write is graded again; a torn last
+    line (the run was killed while writing it) is ignored. Raises ValueError if it is not a
+    journal of this grader."""
     header, done = None, {}
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"--resume: cannot read the journal {display(str(path))} ({exc})") from None
+    key = journal_key(path, fresh=False)
+    if key is None:
+        raise ValueError(f"--resume: the journal's key {display(str(path) + '.key')} is missing: "
+                         "grade again without --resume")
     for line in lines:
-        try:
-            item = json.loads(line)
-        except ValueError:
+        item = _verified(key, line)
+        if item is None:
             continue
         if header is None:
-            if not isinstance(item, dict) or item.get("journal") != JOURNAL_VERSION:
-                raise ValueError(f"--resume: {display(str(path))} is not a grading journal")
+            if item.get("journal") != JOURNAL_VERSION:
+                raise ValueError(f"--resume: {display(str(path))} is not a grading journal of this version")
             header = item
-        elif isinstance(item, dict) and "student_id" in item:
+        elif "student_id" in item:
             done[item["student_id"]] = (item.get("hash"), item.get("report", {}))
     if header is None:
-        raise ValueError(f"--resume: the journal {display(str(path))} is empty")
+        raise ValueError(f"--resume: the journal {display(str(path))} has no header this grader signed")
     return header, done
 
 

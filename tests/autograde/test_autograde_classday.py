@@ -410,7 +410,7 @@ def test_an_interrupted_run_keeps_what_is_done_and_resumes_to_the_same_grades(sl
     resumed = grader("--csv", csv_path, "--resume")
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
     assert csv_path.read_text() == (out / "reference.csv").read_text()
-    graded = [json.loads(line)["student_id"] for line in journal.read_text().splitlines()[1:]]
+    graded = [json.loads(line)["entry"]["student_id"] for line in journal.read_text().splitlines()[1:]]
     assert sorted(graded) == [f"s{k:02d}" for k in range(12)]  # each graded once, in all
     assert not list((out / "tmp").iterdir()), "temporary folders were left behind"
 
