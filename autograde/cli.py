@@ -437,12 +437,15 @@ def finish(args, results, run, seed, started, single, journal_path) -> int:
             from . import similarity
 
             began = time.monotonic()
-            pairs = similarity.similar_pairs({
+            pairs = similarity.similar({
                 r.student_id: similarity.student_code(r.student.chosen) for r in results
-                if getattr(r, "student", None) is not None and r.student.chosen is not None})
+                if getattr(r, "student", None) is not None and r.student.chosen is not None},
+                template=similarity.template_code(args.assignment),
+                keep=classrun.wanted_for(args.assignment).names)
             if not args.quiet:
-                print(f"Similarity: {len(pairs)} pairs flagged in "
-                      f"{time.monotonic() - began:.1f} s.", file=sys.stderr)
+                groups, flagged = pairs
+                print(f"Similarity: {len(groups)} groups with the same code and {len(flagged)} pairs "
+                      f"flagged in {time.monotonic() - began:.1f} s.", file=sys.stderr)
         reports.write_class_report(args.class_report, results, seed, pairs)
     if args.canvas_csv:
         reports.write_atomically(args.canvas_csv, lms.canvas_csv(
