@@ -28,8 +28,12 @@ EXERCISES = [
     Exercise("ex1", "Exercise 1 (easy): Chinchilla loss calculator", "chinchilla_loss", 10),
     Exercise("ex2", "Exercise 2 (medium): compute-optimal allocation", "compute_optimal", 20),
     Exercise("ex3", "Exercise 3 (medium): parallelism memory footprint", "memory_per_gpu", 30),
-    Exercise("ex4", "Exercise 4 (hard): communication cost in 3D parallelism",
-             "communication_time_per_step", 40),
+    # Exercise 4 has two parts, graded apart: (a) the first estimate, under its original id
+    # and function; (b) the estimate per axis that sections 5-7 teach. Together 40 points.
+    Exercise("ex4", "Exercise 4(a) (hard): communication cost, the first estimate",
+             "communication_time_per_step", 15),
+    Exercise("ex4b", "Exercise 4(b) (hard): communication cost per axis, as sections 5-7 teach",
+             "communication_time_per_step_by_axis", 25),
 ]
 EXERCISE_BY_ID = {e.id: e for e in EXERCISES}
 
