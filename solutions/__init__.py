@@ -12,11 +12,12 @@ Richer models live in the submodules: :mod:`solutions.scaling`,
 :mod:`solutions.pipeline`, :mod:`solutions.compute`, :mod:`solutions.layout`,
 beyond 3D parallelism and Chinchilla in :mod:`solutions.context`,
 :mod:`solutions.moe`, :mod:`solutions.after_chinchilla` and
-:mod:`solutions.efficiency`, and the cited tables in :mod:`solutions.facts`.
+:mod:`solutions.efficiency`, and the cited tables in :mod:`solutions.facts` (and, for the
+field in 2025-26, :mod:`solutions.frontier`).
 """
 
 from . import quoted, communication, compute, facts, layout, memory, pipeline, scaling
-from . import after_chinchilla, context, efficiency, moe
+from . import after_chinchilla, context, efficiency, frontier, moe
 from .communication import communication_time_per_step, communication_time_per_step_by_axis
 from .memory import memory_per_gpu
 from .scaling import chinchilla_loss, compute_optimal
@@ -39,4 +40,5 @@ __all__ = [
     "moe",
     "after_chinchilla",
     "efficiency",
+    "frontier",
 ]
