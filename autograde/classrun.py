@@ -30,17 +30,20 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grading import EXERCISES
 from sandbox import textsafe
-from .grade import SubmissionReport, grade_submission
+from sandbox.results import Check, Part, Result, SubmissionReport
 from sandbox.submission import SUFFIXES, read_submission
+
+from .grade import grade_submission
 
 #: Files that configure Python or pytest rather than answer exercises. They are never graded
 #: and never run: the sandbox copies only the submission file itself.
 NOT_SUBMISSIONS = {"conftest.py", "sitecustomize.py", "usercustomize.py", "setup.py"}
 #: The exercises' file, by its stem (after an LMS's prefix and resubmission number).
 EXERCISES_STEM = "09-exercises"
-#: The four functions a submission defines (grading.EXERCISES, without its import).
-FUNCTIONS = ("chinchilla_loss", "compute_optimal", "memory_per_gpu", "communication_time_per_step")
+#: The functions a submission defines, one per exercise (the registry, grading.EXERCISES).
+FUNCTIONS = tuple(e.function for e in EXERCISES)
 MAX_DEPTH = 12  # folders deeper than this are not looked into (a class has two or three levels)
 MAX_ENTRIES = 100_000  # directory entries looked at in one class folder
 MAX_CANDIDATES = 12  # a student's gradable files parsed to pick one; the rest are listed
@@ -546,22 +549,18 @@ def report_record(report) -> dict:
             "problem_causes": dict(report.problem_causes),
             "seconds": round(report.seconds, 3), "grader_errors": list(report.grader_errors),
             "results": [[c.name, bool(r.passed), r.feedback, bool(r.not_implemented),
-                         r.got, r.mistake, r.own_loss] for c, r in report.results]}
+                         r.got, r.mistake, r.condition] for c, r in report.results]}
 
 
-def report_from_record(record: dict, checks):
-    """The :class:`~autograde.grade.SubmissionReport` a journal line holds, with ``checks``
-    (the same checks: the journal's header says which seed); None if they differ."""
-    from grading import Result
-
-    from .grade import SubmissionReport
-
+def report_from_record(record: dict, checks, parts=EXERCISES):
+    """The :class:`~sandbox.results.SubmissionReport` a journal line holds, with ``checks``
+    (the same checks: the journal's header says which seed) and ``parts``; None if they differ."""
     by_name = {c.name: c for c in checks}
     results = record.get("results", [])
     if [r[0] for r in results] != [c.name for c in checks]:
         return None
-    report = SubmissionReport(submission=record.get("submission", ""))
-    report.results = [(by_name[r[0]], Result(*r[1:7])) for r in results]  # got, mistake, own_loss: 4-6
+    report = SubmissionReport(submission=record.get("submission", ""), parts=list(parts))
+    report.results = [(by_name[r[0]], Result(*r[1:7])) for r in results]  # got, mistake, condition: 4-6
     report.problems = list(record.get("problems", []))
     report.notes = list(record.get("notes", []))
     report.problem_causes = dict(record.get("problem_causes", {}))
@@ -633,15 +632,6 @@ def read_journal(path) -> tuple[dict, dict]:
 
 # ----------------------------------------------------------------------------- assignments
 
-def _assignment_check(title: str, name: str, points: float, function: str | None = None):
-    """A part of an assignment as the reports read a check: its group is the assignment's
-    title (which the per-test text prints), its points the part's; ``function`` the code the
-    student writes (what an untouched stub's line names), the title when not given."""
-    from grading import Check
-
-    return Check(title, name, float(points), False, function or title, run=lambda call: None)
-
-
 def graded_names(module) -> str:
     """What an assignment's grader loads from the submission, as the report names it:
     ``ring_all_reduce``, or ``one_f_one_b`, `pipeline_step`` (shown inside backticks)."""
@@ -650,56 +640,37 @@ def graded_names(module) -> str:
     return "`, `".join(names) or module.NAME
 
 
-def assignment_checks(assignment: str) -> list:
-    """The one row a student with nothing gradable gets for an assignment: 0 of its points."""
+def assignment_part(assignment: str) -> Part:
+    """An assignment as the reports read a part: its id (the CSV's column), its title, what
+    the student writes, its points."""
     from assignments.common import grader, max_points
 
-    title = grader(assignment).NAME
-    return [_assignment_check(title, title, max_points(assignment))]
+    module = grader(assignment)
+    return Part(assignment, module.NAME, graded_names(module), max_points(assignment))
 
 
-@dataclass
-class AssignmentReport(SubmissionReport):
-    """An assignment's :class:`assignments.common.Report` as the class run's reports read a
-    :class:`~autograde.grade.SubmissionReport`: one ``exercises()`` entry, the assignment,
-    whose tests are its parts (the CSV gets one column, ``a1``; the table and the class
-    report one section)."""
-
-    assignment: str = ""
-    title: str = ""
-    known_mistakes: dict = field(default_factory=dict)  # the grader's MISTAKES: name -> words
-
-    def exercises(self) -> list:
-        tests = [{"name": c.name, "passed": bool(r.passed),
-                  "points": float(c.points if r.passed else 0), "max_points": float(c.points),
-                  "feedback": r.feedback, "hidden": False} for c, r in self.results]
-        return [{"id": self.assignment, "name": self.title, "function": self.assignment,
-                 "score": sum(t["points"] for t in tests),
-                 "max_score": sum(t["max_points"] for t in tests), "tests": tests}]
+def assignment_checks(assignment: str) -> list:
+    """The one row a student with nothing gradable gets for an assignment: 0 of its points."""
+    part = assignment_part(assignment)
+    return [Check(part.id, part.title, part.max_points, False, part.function)]
 
 
-def grade_assignment(path, assignment: str, label: str | None = None):
-    """Grade one file as ``assignment`` (its grader's ``grade_file``) and return it as a class
+def grade_assignment(path, assignment: str, label: str | None = None) -> SubmissionReport:
+    """Grade one file as ``assignment`` (its grader's ``grade_file``) and return the class
     run's report; never raises for anything the submission does (a grader failure is this
     file's "grader error")."""
     import time
-
-    from grading import Result
 
     from assignments.common import grader
 
     started = time.monotonic()
     module = grader(assignment)
-    report = AssignmentReport(submission=textsafe.file_name(label or str(path)),
-                              assignment=assignment, title=module.NAME,
+    part = assignment_part(assignment)
+    report = SubmissionReport(submission=textsafe.file_name(label or str(path)), parts=[part],
                               known_mistakes=dict(getattr(module, "MISTAKES", {})))
     try:
         graded = module.grade_file(Path(path))
-        # The untouched stub: nothing earned and some part says so (the class report counts
-        # such rows apart from work that scored 0).
-        stub = graded.score == 0 and any("not implemented yet" in (t.feedback or "") for t in graded.tests)
-        report.results = [(_assignment_check(module.NAME, t.name, t.max_points, graded_names(module)),
-                           Result(bool(t.passed), t.feedback or "", stub)) for t in graded.tests]
+        report.results = graded.results(part)
         isolated = getattr(graded, "isolated", None)
         report.isolation = {True: "namespaces", False: "none"}.get(isolated, "ranks")
     except Exception as exc:  # the grader's fault, not the student's: this row says so

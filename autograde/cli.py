@@ -26,25 +26,21 @@ import threading
 import time
 from pathlib import Path
 
+from grading import EXERCISES
+from sandbox.handle import ISOLATION_MODES
+from sandbox.results import Result, SubmissionReport
+from sandbox.submission import SUFFIXES
+from solutions._validate import terse_argparse_errors
+
 from . import classrun
 from .classrun import Student
-from sandbox.handle import ISOLATION_MODES
-from sandbox.submission import SUFFIXES
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a refused argument costs one line, not the whole usage block: a student
-    who mistypes a file name sees what is wrong and where to look, nothing else."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def parse_args(argv):
-    parser = OneLineParser(
+    parser = terse_argparse_errors(argparse.ArgumentParser(
         prog="python -m autograde",
         description="Grade exercise submissions (.ipynb, paired .md, .py, or folders of them) "
-                    "in a sandbox, with the public and hidden tests.")
+                    "in a sandbox, with the public and hidden tests."))
     parser.add_argument("submissions", nargs="*", metavar="SUBMISSION",
                         help="a file or a folder of files (a class; with one sub-folder per "
                              "student, the sub-folder's name is the student id)")
@@ -166,13 +162,13 @@ def collect(parser, args) -> list:
     return students + strangers
 
 
-def missing_report(student: Student, checks):
+def missing_report(student: Student, checks, parts):
     """The report of a student with nothing gradable: zero, and why."""
     from . import reports
 
     why = ("nothing was submitted" if not student.sent_anything else
            classrun.status(reports.SubmissionReport(""), student))
-    report = reports.missing_report(student.student_id, student.name, why, checks)
+    report = reports.missing_report(student.student_id, student.name, why, checks, parts)
     report.missing = not student.sent_anything
     return report
 
@@ -183,6 +179,7 @@ class Run:
 
     def __init__(self, students, checks, args, seed, journal=None, done=None):
         self.students, self.checks, self.args, self.seed = students, checks, args, seed
+        self.parts = [classrun.assignment_part(args.assignment)] if args.assignment else list(EXERCISES)
         self.journal, self.done = journal, done or {}
         self.reports: dict = {}  # index -> report, only of students finished before a stop
         self.stop = threading.Event()
@@ -197,12 +194,11 @@ class Run:
 
     def grade(self, student: Student):
         """One student's report; never raises (a failure of the grader is that row's)."""
-        from . import reports
 
         try:
             classrun.pick(student)
             if student.chosen is None:
-                report = missing_report(student, self.checks)
+                report = missing_report(student, self.checks, self.parts)
             else:
                 digest = classrun.content_hash(
                     student.chosen, self.seed, self.args.public_only, self.args.timeout,
@@ -210,7 +206,7 @@ class Run:
                 old = self.done.get(student.student_id)
                 report = None
                 if old and old[0] == digest and not old[1].get("grader_errors"):
-                    report = classrun.report_from_record(old[1], self.checks)
+                    report = classrun.report_from_record(old[1], self.checks, self.parts)
                 reused = report is not None
                 if not reused and self.args.assignment:
                     report = classrun.grade_assignment(student.chosen, self.args.assignment,
@@ -223,9 +219,7 @@ class Run:
                 if self.journal is not None and not self.stop.is_set() and not reused:
                     self.journal.add(student.student_id, digest, report)
         except Exception as exc:
-            from grading import Result
-
-            report = reports.SubmissionReport(submission=student.shown)
+            report = SubmissionReport(submission=student.shown, parts=self.parts)
             report.grader_errors = [f"{type(exc).__name__} while reading this student's files"]
             report.results = [(c, Result(False, "Not graded: the grader failed on this file. "
                                                 "Please tell your instructor.")) for c in self.checks]

@@ -22,9 +22,11 @@ import sys
 from pathlib import Path
 
 from sandbox import textsafe
+from solutions._validate import terse_argparse_errors
 
 from . import classrun
 from .reports import VISIBILITIES, write_atomically, write_gradescope
+
 
 def pick_submission(folder: Path):
     """(path or None, a note for the student about what was chosen): the class run's own
@@ -57,8 +59,8 @@ def gradescope_student(submission_dir: Path) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograde.gradescope",
-                                     description=__doc__.splitlines()[0])
+    parser = terse_argparse_errors(argparse.ArgumentParser(prog="python -m autograde.gradescope",
+                                     description=__doc__.splitlines()[0]))
     parser.add_argument("submission_dir", type=Path)
     parser.add_argument("results", type=Path)
     parser.add_argument("--timeout", type=float, default=10.0)

@@ -20,17 +20,21 @@ from typing import Any, Callable, Iterable
 
 from . import ex1, ex2, ex3, ex4, ex4b
 from .core import (
-    EXERCISE_BY_ID, EXERCISES, Check, Exercise, Result, SubmissionError, local_call, missing_call,
-    to_student_args,
+    EXERCISE_BY_ID, EXERCISES, Check, Exercise, Regrade, Result, SubmissionError, local_call,
+    missing_call, to_student_args,
 )
 
 __all__ = [
-    "Exercise", "EXERCISES", "EXERCISE_BY_ID", "Result", "Check", "SubmissionError",
+    "Exercise", "EXERCISES", "EXERCISE_BY_ID", "Result", "Check", "SubmissionError", "Regrade",
+    "REGRADES",
     "load_checks", "grade_callable", "local_call", "missing_call", "to_student_args",
     "STUDENT_RELEASE_FILES", "CheckList", "student_seed", "for_student",
 ]
 
 _MODULES = {"ex1": ex1, "ex2": ex2, "ex3": ex3, "ex4": ex4, "ex4b": ex4b}
+
+#: Every exercise's regrade policy (:class:`Regrade`), which the front end runs generically.
+REGRADES = tuple(m.REGRADE for m in _MODULES.values() if getattr(m, "REGRADE", None))
 
 #: The files of this package that the student release needs for the self-check (public
 #: checks only). The rest (mistakes.py, public_expected.py, the tests) needs solutions/.

@@ -1,10 +1,13 @@
-"""Text from a submission, made safe to show: on a terminal, in a CSV cell, as a file name.
+"""Text from a submission, made safe to show: on a terminal, in a CSV cell, in Markdown, as a
+file name.
 
 Everything a report shows may come from a student: a file name, the first line of a
 statement that failed, an exception message. A terminal obeys escape sequences (one can
 clear the screen and print a fake "Total: 100 / 100 points"), a spreadsheet runs a cell
 that starts with ``=`` as a formula, and a file name need not be UTF-8 at all (then
-printing it raises ``UnicodeEncodeError``). These helpers make each case plain text.
+printing it raises ``UnicodeEncodeError``), and Markdown passes raw HTML through (a file
+named ``<img src=x onerror=...>`` would run in the reader's viewer). These helpers make each
+case plain text.
 """
 from __future__ import annotations
 
@@ -40,3 +43,18 @@ def csv_cell(value) -> str:
     character neutralised with an apostrophe."""
     text = printable(value)
     return "'" + text if text.startswith(FORMULA_PREFIXES) else text
+
+
+#: What CommonMark lets a backslash escape (spec 0.31, sec. 2.4): all ASCII punctuation.
+_MARKDOWN_PUNCTUATION = frozenset("!\"#$%'()*+,-./:;=?@[\\]^_`{|}~")
+_HTML_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+def markdown(text) -> str:
+    """``text`` as literal Markdown inline text: one line (line breaks become spaces), control
+    characters escaped, ``&``, ``<`` and ``>`` as HTML entities (no tag can open) and every
+    other ASCII punctuation character backslash-escaped (no link, emphasis, heading, list or
+    code span can start)."""
+    line = " ".join(printable(part) for part in str(text).splitlines()) if text else ""
+    return "".join(_HTML_ENTITIES.get(c) or ("\\" + c if c in _MARKDOWN_PUNCTUATION else c)
+                   for c in line)

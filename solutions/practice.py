@@ -3,7 +3,7 @@
 Every function here is one problem: it fixes the problem's inputs (a model, a cluster, a
 budget) as keyword defaults and returns a dict holding those inputs and the answers, computed
 with the course's own formulas (nothing is re-derived here). The section notebooks glue the
-inputs into the question and the answers into its hidden solution; ``tests/test_practice.py``
+inputs into the question and the answers into its hidden solution; ``tests/solutions/test_practice.py``
 checks each answer against an independent calculation.
 
 Units follow the course: model-state memory in GB = 1e9 bytes, bandwidth in bytes/s, time in

@@ -258,7 +258,6 @@ def test_a_mistyped_loss_still_earns_the_search_through_the_fallback():
 def test_functions_that_know_nothing_score_only_the_fair_properties():
     """No constant, formula or unit of the exercises: only refusing an unknown strategy and
     honouring 6ND = C may pay (issue: ex4_bandwidth_units paid for 1 / bandwidth)."""
-    import math
 
     fair = {"ex2_on_budget"}  # compute_optimal is a stub here: Exercise 2 pays nothing
     for memory in (lambda model_params, strategy, num_gpus: 1.0,
