@@ -247,23 +247,22 @@ def communication_time_per_step_by_axis(
     same with the bandwidths in bytes/s (and ZeRO-3's extra gathers).
     """
     P = positive("model_params", model_params)
-    d = positive_integer("dp_degree", dp_degree)
-    t = positive_integer("tp_degree", tp_degree)
-    p = positive_integer("pp_degree", pp_degree)
-    L = positive_integer("num_layers", num_layers)
-    s = positive_integer("seq_len", seq_len)
-    b = positive_integer("micro_batch", micro_batch)
-    m = positive_integer("num_microbatches", num_microbatches)
-    h = positive_integer("d_model", d_model)
-    intra = positive("intra_node_gb_s", intra_node_gb_s) * 1e9
-    inter = positive("inter_node_gb_s", inter_node_gb_s) * 1e9
-    divides("pp_degree", p, "num_layers", L)
-    value_bytes = 2  # bf16
-    activation_bytes = float(b) * s * h * value_bytes
-    dp_bytes = ring_allreduce_factor(d) * value_bytes * P / (t * p)
-    tp_bytes = (L // p) * m * 4 * ring_allreduce_factor(t) * activation_bytes
-    pp_bytes = pipeline_sends_per_microbatch(p) * m * activation_bytes
-    return (float(dp_bytes / inter), float(tp_bytes / intra), float(pp_bytes / inter))
+    dp, tp, pp = (positive_integer(name, value) for name, value in
+                  (("dp_degree", dp_degree), ("tp_degree", tp_degree), ("pp_degree", pp_degree)))
+    layers, seq, mb, microbatches, width = (
+        positive_integer(name, value) for name, value in
+        (("num_layers", num_layers), ("seq_len", seq_len), ("micro_batch", micro_batch),
+         ("num_microbatches", num_microbatches), ("d_model", d_model)))
+    intra_bytes_s = positive("intra_node_gb_s", intra_node_gb_s) * 1e9
+    inter_bytes_s = positive("inter_node_gb_s", inter_node_gb_s) * 1e9
+    divides("pp_degree", pp, "num_layers", layers)
+    bf16 = 2  # bytes per value sent
+    boundary_bytes = float(mb) * seq * width * bf16  # one micro-batch's activations
+    dp_bytes = ring_allreduce_factor(dp) * bf16 * P / (tp * pp)  # this GPU's shard, once
+    tp_bytes = (layers // pp) * microbatches * 4 * ring_allreduce_factor(tp) * boundary_bytes
+    pp_bytes = pipeline_sends_per_microbatch(pp) * microbatches * boundary_bytes
+    return (float(dp_bytes / inter_bytes_s), float(tp_bytes / intra_bytes_s),
+            float(pp_bytes / inter_bytes_s))
 
 
 # --------------------------------------------------------------------------
