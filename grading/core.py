@@ -41,8 +41,12 @@ EXERCISES = [
              "solutions/scaling.py"),
     Exercise("ex3", "Exercise 3 (medium): parallelism memory footprint", "memory_per_gpu", 30,
              "solutions/memory.py"),
-    Exercise("ex4", "Exercise 4 (hard): communication cost in 3D parallelism",
-             "communication_time_per_step", 40, "solutions/communication.py"),
+    # Exercise 4 has two parts, graded apart: (a) the first estimate, under its original id
+    # and function; (b) the estimate per axis that sections 5-7 teach. Together 40 points.
+    Exercise("ex4", "Exercise 4(a) (hard): communication cost, the first estimate",
+             "communication_time_per_step", 15, "solutions/communication.py"),
+    Exercise("ex4b", "Exercise 4(b) (hard): communication cost per axis, as sections 5-7 teach",
+             "communication_time_per_step_by_axis", 25, "solutions/communication.py"),
 ]
 EXERCISE_BY_ID = {e.id: e for e in EXERCISES}
 

@@ -469,7 +469,7 @@ def test_the_namespace_sandbox_without_switching_uid(tmp_path):
     scores = {Path(v["submission"]).name: (v["score"], v["isolation"]) for v in reports.values()}
     assert scores == {"reference_submission.py": (100, "namespaces"),
                       "os_exit_at_import.py": (70, "namespaces"),
-                      "read_test_files.py": (60, "namespaces")}
+                      "read_test_files.py": (85, "namespaces")}  # loses Exercise 4(a), 15 points
 
 
 def test_a_slow_file_as_a_whole_is_cut_off_and_says_so(tmp_path):

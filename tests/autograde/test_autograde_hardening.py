@@ -143,8 +143,8 @@ def test_no_relay_through_posix_locks_between_two_submissions(tmp_path):
     graded = json.loads((tmp_path / "class.json").read_text())["submissions"]
     scores = {Path(v["submission"]).name: {e["id"]: e["score"] for e in v["exercises"]}
               for v in graded.values()}
-    assert scores == {"publisher.py": {"ex1": 10, "ex2": 20, "ex3": 30, "ex4": 40},
-                      "reader.py": {"ex1": 0, "ex2": 20, "ex3": 30, "ex4": 40}}
+    assert scores == {"publisher.py": {"ex1": 10, "ex2": 20, "ex3": 30, "ex4": 15, "ex4b": 25},
+                      "reader.py": {"ex1": 0, "ex2": 20, "ex3": 30, "ex4": 15, "ex4b": 25}}
     done, _, _ = autograde(klass / "reader.py", "--json", tmp_path / "alone.json",
                            "--seed", SEED, "--timeout", "3", "--quiet")
     assert done.returncode == 0, done.stderr
@@ -164,7 +164,7 @@ def test_without_a_pid_namespace_nothing_outlives_grading_either():
                               timeout=3, isolation="rlimits")
     assert report.isolation == "rlimits"
     assert {e["id"]: e["score"] for e in report.exercises()} == {
-        "ex1": 10, "ex2": 20, "ex3": 30, "ex4": 0}
+        "ex1": 10, "ex2": 20, "ex3": 30, "ex4": 0, "ex4b": 25}
     time.sleep(3)
     assert leftover_processes() == []
 
@@ -381,8 +381,8 @@ def test_uid_mode_hides_classmates_and_the_grader_command_line(open_class_folder
     graded = json.loads((open_class_folder / "r.json").read_text())["submissions"]
     scores = {Path(v["submission"]).name: {e["id"]: e["score"] for e in v["exercises"]}
               for v in graded.values()}
-    assert scores == {"classmate.py": {"ex1": 10, "ex2": 20, "ex3": 30, "ex4": 40},
-                      "proc_cmdline_thief.py": {"ex1": 10, "ex2": 0, "ex3": 30, "ex4": 40}}
+    assert scores == {"classmate.py": {"ex1": 10, "ex2": 20, "ex3": 30, "ex4": 15, "ex4b": 25},
+                      "proc_cmdline_thief.py": {"ex1": 10, "ex2": 0, "ex3": 30, "ex4": 15, "ex4b": 25}}
     assert {v["isolation"] for v in graded.values()} == {"uid"}
 
 

@@ -19,16 +19,18 @@ import numpy as np
 import pytest
 
 import solutions
+from grading import EXERCISES
 from instructor import student_notebook as sn
 
 ROOT = Path(__file__).resolve().parents[2]
 MASTER_PATH = ROOT / "chapters" / "09-exercises.md"
-FUNCTIONS = sn.EXERCISE_FUNCTIONS
+FUNCTIONS = tuple(e.function for e in EXERCISES)  # the registry: Exercise 4 has two parts
 VALID_ARGS = {
     "chinchilla_loss": (70e9, 1.4e12),
     "compute_optimal": (1e22,),
     "memory_per_gpu": (7e9, "fsdp", 8),
     "communication_time_per_step": (7e9, 8, 4, 32, 4096, 1, 4096, 0.45),
+    "communication_time_per_step_by_axis": (7e9, 16, 4, 2, 32, 4096, 2, 12, 4096, 450, 50),
 }
 # Lines that would give a solution away; none may appear in a student code cell.
 FORMULA_FRAGMENTS = [
@@ -118,7 +120,7 @@ def test_every_stub_raises_and_the_checks_say_not_implemented(student):
         with pytest.raises(NotImplementedError):
             namespace[name](*VALID_ARGS[name])
     checks = [out for cell, out in zip(code_cells(student), outputs) if "self_check(" in cell.source]
-    assert len(checks) == 4
+    assert len(checks) == len(EXERCISES)
     for out in checks:
         assert "not implemented yet" in out and "Total: 0 /" in out, out
 
@@ -181,7 +183,7 @@ def test_student_notebook_runs_in_a_kernel(student, tmp_path):
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
     texts = ["".join(o.get("text", "") for o in c.get("outputs", []) if o.get("output_type") == "stream")
              for c in code_cells(nb) if "self_check(" in c.source]
-    assert len(texts) == 4 and all("not implemented yet" in t for t in texts), texts
+    assert len(texts) == len(EXERCISES) and all("not implemented yet" in t for t in texts), texts
     errors = [o for c in code_cells(nb) for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert errors and all(o["ename"] == "NotImplementedError" for o in errors)
 
@@ -248,6 +250,18 @@ def test_master_communication_time_agrees(master_functions):
         assert close(f(*args), solutions.communication_time_per_step(*args))
 
 
+def test_master_communication_time_by_axis_agrees(master_functions):
+    f = master_functions["communication_time_per_step_by_axis"]
+    rng = random.Random(4)
+    for _ in range(300):
+        pp = rng.choice([1, 2, 3, 4, 8, 16])
+        args = (10 ** rng.uniform(6, 12), rng.randint(1, 1024), rng.choice([1, 2, 4, 8]), pp,
+                pp * rng.randint(1, 16), rng.choice([128, 2048, 8192]), rng.randint(1, 8),
+                rng.randint(1, 64), 64 * rng.randint(1, 256), rng.uniform(50, 2000), rng.uniform(5, 400))
+        mine, reference = f(*args), solutions.communication_time_per_step_by_axis(*args)
+        assert len(mine) == 3 and all(close(a, b) or a == b == 0 for a, b in zip(mine, reference))
+
+
 def test_stored_notebook_shows_the_exercise_numbers():
     import nbformat
 
@@ -255,7 +269,7 @@ def test_stored_notebook_shows_the_exercise_numbers():
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
                    for o in c.get("outputs", []))
     assert re.search(r"GPT-3 .* loss 2\.002", text) and re.search(r"Chinchilla .* loss 1\.936", text)
-    assert text.count("All public tests passed") == 4
+    assert text.count("All public tests passed") == len(EXERCISES) == 5
     # The stored check cells ran in the grader's sandbox and name the hidden points.
     assert "not in the grader's sandbox" not in text and text.count("(hidden)") >= 4
 

@@ -49,7 +49,7 @@ def _public_answers(exercise: str) -> dict:
     return table
 
 
-ALL = ("ex1", "ex2", "ex3", "ex4")
+ALL = ("ex1", "ex2", "ex3", "ex4", "ex4b")
 
 CASES = [
     # ------------------------------------------------------------------ copying answers

@@ -158,6 +158,54 @@ def test_communication_time_bad_input(index, bad, match):
         communication_time_per_step(*args)
 
 
+# -- Exercise 4(b): per axis ------------------------------------------------
+from solutions import communication_time_per_step_by_axis  # noqa: E402
+
+
+def test_by_axis_worked_out_by_hand():
+    # 8e9 parameters on TP2 x PP2 x DP4, 8 layers, one 1,000-token sequence of width 1,000 per
+    # micro-batch, 3 micro-batches, 200 GB/s inside a server, 20 GB/s between servers.
+    # DP: 2e9 parameters' bf16 gradients (4e9 bytes), ring factor 1.5: 6e9 bytes on 20 GB/s.
+    # TP: 4 layers x 3 micro-batches x 4 all-reduces x factor 1 x 2e6 bytes = 9.6e7 on 200 GB/s.
+    # PP: two stages, one send per micro-batch: 3 x 2e6 = 6e6 bytes on 20 GB/s.
+    dp, tp, pp = communication_time_per_step_by_axis(8e9, 4, 2, 2, 8, 1000, 1, 3, 1000, 200, 20)
+    assert (dp, tp, pp) == pytest.approx((6e9 / 20e9, 9.6e7 / 200e9, 6e6 / 20e9), rel=1e-14)
+    assert communication_time_per_step_by_axis(8e9, 1, 1, 1, 8, 1000, 1, 3, 1000, 200, 20) == (0.0, 0.0, 0.0)
+
+
+@FAST
+@given(dp=st.integers(1, 512), tp=st.sampled_from([1, 2, 4, 8]), pp=st.sampled_from([1, 2, 3, 4, 8, 16]),
+       per_stage=st.integers(1, 12), m=st.integers(1, 64), b=st.integers(1, 8))
+def test_by_axis_is_the_breakdown_with_tp_inside_a_server(dp, tp, pp, per_stage, m, b):
+    """One source of truth: part (b) of Exercise 4 is communication_breakdown, in GB/s."""
+    L = pp * per_stage
+    mine = communication_time_per_step_by_axis(70e9, dp, tp, pp, L, 4096, b, m, 8192, 450, 50)
+    theirs = comm.communication_breakdown(70e9, dp, tp, pp, L, 4096, b, m, 8192,
+                                          intra_node_bw=450e9, inter_node_bw=50e9)
+    assert mine == pytest.approx(tuple(theirs[axis]["seconds"] for axis in ("dp", "tp", "pp")), rel=1e-12)
+
+
+def test_by_axis_against_part_a():
+    """Part (a)'s factor 2 and forward-only all-reduces, against part (b) at one bandwidth."""
+    a = communication_time_per_step(7e9, 16, 4, 32, 4096, 2, 4096, 0.45)
+    b = sum(communication_time_per_step_by_axis(7e9, 16, 4, 1, 32, 4096, 2, 1, 4096, 450, 450))
+    # DP: (a) 4P bytes, (b) 2 x 15/16 x 2P / 4 bytes; TP: (a) 2 all-reduces x factor 1, (b) 4 x 1.5.
+    by_hand = (2 * 15 / 16 * 2 * 7e9 / 4 + 32 * 4 * 1.5 * 2 * 2 * 4096 * 4096) / 450e9
+    assert b == pytest.approx(by_hand, rel=1e-12) and a != pytest.approx(b, rel=0.05)
+
+
+@pytest.mark.parametrize("index, bad, match", [
+    (0, 0, "model_params"), (1, 0, "dp_degree"), (2, 1.5, "tp_degree"), (3, True, "pp_degree"),
+    (4, 30, "pp_degree must divide num_layers"), (7, 0, "num_microbatches"), (9, 0, "intra_node_gb_s"),
+    (10, float("inf"), "inter_node_gb_s"),
+])
+def test_by_axis_bad_input(index, bad, match):
+    args = [7e9, 16, 4, 4, 32, 4096, 2, 8, 4096, 450, 50]
+    args[index] = bad
+    with pytest.raises(ValueError, match=match):
+        communication_time_per_step_by_axis(*args)
+
+
 # -- breakdown --------------------------------------------------------------
 BASE = dict(model_params=70e9, dp=8, tp=8, pp=4, num_layers=80, seq_len=4096, micro_batch=1,
             num_microbatches=16, d_model=8192)
