@@ -276,8 +276,7 @@ python -m autograde chapters/09-exercises.ipynb --json my-report.json
 ## The chapters and labs
 
 Every chapter and lab runs from here: they import the course's package `solutions/`. In this
-kit its four graded functions (`chinchilla_loss`, `compute_optimal`, `memory_per_gpu`,
-`communication_time_per_step`) are stubs that raise `NotImplementedError` naming the
+kit its graded functions ({graded_functions}) are stubs that raise `NotImplementedError` naming the
 exercise, `parametric_loss` refuses Exercise 1's constants, and the memory functions
 (`memory_breakdown`, `zero_memory_per_gpu` and those built on them) refuse a convention of 12
 bytes per parameter, Exercise 3's count, while computing every other. The chapters use the
@@ -504,6 +503,7 @@ def build_student(out: Path) -> None:
     hidden, total = hidden_and_total_points()
     requirements = student_requirements()
     (out / "README.md").write_text(STUDENT_README.format(
+        graded_functions=", ".join(f"`{e.function}`" for e in EXERCISES),
         hidden_points=f"{hidden:g}", total_points=f"{total:g}", cpu_index=TORCH_CPU_INDEX,
         torch_pin=next(r for r in requirements if r.startswith("torch=="))), encoding="utf-8")
     (out / "requirements.txt").write_text(
