@@ -52,7 +52,7 @@ def test_a_journal_whose_key_was_replaced_is_not_trusted(tmp_path):
     journal = Journal(path, {"seed": 7})
     journal.add("alice", "hash-a", report(True))
     journal.close()
-    with open(str(path) + ".key", "wb") as f:
-        f.write(os.urandom(32))
+    with open(str(path) + ".key", "w") as f:
+        f.write(os.urandom(32).hex())
     with pytest.raises(ValueError, match="no header this grader signed"):
         read_journal(path)
