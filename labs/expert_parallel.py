@@ -80,9 +80,12 @@ DEFAULT_PACE = 4e-5
 #: spread is about one): large enough that every token's top k land there when E/n >= k.
 SKEW = 10.0
 ROUTERS = ("balanced", "learned", "skewed")
+#: Capacity factors at which the lab reports what a dropping layer would have dropped (Switch
+#: Transformer's 1.0 and 1.25; Fedus et al. 2022, Table 1). The lab itself drops nothing.
+CAPACITY_FACTORS = (1.0, 1.25)
 FAULTS = ("none", "no-gates", "no-backward-all-to-all")
 
-__all__ = ["TOLERANCE", "TIME_BOUND", "MoEConfig", "Experts", "LocalExperts", "route", "router_bias",
+__all__ = ["TOLERANCE", "TIME_BOUND", "CAPACITY_FACTORS", "MoEConfig", "Experts", "LocalExperts", "route", "router_bias",
            "moe_reference", "AllToAll", "all_to_all", "dispatch", "combine", "ep_forward", "build_parser",
            "validate", "worker", "main"]
 
@@ -433,7 +436,7 @@ def check_router(ctx, cfg: MoEConfig, tokens: int, seed: int, router: str, fault
                         moe.count_exchange_bytes(cfg.num_experts, n), max(count_sent))
         c["ok"] = c["ok"] and len(set(count_sent)) == 1 and len(count_a2a) == 1
         checks.append(c)
-    capacity = {cf: int(moe.expert_capacity(n * tokens, cfg.num_experts, cfg.top_k, cf)) for cf in (1.0, 1.25)}
+    capacity = {cf: int(moe.expert_capacity(n * tokens, cfg.num_experts, cfg.top_k, cf)) for cf in CAPACITY_FACTORS}
     metrics = {"send_counts": C.tolist(), "tokens_per_expert": counted.tolist(),
                "expert_imbalance": moe.load_imbalance(counted),
                "rank_imbalance": moe.load_imbalance(measured_rank_loads),
