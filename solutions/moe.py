@@ -610,3 +610,28 @@ MOE_RUNS = (
 #: (1.5), sparsity 48 needs this many times fewer FLOPs than sparsity 8, 16, 32.
 KIMI_K2_SPARSITY_FLOP_SAVINGS = {8: 1.69, 16: 1.39, 32: 1.15, "loss": 1.5, "cite": "kimi2025k2"}
 __all__ += ["KIMI_K2_SPARSITY_FLOP_SAVINGS"]
+
+#: DeepSeek-V3's training, as its report states it: the cluster's links and the dispatch that
+#: uses them (sec. 3.2.2: NVLink 160 GB/s, "roughly 3.2 times" IB's 50 GB/s; each token to at
+#: most 4 nodes; 20 SMs suffice for communication), its balancing (sec. 2.1.2 and 4.2: bias
+#: update speed 0.001 for the first 14.3T tokens, 0 for the last 500B; a sequence-wise balance
+#: loss of weight 0.0001) and its 14.8T training tokens (abstract).
+DEEPSEEK_V3_TRAINING = {
+    "nvlink_bytes_per_s": 160e9, "ib_bytes_per_s": 50e9, "gpus_per_node": 8, "node_limit": 4,
+    "communication_sms": 20, "bias_update_speed": 0.001, "bias_update_tokens": 14.3e12,
+    "bias_frozen_tokens": 500e9, "sequence_balance_alpha": 1e-4, "training_tokens": 14.8e12,
+    "cite": "liu2024deepseekv3",
+}
+
+#: Switch Transformer (Fedus et al. 2022): the auxiliary loss's coefficient, alpha = 10^-2
+#: (sec. 2.2), and Table 1's Switch-Base (128 experts) training speed, examples per second, at
+#: capacity factors 1.0, 1.25 and 2.0; with the balance loss, dropped tokens were "typically
+#: < 1%" (sec. 2.2).
+SWITCH_TRANSFORMER = {
+    "aux_loss_alpha": 1e-2, "experts": 128, "examples_per_s": {1.0: 1000, 1.25: 910, 2.0: 860},
+    "dropped_typically_below": 0.01, "cite": "fedus2022switch",
+}
+
+#: Kimi K2's 15.5T pre-training tokens (report, sec. 2.2).
+KIMI_K2_TRAINING_TOKENS = 15.5e12
+__all__ += ["DEEPSEEK_V3_TRAINING", "SWITCH_TRANSFORMER", "KIMI_K2_TRAINING_TOKENS"]
