@@ -522,8 +522,8 @@ def calibration(cfg: MoEConfig, tokens: int, n: int, best: dict) -> dict:
         ts, tl = best["all-to-all, small"], best["all-to-all, large"]
         bandwidth = (large - small) / (tl - ts) if tl > ts else large / tl
         out.update(bandwidth_bytes_per_s=bandwidth, latency_s=max(0.0, (ts - small / bandwidth) / (n - 1)))
-    else:
-        out.update(bandwidth_bytes_per_s=float("inf"), latency_s=0.0)
+    else:  # one rank: nothing travels
+        out.update(bandwidth_bytes_per_s=None, latency_s=0.0)
     return out
 
 
@@ -531,7 +531,7 @@ def predict_step(cfg: MoEConfig, n: int, cal: dict, C) -> moe.MoELayerTime:
     """``solutions.moe.expert_parallel_layer_time`` with this machine's constants."""
     bw = cal["bandwidth_bytes_per_s"]
     return moe.expert_parallel_layer_time(
-        C, cal["seconds_per_copy"], cfg.d_model * 4, bw if math.isfinite(bw) else 1e30, cal["latency_s"],
+        C, cal["seconds_per_copy"], cfg.d_model * 4, bw if bw else 1.0, cal["latency_s"],
         fixed_s=cal["fixed_s"], count_exchange_s=(n - 1) * cal["latency_s"])
 
 
