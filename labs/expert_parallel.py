@@ -1,5 +1,6 @@
-"""Lab 8: expert parallelism. A mixture-of-experts layer whose experts live on different ranks,
-checked against one process, its all-to-alls counted, the cost of a skewed router measured.
+"""Lab 8: expert parallelism, a mixture-of-experts layer's experts spread over the ranks.
+
+Checked against one process, its all-to-alls counted, the cost of a skewed router measured:
 
     python -m labs.expert_parallel --nproc 2 [--backend auto|gloo|nccl] --report PATH
 
@@ -67,8 +68,8 @@ LAB = "expert_parallel"
 #: Bound on the relative L2 difference between the expert-parallel layer and the one-process
 #: layer, fp32: the same products, the expert weights' gradients summed in another order.
 TOLERANCE = 1e-5
-#: How far a measured step time may lie from the prediction, relative. The CPU runs of Lab 7
-#: were predicted within a median of 40%; here one layer is timed, on a machine others share.
+#: How far a measured step time may lie from the prediction, relative. Lab 7 holds its CPU
+#: predictions to a median error of 40%; here one layer is timed, on a machine others share.
 TIME_BOUND = 0.5
 #: ``--pace auto`` on CPU: pad each expert's forward pass to 40 us per token copy (its backward
 #: to twice that). A rank that sleeps out its padding needs no core, so the step time measures
