@@ -297,7 +297,8 @@ grader's whole report on a saved assignment notebook, run from this folder, for 
 python -m autograde --assignment a1 assignments/a1-ring-allreduce.ipynb
 ```
 
-(`a2` to `a5` for the others). It runs the checks with three seeds, the self-check with one.
+(`a2` to `a6` for the others). It runs the checks with three seeds, the self-check with one
+(Assignment 6's with all three).
 Assignment 1's `ring_all_reduce` is also the ring the labs run: in this kit,
 `labs/collectives.py` holds a stub in its place, which your answer can replace. Until then
 the labs say so in one line and use torch's built-in all-reduce instead (Labs 2 and 4, and
