@@ -214,9 +214,9 @@ PIPELINE_SCHEDULES = (
     ("gpipe", "GPipe", "gpipe", 1),
     ("1f1b", "1F1B (PipeDream-Flush)", "1f1b", 1),
     ("interleaved2", "interleaved 1F1B, 2 chunks per GPU", "interleaved", 2),
-    ("zb-h1", "ZB-H1: zero bubble at 1F1B's memory", "zb-h1", 1),
-    ("zb-h2", "ZB-H2: zero bubble, more memory", "zb-h2", 1),
-    ("dualpipe", "DualPipe: micro-batches from both ends", "dualpipe", 1),
+    ("zb-h1", "ZB-H1 (zero bubble, 1F1B's memory)", "zb-h1", 1),
+    ("zb-h2", "ZB-H2 (zero bubble, more memory)", "zb-h2", 1),
+    ("dualpipe", "DualPipe (from both ends)", "dualpipe", 1),
 )
 #: The schedules that split the backward into B and W are tabulated on a smaller grid (the
 #: page stays light): these stages and micro-batches.

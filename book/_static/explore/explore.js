@@ -775,13 +775,13 @@
       boxes = [];
       var evs = events(run);
       var W = Math.max(300, Math.min(900, chartBox.clientWidth || 640));
-      var L = 92, R = 8, T = 6, rowH = 30, gap = 10, memH = 48, B = 26;
+      var L = 84, R = 8, T = 6, rowH = 30, gap = 10, memH = 48, B = 26;
       var H = T + 2 * rowH + gap + memH + B;
       var span = run.makespan;
       px = function (t) { return L + t / span * (W - L - R); };
       var chart = svg("svg", { viewBox: "0 0 " + W + " " + H, width: W, height: H, role: "img",
                                "aria-label": "FSDP timeline: collectives on one row, computation on the next, and the units held whole below" });
-      var rowNames = ["communication", "computation"];
+      var rowNames = ["collectives", "compute"];
       for (var r = 0; r < 2; r++) {
         chart.appendChild(svg("rect", { x: L, y: T + r * rowH + 1, width: W - L - R, height: rowH - 2, "class": "idle" }));
         chart.appendChild(svg("text", { x: L - 6, y: T + r * rowH + rowH / 2 + 4, "text-anchor": "end", text: rowNames[r] }));
@@ -806,7 +806,7 @@
       chart.appendChild(svg("text", { x: L - 6, y: yTop + memH / 2 + 14, "text-anchor": "end", text: "whole" }));
       chart.appendChild(svg("line", { x1: L, x2: W - R, y1: y0, y2: y0, "class": "grid" }));
       chart.appendChild(svg("line", { x1: L, x2: W - R, y1: qy(data.units), y2: qy(data.units), "class": "grid" }));
-      chart.appendChild(svg("text", { x: W - R, y: qy(data.units) - 2, "text-anchor": "end", "font-size": 11, text: "all " + data.units }));
+      chart.appendChild(svg("text", { x: L + 4, y: qy(data.units) + 12, "font-size": 11, text: "all " + data.units + " units" }));
       var pts = [];
       run.held.forEach(function (p, i) {
         var t = p[0] / data.scale, v = p[1];
