@@ -16,12 +16,14 @@ STAMP  := $(VENV)/.installed-requirements
 SITE   := _build/html/index.html
 INSTRUCTOR := _build/instructor
 
-.PHONY: help setup book book-instructor test notebooks student-release gradescope bench gpu-check lock clean
+.PHONY: help setup book book-instructor test test-fast lint notebooks student-release gradescope bench gpu-check lock clean
 
 help:
 	@echo "make book             set up .venv, execute every notebook, build the HTML book (public edition)"
 	@echo "make book-instructor  the instructor edition, with the worked solutions (not to publish)"
 	@echo "make test             set up .venv, build the book, run the whole test suite"
+	@echo "make test-fast        the inner loop: unit, property and grading tests (no book, no labs, no browser)"
+	@echo "make lint             ruff, and the import contract (the layers run one way)"
 	@echo "make notebooks        regenerate the paired .ipynb files (with outputs) from their .md sources"
 	@echo "make student-release  write the student hand-out to _build/student-release"
 	@echo "make gradescope       write the Gradescope autograder zip to _build/gradescope"
@@ -73,6 +75,15 @@ book-instructor: $(STAMP)
 
 test: book
 	$(PY) -m pytest
+
+# Tiers 1-2 of the suite (unit and property tests of solutions/, the grading tests, the
+# engine's and graders' own tests), without the book, the labs' ranks, notebooks or a browser.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow and not site" tests --ignore=tests/book --ignore=tests/labs
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 notebooks: $(STAMP)
 	$(PY) tools/sync_notebooks.py --execute

@@ -274,7 +274,7 @@ def check_events(m: dict, sizes: list, cap: int) -> dict:
     out = {}
     synced = in_backward = False
     step = micro = 0
-    ready, launched, launched_bytes, sync_launches = [], set(), [], 0
+    ready, launched, launched_bytes = [], set(), []
     waits, pending = set(), []
     for e in events:
         if not isinstance(e, list) or not e:

@@ -320,7 +320,7 @@ def _judge_shard(name, got, full, want, n, r):
 
 def _judge_block(key, ms, ref, n, slicers):
     """``(shard problem, block problem)`` for one block on one case."""
-    shard_problem = block_problem = None
+    shard_problem = None
     prefix = BLOCKS[key][0]
     full = {k: v.numpy().astype(np.float64) for k, v in ref["params"].items()}
     tol = tolerance()

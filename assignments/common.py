@@ -15,8 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
+from sandbox.submission import plumbing_pattern
+
 #: Cells that set up the self-check (they import this package): not part of the answer.
-PLUMBING = re.compile(r"^\s*(from|import)\s+(assignments|tests|solutions|labs)(\.|\s|$)|self_check\(", re.M)
+PLUMBING = plumbing_pattern(("assignments", "tests", "solutions", "labs"), calls=("self_check",))
 
 
 @dataclass
@@ -59,6 +61,18 @@ class Report:
     def as_dict(self) -> dict:
         return {"name": self.name, "score": self.score, "max_score": self.max_score,
                 "tests": [t.as_dict() for t in self.tests]}
+
+    def results(self, part) -> list:
+        """The parts graded, as every grader hands them to the front ends: ``[(Check, Result)]``
+        of the one result model (:mod:`sandbox.results`), in ``part`` (the assignment's
+        :class:`~sandbox.results.Part`). An untouched stub (nothing earned, a part saying "not
+        implemented yet") is marked so on every test: the class report counts such rows apart
+        from work that scored 0."""
+        from sandbox.results import Check, Result
+
+        stub = self.score == 0 and any("not implemented yet" in (t.feedback or "") for t in self.tests)
+        return [(Check(part.id, t.name, float(t.max_points), False, part.function),
+                 Result(bool(t.passed), t.feedback or "", stub)) for t in self.tests]
 
     def text(self) -> str:
         lines = [f"{self.name}: {self.score:g} / {self.max_score:g} points"]
@@ -233,16 +247,18 @@ def built_in_collectives(calls: dict) -> list:
 # ----------------------------------------------------------------------------- the registry
 
 def grader(assignment: str):
-    """The grader module of a registered assignment (``assignments.ASSIGNMENTS``); it has
-    ``NAME`` and ``grade_file(path, **options) -> Report``. Unknown id: ValueError naming
-    the known ones."""
+    """The grader module of a registered assignment (``assignments.ASSIGNMENTS``), checked
+    against the graders' contract (:func:`assignments.check_grader`). Unknown id: ValueError
+    naming the known ones."""
     import importlib
 
-    from . import ASSIGNMENTS
+    from . import ASSIGNMENTS, check_grader
 
     if assignment not in ASSIGNMENTS:
         raise ValueError(f"no assignment {assignment!r}; the course has {', '.join(sorted(ASSIGNMENTS))}")
-    return importlib.import_module(ASSIGNMENTS[assignment][0])
+    module = importlib.import_module(ASSIGNMENTS[assignment][0])
+    check_grader(module)
+    return module
 
 
 def max_points(assignment: str) -> float:

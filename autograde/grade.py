@@ -11,63 +11,14 @@ from __future__ import annotations
 import ast
 import re
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from grading import EXERCISES, REGRADES
 from sandbox import textsafe
 from sandbox.handle import Sandbox
+from sandbox.results import SubmissionReport
 
-
-@dataclass
-class SubmissionReport:
-    """Everything known about one graded submission."""
-
-    submission: str
-    results: list = field(default_factory=list)  # [(Check, Result)] in check order
-    student_id: str = ""  # from the roster, or the student's folder, or the file name
-    name: str = ""  # from the roster
-    missing: bool = False  # on the roster, but no submission was found
-    problems: list = field(default_factory=list)  # cells/statements that did not run
-    notes: list = field(default_factory=list)  # what the grader skipped, and why
-    isolation: str | None = None
-    seconds: float = 0.0
-    grader_errors: list = field(default_factory=list)  # not the student's fault
-    #: problem (a cell that did not run) -> the student's function in which its error was
-    #: raised: then that function's failed test, not the cell, is what to fix first
-    problem_causes: dict = field(default_factory=dict)
-
-    @property
-    def score(self) -> float:
-        return float(sum(c.points for c, r in self.results if r.passed))
-
-    @property
-    def max_score(self) -> float:
-        return float(sum(c.points for c, _ in self.results))
-
-    def exercises(self) -> list:
-        """The report's ``exercises`` list (schema in ``book/instructors.md``)."""
-        from grading import EXERCISES
-
-        out = []
-        for exercise in EXERCISES:
-            group = [(c, r) for c, r in self.results if c.exercise == exercise.id]
-            if not group:
-                continue
-            tests = [{"name": c.name, "passed": bool(r.passed),
-                      "points": float(c.points if r.passed else 0), "max_points": float(c.points),
-                      "feedback": r.feedback, "hidden": bool(c.hidden),
-                      "mistake": r.mistake, "answer": r.got} for c, r in group]
-            out.append({"id": exercise.id, "name": exercise.title, "function": exercise.function,
-                        "score": sum(t["points"] for t in tests),
-                        "max_score": sum(t["max_points"] for t in tests), "tests": tests})
-        return out
-
-    def to_json(self) -> dict:
-        return {"submission": self.submission, "student_id": self.student_id, "name": self.name,
-                "missing": self.missing, "score": self.score, "max_score": self.max_score,
-                "exercises": self.exercises(), "problems": self.problems, "notes": self.notes,
-                "isolation": self.isolation, "seconds": round(self.seconds, 3),
-                "grader_errors": self.grader_errors}
+__all__ = ["SubmissionReport", "grade_submission", "function_at"]
 
 
 def grade_submission(path, checks, *, timeout: float = 10.0, isolation: str = "auto",
@@ -83,7 +34,7 @@ def grade_submission(path, checks, *, timeout: float = 10.0, isolation: str = "a
     checks = for_student(checks, student)
 
     started = time.monotonic()
-    report = SubmissionReport(submission=textsafe.file_name(label or str(path)))
+    report = SubmissionReport(submission=textsafe.file_name(label or str(path)), parts=list(EXERCISES))
     has_code = False  # a file refused unread (too large, not text) has nothing to regrade
     try:
         with Sandbox(path, timeout=timeout, isolation=isolation, memory_mb=memory_mb) as sandbox:
@@ -118,28 +69,17 @@ def grade_submission(path, checks, *, timeout: float = 10.0, isolation: str = "a
                                     f"{type(exc).__name__}: {textsafe.printable(exc)}")
         report.results = [(c, Result(False, "Not graded: the grader failed to start. Please "
                                             "tell your instructor.")) for c in checks]
-    if not _second_pass and has_code and not report.grader_errors and _exercise_2_needs_the_exercise_loss(report):
+    for regrade in REGRADES if not _second_pass and has_code else ():
+        mine = [c for c in checks if c.exercise == regrade.exercise]  # already this student's
+        if not mine or report.grader_errors or not regrade.needed(report.results):
+            continue
         try:
-            _regrade_exercise_2(path, checks, report, timeout=timeout, isolation=isolation,
-                                memory_mb=memory_mb)  # checks: already this student's
+            _regrade(path, mine, regrade, report, timeout=timeout, isolation=isolation, memory_mb=memory_mb)
         except Exception as exc:  # this file's "grader error", never the class run's end
-            report.grader_errors.append(f"Exercise 2 regrade: {type(exc).__name__}: "
+            report.grader_errors.append(f"{regrade.exercise} regrade: {type(exc).__name__}: "
                                         f"{textsafe.printable(exc)}")
     report.seconds = time.monotonic() - started
     return report
-
-
-def _exercise_2_needs_the_exercise_loss(report) -> bool:
-    """Exercise 1 lost points or was not graded (its chinchilla_loss may be wrong in some way:
-    it raises, returns None, a wrong value) and Exercise 2 lost points it did not lose to a stub,
-    or earned some only under the student's own loss (``Result.own_loss``). Decided from
-    the results' structure alone, never from feedback text."""
-    ex1 = [r for c, r in report.results if c.exercise == "ex1"]
-    ex1_failed = not ex1 or any(not r.passed for r in ex1)  # not graded here: the self-check
-    ex2_failed = any(c.exercise == "ex2" and ((not r.passed and not r.not_implemented)
-                                              or (r.passed and r.own_loss))
-                     for c, r in report.results)
-    return ex1_failed and ex2_failed
 
 
 def _with_cell(path: Path, source: str, folder: Path) -> Path | None:
@@ -166,70 +106,24 @@ def _with_cell(path: Path, source: str, folder: Path) -> Path | None:
     return target
 
 
-#: The one line each regraded Exercise 2 test starts with.
-REGRADE_NOTE = ("Graded with the exercise's chinchilla_loss in place of yours, which is wrong "
-                "(see Exercise 1): a mistake in Exercise 1 costs points in Exercise 1 only.")
-
-
-def _regrade_exercise_2(path, checks, report, **options) -> None:
-    """Grade Exercise 2 again with the exercise's chinchilla_loss in place of the student's,
-    and keep, test by test, the better of the two: a mistake in Exercise 1 costs points in
-    Exercise 1 only. A test that passed only under the student's own loss (``own_loss``: the
-    answer is that loss's best grid point) counts if the search passes with the exercise's
-    loss too, or, where the answer did not change with the exercise's loss in place (the
-    search uses its own copy of the loss), if that loss is a slip of the exercise's (near
-    it, falling in N and D: ``"slip"``). A loss far from the
-    exercise's everywhere whose minimum the student placed where the answer is (with no
-    search at all) earns nothing here.
+def _regrade(path, checks, regrade, report, **options) -> None:
+    """Run one grader's :class:`~grading.core.Regrade`: grade its exercise's ``checks`` again
+    with the regrade's code appended to the submission, and keep what its ``merge`` decides.
     The same in the student release (the check cells, ``python -m autograde``) as for the
     instructor, so both report the same public points."""
-    import dataclasses
     import tempfile
 
-    from grading.ex2 import exercise_loss_source
-
-    ex2 = [c for c in checks if c.exercise == "ex2"]
-    with tempfile.TemporaryDirectory(prefix="autograde-ex2-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="autograde-regrade-") as tmp:
         try:
-            derived = _with_cell(path, exercise_loss_source(), Path(tmp))
+            derived = _with_cell(path, regrade.source(), Path(tmp))
         except (OSError, ValueError):
             derived = None
         if derived is None:
             return
-        again = grade_submission(derived, ex2, _second_pass=True, label=report.submission, **options)
-    regraded = {c.name: r for c, r in again.results}
-    used = False
-    results = []
-    for c, first in report.results:
-        again_r = regraded.get(c.name)
-        if again_r is None or (first.passed and not first.own_loss):
-            results.append((c, first))  # earned without the student's loss deciding it
-        elif again_r.passed:
-            used = True
-            results.append((c, dataclasses.replace(again_r, feedback=REGRADE_NOTE + "\n" + again_r.feedback)))
-        elif first.passed and first.own_loss == "slip" and first.got == again_r.got:
-            results.append((c, first))  # the same answer with either loss: a search on its own
-            # copy of a mistyped loss, which substitution cannot reach ("one slip", fairly)
-        elif first.passed:  # paid only because the student's own loss put its minimum there
-            results.append((c, dataclasses.replace(again_r, feedback=OWN_LOSS_REFUSED + "\n" + again_r.feedback)))
-        elif again_r.mistake and not first.mistake:
-            # Failed either way, but only with the exercise's loss is Exercise 2's own mistake
-            # recognised (the student's loss hides it): show that feedback, which says what to fix
-            # (the report's note, said once, tells that the exercise's loss was used).
-            used = True
-            results.append((c, again_r))
-        else:
-            results.append((c, first))
-    report.results = results
-    if used:
-        report.notes.append(REGRADE_NOTE.rstrip("."))
-
-
-#: A test passed under the student's own (wrong) loss whose search fails with the exercise's.
-OWN_LOSS_REFUSED = ("Your answer is the best point under your own chinchilla_loss, but with the "
-                    "exercise's chinchilla_loss in place of yours, compute_optimal does not find "
-                    "the exercise's best point: the search must come from the loss it calls, "
-                    "not be built into it.")
+        again = grade_submission(derived, checks, _second_pass=True, label=report.submission, **options)
+    report.results, changed = regrade.merge(report.results, {c.name: r for c, r in again.results})
+    if changed:
+        report.notes.append(regrade.note.rstrip("."))
 
 
 _PLACE = re.compile(r"\((?:(cell \d+), )?line (\d+)\)\.?$")

@@ -8,61 +8,66 @@ self-check, :func:`local_call`) and against a sandboxed submission (the autograd
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 from sandbox.plain import NotPlainData, SubmissionError, to_plain
+from sandbox.results import Check, Part, Result  # noqa: F401 (the checks' vocabulary, re-exported)
 
 
 @dataclass(frozen=True)
-class Exercise:
-    id: str
-    title: str
-    function: str
-    max_points: float
+class Exercise(Part):
+    """One graded exercise: the registry every part of the grader reads (the checks, the
+    reports' columns, the release's stubs), so that no list of exercises is written twice.
+
+    ``id``: the report's key; ``title``: "Exercise N (...): ...", as the notebook heads it;
+    ``function``: what the student writes; ``reference``: the file of ``solutions/`` that
+    holds the course's own answer (stubbed in the student release)."""
+
+    reference: str
+
+    @property
+    def number(self) -> str:
+        """How the course names it: "1" for "Exercise 1 (easy): ..."."""
+        return self.title.split(":")[0].split()[1]
 
 
 EXERCISES = [
-    Exercise("ex1", "Exercise 1 (easy): Chinchilla loss calculator", "chinchilla_loss", 10),
-    Exercise("ex2", "Exercise 2 (medium): compute-optimal allocation", "compute_optimal", 20),
-    Exercise("ex3", "Exercise 3 (medium): parallelism memory footprint", "memory_per_gpu", 30),
-    Exercise("ex4", "Exercise 4 (hard): communication cost in 3D parallelism",
-             "communication_time_per_step", 40),
+    Exercise("ex1", "Exercise 1 (easy): Chinchilla loss calculator", "chinchilla_loss", 10,
+             "solutions/scaling.py"),
+    Exercise("ex2", "Exercise 2 (medium): compute-optimal allocation", "compute_optimal", 20,
+             "solutions/scaling.py"),
+    Exercise("ex3", "Exercise 3 (medium): parallelism memory footprint", "memory_per_gpu", 30,
+             "solutions/memory.py"),
+    # Exercise 4 has two parts, graded apart: (a) the first estimate, under its original id
+    # and function; (b) the estimate per axis that sections 5-7 teach. Together 40 points.
+    Exercise("ex4", "Exercise 4(a) (hard): communication cost, the first estimate",
+             "communication_time_per_step", 15, "solutions/communication.py"),
+    Exercise("ex4b", "Exercise 4(b) (hard): communication cost per axis, as sections 5-7 teach",
+             "communication_time_per_step_by_axis", 25, "solutions/communication.py"),
 ]
 EXERCISE_BY_ID = {e.id: e for e in EXERCISES}
 
 
 @dataclass(frozen=True)
-class Result:
-    """What one check concluded. ``feedback`` is written for the student."""
+class Regrade:
+    """A grader's policy for grading one exercise's checks a second time, with code of the
+    grader's run after the submission's own, keeping test by test what ``merge`` decides.
+    The front end (:func:`autograde.grade.grade_submission`) runs every grader's regrades
+    without knowing what they are for; Exercise 2's is :data:`grading.ex2.REGRADE`.
 
-    passed: bool
-    feedback: str
-    not_implemented: bool = False  # the function still raises NotImplementedError
-    #: The last call of the checked function and what it gave, as ``"f(args) -> value"``
-    #: (the class report lists the most common wrong ones).
-    got: str | None = None
-    #: For a wrong answer: the known mistake (a key of grading.explain.WHY) that the
-    #: feedback's "Why:" explains, or None ("other").
-    mistake: str | None = None
-    #: Passed only because the answer is the best point under the student's own (different)
-    #: chinchilla_loss (Exercise 2): "slip" when that loss is near the exercise's (a mistyped
-    #: constant, swapped exponents), "far" when not; autograde.grade then also grades the
-    #: search with the exercise's loss, and a "far" pass counts only if that passes too.
-    own_loss: str = ""
+    ``needed(results)``: from the first grading's ``[(check, result)]``, whether to regrade;
+    ``source()``: the code appended to the submission; ``merge(results, again)``: the results
+    to keep, from the first grading's and ``again`` (``{check name: result}`` of the second),
+    and whether the second changed any; ``note``: the report's note, said once, when it did."""
 
-
-@dataclass(frozen=True)
-class Check:
     exercise: str
-    name: str
-    points: float
-    hidden: bool
-    function: str
-    run: Callable[[Callable[..., Any]], Result] = field(repr=False, compare=False)
-    description: str = ""
+    needed: Callable[[list], bool]
+    source: Callable[[], str]
+    merge: Callable[[list, dict], tuple]
+    note: str
 
 
 def to_student_args(args) -> list:

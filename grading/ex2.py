@@ -12,10 +12,9 @@ import random
 
 import math
 
-from .core import Result, SubmissionError
+from .core import Regrade, Result, SubmissionError
 from .framework import (
-    attempt, collect, fmt_call, fmt_pair, fmt_value, gate, keep_answer, make_check, other_call, pattern, recognise,
-    recognise_derived, same, values_match, with_why,
+    attempt, collect, fmt_call, fmt_pair, fmt_value, gate, keep_answer, make_check, other_call, pattern, recognise_derived, same, values_match, with_why,
 )
 
 EXERCISE = "ex2"
@@ -134,7 +133,7 @@ SLIP_REL = 1.0
 
 def own_loss_kind(call) -> str:
     """"slip" if the student's chinchilla_loss is near the exercise's and falls in N and in D
-    at 16 fresh random points (nothing to recognise), else "far" (see Result.own_loss)."""
+    at 16 fresh random points (nothing to recognise), else "far" (see Result.condition and REGRADE below)."""
     cache = call.__dict__
     if "_own_kind" not in cache:
         loss_call, kind = other_call(call, "chinchilla_loss"), "slip"
@@ -261,7 +260,7 @@ def judge_four_numbers(call, probes) -> Result:
         keep_answer()
         return Result(True, f"{fmt_call(FUNCTION, probes[0].args)} returned four positive "
                             "numbers (N, D, ratio, loss), near your own loss's best point.",
-                      own_loss=own_loss_kind(call))
+                      condition=own_loss_kind(call))
     return Result(True, f"{fmt_call(FUNCTION, probes[0].args)} returned four positive numbers "
                         "(N, D, ratio, loss).")
 
@@ -330,7 +329,7 @@ def judge_custom_ratios(call, probes) -> Result:
         return Result(False, with_why(text, why, "search exactly the `ratios` you are given, "
                                                  "in any order, and keep the lowest loss."))
     text = "The search used the `ratios` passed in (any order, best first, last or alone) and kept the best."
-    return Result(True, "\n".join([text] + [n for n in notes if n]), own_loss=own_loss_kind(call) if notes else "")
+    return Result(True, "\n".join([text] + [n for n in notes if n]), condition=own_loss_kind(call) if notes else "")
 
 
 def judge_values(call, probes) -> Result:
@@ -368,7 +367,7 @@ def judge_values(call, probes) -> Result:
         return result
     text = (f"All {len(probes)} calls of `{FUNCTION}` gave the grid's best point." if len(probes) > 1
             else f"{fmt_call(FUNCTION, probes[0].args)} returned the grid's best point.")
-    return Result(True, "\n".join([text] + notes), own_loss=own_loss_kind(call) if notes else "")
+    return Result(True, "\n".join([text] + notes), condition=own_loss_kind(call) if notes else "")
 
 
 def public_checks():
@@ -423,3 +422,69 @@ def hidden_checks(rng: random.Random):
                    hidden=True, description="random ratio lists: best first, last, alone, "
                                             "duplicated, shuffled"),
     ]
+
+
+# --------------------------------------------------------------------------- the regrade
+
+#: The one line each regraded test starts with.
+REGRADE_NOTE = ("Graded with the exercise's chinchilla_loss in place of yours, which is wrong "
+                "(see Exercise 1): a mistake in Exercise 1 costs points in Exercise 1 only.")
+#: A test passed under the student's own (wrong) loss whose search fails with the exercise's.
+OWN_LOSS_REFUSED = ("Your answer is the best point under your own chinchilla_loss, but with the "
+                    "exercise's chinchilla_loss in place of yours, compute_optimal does not find "
+                    "the exercise's best point: the search must come from the loss it calls, "
+                    "not be built into it.")
+
+
+def needs_the_exercise_loss(results) -> bool:
+    """Exercise 1 lost points or was not graded (its chinchilla_loss may be wrong in some way:
+    it raises, returns None, a wrong value) and Exercise 2 lost points it did not lose to a
+    stub, or earned some only under the student's own loss (``Result.condition``). Decided from
+    the results' structure alone, never from feedback text."""
+    ex1 = [r for c, r in results if c.exercise == "ex1"]
+    ex1_failed = not ex1 or any(not r.passed for r in ex1)  # not graded here: the self-check
+    ex2_failed = any(c.exercise == EXERCISE and ((not r.passed and not r.not_implemented)
+                                                 or (r.passed and r.condition))
+                     for c, r in results)
+    return ex1_failed and ex2_failed
+
+
+def keep_the_better(results, again: dict) -> tuple:
+    """Test by test, the better of the first grading and the one with the exercise's
+    chinchilla_loss in place of the student's (``again``): a mistake in Exercise 1 costs
+    points in Exercise 1 only. A test that passed only under the student's own loss (its
+    ``condition``: the answer is that loss's best grid point) counts if the search passes with
+    the exercise's loss too, or, where the answer did not change with the exercise's loss in
+    place (the search uses its own copy of the loss), if that loss is a slip of the exercise's
+    (near it, falling in N and D: ``"slip"``). A loss far from the exercise's everywhere whose
+    minimum the student placed where the answer is (with no search at all) earns nothing here.
+    Returns ``(results, whether the exercise's loss decided any test)``."""
+    import dataclasses
+
+    used = False
+    kept = []
+    for c, first in results:
+        again_r = again.get(c.name)
+        if again_r is None or (first.passed and not first.condition):
+            kept.append((c, first))  # earned without the student's loss deciding it
+        elif again_r.passed:
+            used = True
+            kept.append((c, dataclasses.replace(again_r, feedback=REGRADE_NOTE + "\n" + again_r.feedback)))
+        elif first.passed and first.condition == "slip" and first.got == again_r.got:
+            kept.append((c, first))  # the same answer with either loss: a search on its own
+            # copy of a mistyped loss, which substitution cannot reach ("one slip", fairly)
+        elif first.passed:  # paid only because the student's own loss put its minimum there
+            kept.append((c, dataclasses.replace(again_r, feedback=OWN_LOSS_REFUSED + "\n" + again_r.feedback)))
+        elif again_r.mistake and not first.mistake:
+            # Failed either way, but only with the exercise's loss is Exercise 2's own mistake
+            # recognised (the student's loss hides it): show that feedback, which says what to
+            # fix (the report's note, said once, tells that the exercise's loss was used).
+            used = True
+            kept.append((c, again_r))
+        else:
+            kept.append((c, first))
+    return kept, used
+
+
+#: Exercise 2 graded again with the exercise's chinchilla_loss in place of the student's.
+REGRADE = Regrade(EXERCISE, needs_the_exercise_loss, exercise_loss_source, keep_the_better, REGRADE_NOTE)

@@ -38,6 +38,8 @@ import zipfile
 from pathlib import Path
 
 from assignments import ASSIGNMENTS  # their notebooks ship as student versions only
+from grading import EXERCISE_BY_ID, EXERCISES
+from solutions._validate import terse_argparse_errors
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = Path(__file__).with_name("bundle")
@@ -59,10 +61,10 @@ STUDENT_EXCLUDED = (
     "autograde/gradescope.py", "grading/",  # its public checks come back (grading.STUDENT_RELEASE_FILES)
     "tools/", "book/_ext/", "book/_static/", "pyproject.toml", "environment.yml",
     "requirements.in", "requirements.txt",
-    "chapters/09-exercises.", "README.md",
+    "chapters/09-exercises.", "README.md", "CONTRIBUTING.md",
 ) + tuple(master[: -len(".md")] + "." for _, master in ASSIGNMENTS.values())
 
-#: What the release's notebooks and modules import (tests/test_release_kit.py parses them and
+#: What the release's notebooks and modules import (tests/instructor/test_release_kit.py parses them and
 #: checks this list covers every import), plus JupyterLab to open them: distribution names,
 #: pinned to the course's own requirements.txt. No build or test package.
 STUDENT_PACKAGES = (
@@ -76,12 +78,13 @@ TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 #: course's own stand-in, which computes the values and shows nothing (labs/notebook.py).
 GLUE_IMPORT = ("from myst_nb import glue", "from labs.notebook import glue")
 #: The graded functions of ``solutions/`` (and helpers that exist only for them), which the
-#: student release ships as stubs: file -> {function: exercise number}.
-STUBBED = {
-    "solutions/scaling.py": {"chinchilla_loss": 1, "compute_optimal": 2, "compute_optimal_sweep": 2},
-    "solutions/memory.py": {"memory_per_gpu": 3},
-    "solutions/communication.py": {"communication_time_per_step": 4},
-}
+#: student release ships as stubs: file -> {function: exercise number}, from the registry.
+ONLY_FOR_AN_EXERCISE = {"compute_optimal_sweep": ("solutions/scaling.py", "ex2")}
+STUBBED: dict = {}
+for _exercise in EXERCISES:
+    STUBBED.setdefault(_exercise.reference, {})[_exercise.function] = _exercise.number
+for _helper, (_file, _id) in ONLY_FOR_AN_EXERCISE.items():
+    STUBBED.setdefault(_file, {})[_helper] = EXERCISE_BY_ID[_id].number
 #: Library routes to a graded answer that the chapters need for other inputs: in the release
 #: each refuses the exercise's own inputs (file -> {function: (argument, exercise)}), with a
 #: helper appended to the file that tells them (GUARD_HELPERS).
@@ -120,8 +123,8 @@ _exercise_conv = _exercise_convention
 }
 #: Calls that raise in the release: a chapter's cell that makes one is tagged
 #: ``raises-exception``, so that "Run all" goes on past it (its stored output stays readable).
-RAISING_CALL = re.compile(r"\b(chinchilla_loss|compute_optimal|compute_optimal_sweep|memory_per_gpu|"
-                          r"communication_time_per_step)\s*\(|\bparametric_loss\([^)]*\bEXERCISE\)")
+RAISING_CALL = re.compile(r"\b(" + "|".join(sorted(f for fs in STUBBED.values() for f in fs)) + r")\s*\("
+                          r"|\bparametric_loss\([^)]*\bEXERCISE\)")
 
 #: Exercise 3's routes: the memory functions that refuse a 12-byte count in the release
 #: (directly or through the guarded ones), which a cell reaches with a 12-byte convention.
@@ -219,7 +222,7 @@ def exercise_3_routes(out: Path) -> tuple[set, re.Pattern, re.Pattern]:
 GRADESCOPE_PACKAGES = ("numpy", "jupytext")
 
 #: The commands a student is told to run, from the release's top folder. A test runs each
-#: one in a fresh release (tests/test_autograde_release.py).
+#: one in a fresh release (tests/instructor/test_autograde_release.py).
 STUDENT_COMMANDS = (
     "python -m autograde chapters/09-exercises.ipynb",
     "python -m autograde chapters/09-exercises.ipynb --json my-report.json",
@@ -273,8 +276,7 @@ python -m autograde chapters/09-exercises.ipynb --json my-report.json
 ## The chapters and labs
 
 Every chapter and lab runs from here: they import the course's package `solutions/`. In this
-kit its four graded functions (`chinchilla_loss`, `compute_optimal`, `memory_per_gpu`,
-`communication_time_per_step`) are stubs that raise `NotImplementedError` naming the
+kit its graded functions ({graded_functions}) are stubs that raise `NotImplementedError` naming the
 exercise, `parametric_loss` refuses Exercise 1's constants, and the memory functions
 (`memory_breakdown`, `zero_memory_per_gpu` and those built on them) refuse a convention of 12
 bytes per parameter, Exercise 3's count, while computing every other. The chapters use the
@@ -463,7 +465,7 @@ def student_requirements(pins: Path = ROOT / "requirements.txt") -> list:
 
 
 def hidden_and_total_points() -> tuple[float, float]:
-    from grading import EXERCISES, load_checks
+    from grading import load_checks
 
     hidden = sum(c.points for c in load_checks(include_hidden=True, seed=0) if c.hidden)
     return hidden, sum(e.max_points for e in EXERCISES)
@@ -501,6 +503,7 @@ def build_student(out: Path) -> None:
     hidden, total = hidden_and_total_points()
     requirements = student_requirements()
     (out / "README.md").write_text(STUDENT_README.format(
+        graded_functions=", ".join(f"`{e.function}`" for e in EXERCISES),
         hidden_points=f"{hidden:g}", total_points=f"{total:g}", cpu_index=TORCH_CPU_INDEX,
         torch_pin=next(r for r in requirements if r.startswith("torch=="))), encoding="utf-8")
     (out / "requirements.txt").write_text(
@@ -550,16 +553,20 @@ release, course, reference = sys.argv[1:4]
 sys.path[:] = [release] + [p for p in sys.path if p not in ("", ".", course)]
 import solutions
 assert solutions.__file__.startswith(release), solutions.__file__
-for name in ("chinchilla_loss", "compute_optimal", "memory_per_gpu", "communication_time_per_step"):
-    try:
-        getattr(solutions, name)(*{"chinchilla_loss": (1e9, 1e10), "compute_optimal": (1e21,),
-                                  "memory_per_gpu": (1e9, "dp", 1)}.get(name, (1e9, 1, 1, 1, 1, 1, 1, 1)))
-        sys.exit(f"solutions.{name} answers in the release")
-    except NotImplementedError:
-        pass
+import inspect
 import grading
 assert grading.__file__.startswith(release), grading.__file__
 from grading import EXERCISES, load_checks
+for name in [e.function for e in EXERCISES]:
+    function = getattr(solutions, name)
+    required = [p for p in inspect.signature(function).parameters.values() if p.default is p.empty]
+    try:
+        function(*[1.0] * len(required))  # a stub raises whatever the arguments
+        sys.exit(f"solutions.{name} answers in the release")
+    except NotImplementedError:
+        pass
+    except Exception as exc:
+        sys.exit(f"solutions.{name} is not a stub in the release: {type(exc).__name__}")
 from autograde.selfcheck import self_check
 checks = load_checks(include_hidden=True, seed=1)
 assert checks and not any(c.hidden for c in checks), "hidden checks in the release"
@@ -594,10 +601,11 @@ def verify_student(out: Path) -> dict:
             raise SystemExit(f"release: the reference earns {earned}/{public} public points "
                              f"for {exercise} in the student release")
     code, score, messages, hidden = result["cli"]
-    if code != 0 or score != 0 or messages != 4 or not hidden:
+    exercises = len(EXERCISES)
+    if code != 0 or score != 0 or messages != exercises or not hidden:
         raise SystemExit(f"release: grading the student notebook gave exit {code}, score "
                          f"{score}, {messages} 'not implemented' messages, hidden points "
-                         f"{'named' if hidden else 'not named'} (want 0, 0, 4, named)")
+                         f"{'named' if hidden else 'not named'} (want 0, 0, {exercises}, named)")
     return result
 
 
@@ -730,8 +738,8 @@ def run_bundle(archive: Path, submission: Path, python: str = sys.executable) ->
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m instructor.release",
-                                     description=__doc__.splitlines()[0])
+    parser = terse_argparse_errors(argparse.ArgumentParser(prog="python -m instructor.release",
+                                     description=__doc__.splitlines()[0]))
     parser.add_argument("what", choices=("student", "gradescope"))
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--no-verify", action="store_true",

@@ -20,7 +20,7 @@ line at the marker's indentation, clears all outputs, and writes ``DIR/<name>.ip
   blocks, other admonitions become quotes, ``{cite}``/``{doc}`` roles become text;
 * the setup cell is the master's own (one source): it finds the course next to the notebook,
   or, on Colab, Kaggle or for a notebook uploaded alone, clones the release at its version
-  (``tests/test_release_kit.py`` runs it in an empty folder with a bare Python).
+  (``tests/instructor/test_release_kit.py`` runs it in an empty folder with a bare Python).
 """
 from __future__ import annotations
 
@@ -33,10 +33,13 @@ from pathlib import Path
 import jupytext
 import nbformat
 
+if not __package__:  # run as a script (python instructor/student_notebook.py): the course's root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from grading import EXERCISES  # noqa: E402
+
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
-EXERCISE_FUNCTIONS = ("chinchilla_loss", "compute_optimal", "memory_per_gpu",
-                      "communication_time_per_step")
+EXERCISE_FUNCTIONS = tuple(e.function for e in EXERCISES)
 _CALLS = re.compile(r"(?<!def )\b(" + "|".join(EXERCISE_FUNCTIONS) + r")\s*\(")
 
 CONFIG = Path(__file__).resolve().parents[1] / "_config.yml"

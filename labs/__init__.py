@@ -1,15 +1,21 @@
 """The course's labs: real ``torch.distributed`` programs that predict with ``solutions``,
-measure, and compare.
+measure, and compare. Each runs as ``python -m labs.<lab> --nproc N [--backend auto|gloo|nccl]
+--report PATH`` (or under torchrun) and has a paired notebook (``labs/0N-*.md``):
 
-* ``python -m labs.collectives --nproc N``: all-reduce, all-gather, reduce-scatter, and a
-  ring all-reduce written by hand, with bytes and bandwidth;
-* ``python -m labs.ddp --nproc N``: a small GPT trained with DDP, checked against one process;
-* ``python -m labs.fsdp --nproc N``: the same model with FSDP2, memory and traffic against
-  the ZeRO-3 model, next to DDP.
+* ``collectives`` (Lab 1): all-reduce, all-gather, reduce-scatter, and a ring all-reduce
+  written by hand, with bytes and bandwidth;
+* ``ddp`` (Lab 2): a small GPT trained with DDP, checked against one process;
+* ``fsdp`` (Lab 3): the same model with FSDP2, memory and traffic against the ZeRO-3 model;
+* ``tensor_parallel`` (Lab 4): Megatron's column- and row-parallel MLP and attention;
+* ``pipeline_parallel`` (Lab 5): GPipe and 1F1B over real stages, the bubble measured;
+* ``scaling_law`` (Lab 6): a scaling law of the reader's own small runs, fitted;
+* ``predict_vs_measure`` (Lab 7): the step-time model against the labs' own runs;
+* ``grid3d`` (Lab 5's last section): a data x tensor grid of process groups, built from one
+  tensor, each group's traffic against the per-axis model.
 
-Each writes a JSON report (``--report PATH``) whose ``checks`` compare prediction and
-measurement. ``labs.launch`` starts and supervises the ranks. ``python -m labs.gpu_check``
-runs every lab on the GPUs present and writes one summary.
+Each report's ``checks`` compare prediction and measurement. ``labs.launch`` starts and
+supervises the ranks. ``python -m labs.gpu_check`` runs every lab on the GPUs present and
+writes one summary.
 """
 import os as _os
 

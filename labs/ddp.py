@@ -33,7 +33,6 @@ import argparse
 import copy
 import hashlib
 import math
-import sys
 import time
 
 import torch

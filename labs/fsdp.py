@@ -38,7 +38,6 @@ import argparse
 import copy
 import gc
 import math
-import sys
 import time
 
 import torch

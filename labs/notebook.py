@@ -63,8 +63,8 @@ def show_reference(lab: str, folder=None) -> None:
     has been recorded. Only real runs are ever shown."""
     runs = reference_runs(lab, folder)
     if not runs:
-        print(f"No GPU run of this lab has been recorded yet (labs/reference/ holds no summary). "
-              f"On a machine with a GPU, `make gpu-check` measures it.")
+        print("No GPU run of this lab has been recorded yet (labs/reference/ holds no summary). "
+              "On a machine with a GPU, `make gpu-check` measures it.")
         return
     for device, run in runs:
         ok = sum(c["ok"] for c in run["checks"])

@@ -46,7 +46,7 @@ LAB = "predict_vs_measure"
 #: process, which compute and do not communicate. Every parallel run is held out.
 CALIBRATION_STRATEGY = "one"
 #: What the model promises on the held-out runs (relative error of the step time), asserted on
-#: the stored reference by ``tests/test_steptime_cpu.py``. Six full measurements on a 2-core
+#: the stored reference by ``tests/labs/test_steptime_cpu.py``. Six full measurements on a 2-core
 #: machine shared with other work (load average 5 to 16) had medians of 25-39% and worst
 #: cases of 63-81%, FSDP and the width-32 models the worst. The stored one is the run made at
 #: the lowest load (5.0 at its start and end), chosen by load, not by its error.

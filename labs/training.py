@@ -342,7 +342,7 @@ def optimizer_update(model, optimizer, lr: float, cfg: TrainConfig, scaler=None)
     ``scaler``: unscale first, and skip the step (lowering the scale) on inf/NaN. With FSDP2
     each rank holds only a shard of each gradient, yet every rank skips together: the gradients
     are DTensors, and ``unscale_``'s inf/NaN check on them already reduces ``found_inf`` over
-    the mesh (tests/test_labs_gpu_path.py checks it), so no all-reduce of our own is needed."""
+    the mesh (tests/labs/test_labs_gpu_path.py checks it), so no all-reduce of our own is needed."""
     set_lr(optimizer, lr)
     if scaler is None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

@@ -12,7 +12,8 @@ that arrives is written by a process that runs student code, so the parser trust
   :data:`MAX_DEPTH` deep (the same shapes :func:`sandbox.plain.to_plain` produces).
 
 The worker's encoder lives in :mod:`sandbox.confined.frames` (``tag``/``write_frame``),
-which must not import this package; ``tests/test_autograde_protocol.py`` checks that the two agree.
+which must not import this package; the sandbox's tests
+(``test_worker_encoding_round_trips_through_the_strict_decoder``) check that the two agree.
 """
 from __future__ import annotations
 

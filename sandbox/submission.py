@@ -49,15 +49,26 @@ MAX_UNIT_CHARS = 2 * 1024 * 1024
 #: sandbox, and a file of 100,000 one-line statements must not take minutes to load.
 MAX_UNITS = 500
 
+def plumbing_pattern(packages, calls=(), extra: str = "") -> re.Pattern:
+    """The one pattern that finds the self-check's set-up in a cell or statement: a line that
+    imports one of ``packages`` (or a module inside one), a call of one of ``calls``, or
+    ``extra`` (more alternatives). Linear in the text: ``[ \t]*``, not ``\s*``, after a line
+    start, since at every line start ``\s*`` would run over all the blank lines below it, which
+    is quadratic in their number (a 99,000-line file of blank lines took minutes)."""
+    names = "|".join(re.escape(p) for p in packages)
+    alternatives = [rf"^[ \t]*(?:from|import)[ \t]+(?:{names})(?:\.|\s|$)"]
+    alternatives += [rf"\b{re.escape(c)}\(" for c in calls]
+    return re.compile("|".join(alternatives + ([extra] if extra else [])), re.M)
+
+
 #: Cells that import, or go looking for, the course's own packages (the self-check's setup,
 #: a Colab bootstrap, which tests for the course's ``coursefig``): the sandbox has neither
-#: ``grading`` nor ``solutions``.
-#: (``[ \t]*``, not ``\s*``: at every line start ``\s*`` would run over all the blank lines
-#: below it, quadratic in their number.)
-COURSE_PLUMBING = re.compile(
-    r"^[ \t]*(from|import)\s+(tests|grading|autograde|solutions)(\.|\s|$)"
-    r"|find_spec\(\s*[\"'](tests|grading|autograde|solutions|coursefig)\b"
-    r"|[\"']tests[\"']\s*/\s*[\"']grading[\"']", re.M)
+#: the grading packages (``grading``, ``autograde``; ``tests.grading`` in notebooks released
+#: before the move) nor ``solutions``.
+COURSE_PLUMBING = plumbing_pattern(
+    ("tests", "grading", "autograde", "solutions"),
+    extra=r"find_spec\(\s*[\"'](?:tests|grading|autograde|solutions|coursefig)\b"
+          r"|[\"']tests[\"']\s*/\s*[\"']grading[\"']")
 DEF_LINE = re.compile(r"^(?:async\s+)?def\s+([A-Za-z_]\w*)\s*\(", re.M)
 #: Cell magics whose body is still Python: only the magic line goes.
 PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug"}

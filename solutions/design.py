@@ -6,7 +6,7 @@ the inputs and of every intermediate value the worked answer shows, computed wit
 course's own formulas and rules of thumb (:mod:`solutions.rules`, :mod:`solutions.roofline`)
 and, where the problem ends by asking the planner, with :func:`solutions.plan.make_plan`.
 The section notebooks glue these values into the question and its hidden answer;
-``tests/test_design.py`` checks each against a calculation by hand.
+``tests/solutions/test_design.py`` checks each against a calculation by hand.
 
 Units: model-state memory in GB = 1e9 bytes, bandwidth in bytes/s, time in seconds.
 """

@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from . import after_chinchilla, facts, memory, scaling, steptime
-from ._validate import one_of, positive, positive_integer
+from ._validate import one_of, positive, positive_integer, terse_argparse_errors
 
 __all__ = [
     "GPU_ALIASES",
@@ -691,14 +691,13 @@ def plan_json(plan: Plan) -> dict:
     }
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, not usage + message
-        self.exit(2, f"error: {message}\n")
+PROG = "python -m solutions.plan"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m solutions.plan", description="Plan a training run: allocation, layout, memory, "
-                "predicted step time, MFU and days, from solutions/.")
+    p = terse_argparse_errors(argparse.ArgumentParser(
+        prog=PROG, description="Plan a training run: allocation, layout, memory, predicted step time, MFU "
+                               "and days, from solutions/."))
     p.add_argument("--budget", type=float, help="compute budget in FLOPs (then the model is compute-optimal)")
     p.add_argument("--model", type=float, help="parameters, e.g. 70e9")
     p.add_argument("--tokens", type=float, help="training tokens, e.g. 1.4e12")
@@ -751,7 +750,7 @@ def main(argv=None) -> int:
                          attention=args.attention, virtual_stages=args.virtual_stages, schedule=args.schedule,
                          network=net)
     except ValueError as exc:
-        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     print(json.dumps(plan_json(plan)) if args.json else format_plan(plan))
     return 0

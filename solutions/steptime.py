@@ -265,7 +265,7 @@ class Calibration:
 #: H100: ``w0`` carried over from the A100 (the tile shapes of the GEMM kernels
 #: are alike), ``e_max`` set by Llama 3 405B on 16,384 GPUs (Dubey et al. 2024
 #: Table 4). :data:`solutions.facts.PUBLISHED_RUNS` keeps the runs;
-#: ``tests/test_steptime.py`` re-derives these numbers from them with :func:`calibrate`.
+#: ``tests/solutions/test_steptime.py`` re-derives these numbers from them with :func:`calibrate`.
 CALIBRATION = {
     "A100": Calibration(0.673, 977.0, ("Megatron 1.7B", "Megatron 1008B")),
     "H100": Calibration(0.620, 977.0, ("Llama 3 405B, 16,384 GPUs",)),
@@ -281,7 +281,7 @@ NETWORK_EFFICIENCY = 0.63
 #: The rows of :data:`solutions.facts.PUBLISHED_RUNS` that set a constant; the others are held out.
 SETTING_RUNS = frozenset({*CALIBRATION["A100"].set_by, *CALIBRATION["H100"].set_by, "ZeRO-3 174.6B, 1536 GPUs"})
 #: What the model promises on the held-out rows (relative error of the MFU): the median and the
-#: worst case that ``tests/test_steptime.py`` asserts, and the band the book draws.
+#: worst case that ``tests/solutions/test_steptime.py`` asserts, and the band the book draws.
 PUBLISHED_BOUNDS = {"median": 0.15, "worst": 0.35, "band": 0.15}
 
 

@@ -1,5 +1,5 @@
-"""One visit per page of the built book and width, shared by tests/test_site.py and
-tests/test_site_reader.py: each page of the table of contents is opened once at a phone's width
+"""One visit per page of the built book and width, shared by tests/book/test_site.py and
+tests/book/test_site_reader.py: each page of the table of contents is opened once at a phone's width
 (390 px) and once at a desktop's (1280 px), and everything both files check is read in that visit.
 
 The visits are split between two headless Chromiums (the second on a thread of its own), page

@@ -128,6 +128,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    import sys
 
     raise SystemExit(main())

@@ -55,18 +55,18 @@ class Mutation:
 
 
 # Test selections: the files whose job it is to catch a bug in each module.
-SCALING = ("tests/test_solutions_scaling.py", "tests/test_solutions_facts_quoted.py", "tests/test_solutions_misc.py",
+SCALING = ("tests/solutions/test_solutions_scaling.py", "tests/solutions/test_solutions_facts_quoted.py", "tests/solutions/test_solutions_misc.py",
            "tests/grading")
-MEMORY = ("tests/test_solutions_memory.py", "tests/test_solutions_facts_quoted.py", "tests/grading")
-COMMUNICATION = ("tests/test_solutions_communication.py", "tests/test_solutions_facts_quoted.py", "tests/grading")
-PIPELINE = ("tests/test_solutions_pipeline.py",)
-COMPUTE = ("tests/test_solutions_misc.py", "tests/test_solutions_facts_quoted.py")
-VALIDATE = ("tests/test_solutions_misc.py", "tests/test_solutions_memory.py", "tests/grading")
+MEMORY = ("tests/solutions/test_solutions_memory.py", "tests/solutions/test_solutions_facts_quoted.py", "tests/grading")
+COMMUNICATION = ("tests/solutions/test_solutions_communication.py", "tests/solutions/test_solutions_facts_quoted.py", "tests/grading")
+PIPELINE = ("tests/solutions/test_solutions_pipeline.py",)
+COMPUTE = ("tests/solutions/test_solutions_misc.py", "tests/solutions/test_solutions_facts_quoted.py")
+VALIDATE = ("tests/solutions/test_solutions_misc.py", "tests/solutions/test_solutions_memory.py", "tests/grading")
 # The labs start real processes (tens of seconds a run): stop at the first failing test (-x),
 # so the table names the first test that caught the mutation, not every one.
-LAB_COLLECTIVES = ("tests/test_labs.py", "-x", "-k", "collectives or ring")
-LAB_DDP = ("tests/test_labs.py", "-x", "-k", "ddp and not killed")
-LAB_FSDP = ("tests/test_labs.py", "-x", "-k", "fsdp")
+LAB_COLLECTIVES = ("tests/labs/test_labs.py", "-x", "-k", "collectives or ring")
+LAB_DDP = ("tests/labs/test_labs.py", "-x", "-k", "ddp and not killed")
+LAB_FSDP = ("tests/labs/test_labs.py", "-x", "-k", "fsdp")
 
 M = Mutation
 MUTATIONS: tuple[Mutation, ...] = (
@@ -314,7 +314,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("lab-collective-counter-4-bytes", "labs/training.py",
       "return x.numel() * x.element_size()",
       "return x.numel() * 4",
-      ("tests/test_labs_counter.py",), "the collective counter counts 4 bytes per element whatever the dtype"),
+      ("tests/labs/test_labs_counter.py",), "the collective counter counts 4 bytes per element whatever the dtype"),
 )
 
 

@@ -5,7 +5,6 @@ hold no assignment's answer."""
 from __future__ import annotations
 
 import csv
-import json
 import zipfile
 from pathlib import Path
 
@@ -120,3 +119,23 @@ def test_the_release_strips_the_labs_ring_which_is_assignment_1s_answer(tmp_path
                     if isinstance(n, ast.FunctionDef) and n.name == "ring_all_reduce")
     assert any(isinstance(s, ast.Raise) and "NotImplementedError" in ast.dump(s) for s in function.body)
     assert BEGIN not in stripped and END not in stripped
+
+
+def test_every_registered_grader_keeps_the_contract_and_a_broken_one_is_named():
+    import types
+
+    import assignments
+    from assignments.common import grader
+
+    for assignment in assignments.ASSIGNMENTS:
+        assignments.check_grader(grader(assignment))  # raises if not
+    broken = types.ModuleType("assignments.a9_broken")
+    broken.NAME, broken.FUNCTION, broken.CLASS = "Assignment 9", "f", "C"
+    broken.TITLES, broken.POINTS = {"one": "One"}, {"two": 5}
+    with pytest.raises(TypeError) as caught:
+        assignments.check_grader(broken)
+    message = str(caught.value)
+    assert message.startswith("assignments.a9_broken is not an assignment grader")
+    for lacking in ("TITLES and POINTS", "exactly one of FUNCTION", "grade_file()", "self_check()"):
+        assert lacking in message
+    assert "\n" not in message

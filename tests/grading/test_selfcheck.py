@@ -227,7 +227,7 @@ def test_one_slip_costs_one_exercise_in_check_cells_student_and_instructor_grade
     """Print instead of return in Exercise 1, a correct Exercise 2: every public Exercise 2
     point in the check cells, the grader on public checks (the student's `python -m
     autograde`) and the instructor's grade, with the one line that says why."""
-    from autograde.grade import REGRADE_NOTE
+    from grading.ex2 import REGRADE_NOTE
 
     path = tmp_path / "prints.py"
     path.write_text(PRINTS_INSTEAD_OF_RETURNING, encoding="utf-8")

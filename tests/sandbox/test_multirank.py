@@ -1,0 +1,164 @@
+"""sandbox.multirank: a submission's ranks run as one group that leaves nothing behind and
+cannot reach another group. Needs root for the namespaces: skipped elsewhere with the reason,
+a failure under CI."""
+from __future__ import annotations
+
+import os
+import random
+import socket
+import threading
+import time
+
+import pytest
+
+from sandbox.multirank import Limits, namespaces_available, run_ranks
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+@pytest.fixture(scope="module")
+def isolated():
+    ok, why = namespaces_available()
+    if not ok:
+        if IN_CI:
+            pytest.fail(f"multi-rank sandbox: {why} (CI runs as root)")
+        pytest.skip(f"multi-rank sandbox: {why}")
+
+
+def _marker_processes(marker: str) -> list:
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(int(pid))
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def test_a_rank_that_forks_sleeps_and_keeps_a_socket_leaves_nothing(isolated):
+    marker = f"{random.randrange(10**6, 10**7)}.25"
+
+    def main(rank, n, data, report):
+        if os.fork() == 0:  # a daemon holding a listening socket, then sleeping forever
+            try:  # (the system-call filter refuses both: it sleeps all the same)
+                os.setsid()
+                s = socket.socket()
+                s.bind(("127.0.0.1", 0))
+                s.listen()
+            except PermissionError:
+                pass
+            os.execv("/bin/sleep", ["sleep", marker])
+        report({"forked": True})
+        time.sleep(1000)
+
+    result = run_ranks(2, main, [b"", b""], Limits(wall_s=3, stall_s=5))
+    assert result.outcome == "timeout" and "did not finish within 3 s" in result.detail
+    assert _marker_processes(marker) == []
+
+
+@pytest.mark.slow
+def test_a_deadlock_is_named_by_rank_and_call(isolated):
+    def main(rank, n, data, report):
+        import torch
+        import torch.distributed as dist
+
+        dist.recv(torch.zeros(1), src=1 - rank)  # both wait: nobody sends
+
+    result = run_ranks(2, main, [b"", b""], Limits(wall_s=30, stall_s=2))
+    assert result.outcome == "hung"
+    assert result.detail in ("rank 0 hung in recv after 2 s", "rank 1 hung in recv after 2 s")
+
+
+@pytest.mark.slow
+def test_two_groups_at_once_cannot_see_each_other(isolated):
+    """Group A listens on a port of its loopback; group B, at the same time, tries to connect
+    to that port and finds nothing. Both also use the same rendezvous port, which only works
+    because each has a loopback of its own. (The sockets are made in ``prepare``, which runs
+    before the system-call filter that refuses new sockets to student code.)"""
+    import torch.distributed as dist
+
+    port, state = 41234, {}
+
+    def listen():
+        if dist.get_rank() == 0:
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
+            s.listen()
+            state["socket"] = s  # stays open while the rank sleeps
+
+    def probe():
+        if dist.get_rank() == 0:
+            time.sleep(1)
+            state["reached"] = False
+            for _ in range(10):
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                    state["reached"] = True
+                except OSError:
+                    time.sleep(0.1)
+
+    def listener(rank, n, data, report):
+        if rank == 0:
+            report({"listening": "socket" in state})
+            time.sleep(3)
+
+    def prober(rank, n, data, report):
+        if rank == 0:
+            report({"reached": state["reached"]})
+
+    results = {}
+    threads = [threading.Thread(target=lambda k=k, f=f, p=p: results.__setitem__(
+        k, run_ranks(2, f, [b"", b""], Limits(wall_s=20), prepare=p)))
+               for k, f, p in (("a", listener, listen), ("b", prober, probe))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results["a"].ok and results["b"].ok, (results["a"].detail, results["b"].detail)
+    assert results["a"].messages[0] == [{"listening": True}]
+    assert results["b"].messages[0] == [{"reached": False}]
+    assert results["a"].isolated and results["b"].isolated
+
+
+def test_a_rank_runs_under_the_exercises_system_call_filter():
+    """After the rendezvous a rank may not open a socket (gloo's are open already), leave its
+    process group or take a record lock: the confined/ seccomp filter, reused. The ring's
+    own sends still work (the A1 tests grade through it)."""
+    def main(rank, n, data, report):
+        import fcntl
+        import tempfile
+
+        refused = {}
+        for name, attempt in (("socket", lambda: socket.socket()), ("setsid", os.setsid),
+                              ("lock", lambda: fcntl.lockf(tempfile.TemporaryFile(), fcntl.LOCK_EX))):
+            try:
+                attempt()
+                refused[name] = False
+            except PermissionError:
+                refused[name] = True
+        report(refused)
+
+    result = run_ranks(2, main, [b"", b""], Limits(wall_s=20))
+    assert result.ok, result.detail
+    assert result.messages == [[{"socket": True, "setsid": True, "lock": True}]] * 2
+
+
+def _waits_for_a_sleeping_peer(rank, world_size, payload, report):
+    import torch
+    import torch.distributed as dist
+
+    if rank == 1:
+        time.sleep(30)
+    dist.all_reduce(torch.ones(4), async_op=True).wait()
+
+
+@pytest.mark.slow
+def test_a_wait_on_an_asynchronous_collective_is_named_when_it_hangs():
+    """``dist.all_reduce(..., async_op=True)`` returns at once; the hang is in ``wait()``."""
+    result = run_ranks(2, _waits_for_a_sleeping_peer, [b"x", b"x"], Limits(wall_s=30, stall_s=2))
+    assert result.outcome == "hung", result.detail
+    assert result.detail == "rank 0 hung in collective wait after 2 s"
+    assert result.wall_s < 15
