@@ -235,8 +235,8 @@ MUTATIONS: tuple[Mutation, ...] = (
       "return group * p + within % p, chunk",
       PIPELINE, "interleaved 1F1B runs the backward passes' chunks in forward order"),
     M("interleaved-chunk-time", "solutions/pipeline.py",
-      "dur = t_fwd / v",
-      "dur = t_fwd",
+      "t_fwd / scale",
+      "t_fwd",
       PIPELINE, "an interleaved chunk's forward pass takes the whole stage's time"),
     # -- solutions/compute.py ---------------------------------------------------------------
     M("attention-flops-6", "solutions/compute.py",

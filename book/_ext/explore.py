@@ -1,7 +1,7 @@
 """Interactive explorers for the book: the numbers come from ``solutions/`` at build time.
 
-The ``explorer`` directive (``{explorer} chinchilla``, ``memory``, ``pipeline`` or ``collectives`` in a MyST
-page) calls the course's tested functions over a grid of inputs and writes the results into
+The ``explorer`` directive (``{explorer} chinchilla``, ``memory``, ``pipeline``, ``collectives`` or
+``fsdp`` in a MyST page; a section's page may carry one too) calls the course's tested functions over a grid of inputs and writes the results into
 the page as JSON. A small script, ``book/_static/explore/explore.js``, draws the controls and
 *looks values up* in that table: it computes no formula of its own, so what the reader sees
 is exactly what the tests check. The script and its style sheet are copied into the built
@@ -37,8 +37,10 @@ def explorer_colours() -> dict:
         "fits": [named[key] for key, _, _ in CHINCHILLA_SETS],
         # what a GPU holds
         **{k: named[k] for k in ("weights", "gradients", "optimizer", "activations")},
-        # pipeline passes
-        "forward": named["forward"], "backward": named["backward"],
+        # pipeline passes; the weight-gradient pass W of the zero-bubble schedules is a gradient
+        "forward": named["forward"], "backward": named["backward"], "weight_grad": named["gradients"],
+        # FSDP's collectives: the all-gather moves weights, the reduce-scatter gradients
+        "gather": named["weights"], "reduce": named["gradients"],
         # a chunk of a ring all-reduce (of data-parallel gradients), shaded from empty to complete
         "chunk": named["dp"],
     }
@@ -212,8 +214,41 @@ PIPELINE_SCHEDULES = (
     ("gpipe", "GPipe", "gpipe", 1),
     ("1f1b", "1F1B (PipeDream-Flush)", "1f1b", 1),
     ("interleaved2", "interleaved 1F1B, 2 chunks per GPU", "interleaved", 2),
+    ("zb-h1", "ZB-H1 (zero bubble, 1F1B's memory)", "zb-h1", 1),
+    ("zb-h2", "ZB-H2 (zero bubble, more memory)", "zb-h2", 1),
+    ("dualpipe", "DualPipe (from both ends)", "dualpipe", 1),
 )
+#: The schedules that split the backward into B and W are tabulated on a smaller grid (the
+#: page stays light): these stages and micro-batches.
+SPLIT_P, SPLIT_M = (2, 4, 6, 8), (4, 8, 12, 16)
 T_FWD, T_BWD = 1.0, 2.0
+#: Times are stored as integers in units of 1/TIME_SCALE (every pass lasts a multiple of 1/2).
+TIME_SCALE = 2
+#: Pass codes: 2 x phase + chunk, the phase 0 (F), 1 (B) or 2 (W).
+PHASES = ("F", "B", "W")
+
+
+def _ticks(x, scale) -> int:
+    """A time as an integer number of 1/scale units (exact for the explorers' grids)."""
+    n = round(x * scale)
+    assert abs(n - x * scale) < 1e-9, f"{x} is not a multiple of 1/{scale}"
+    return n
+
+
+def pipeline_formulas(kind, p, m, v) -> tuple:
+    """(share of total, relative to ideal): the schedule's printed bubble formula. GPipe, 1F1B
+    and interleaved: ``solutions.pipeline.bubble_fraction``; ZB-H1 and ZB-H2:
+    ``solutions.efficiency.pipeline_bubble`` (Qi et al. 2024); DualPipe:
+    ``solutions.pipeline.dualpipe_bubble`` (DeepSeek-V3 report, Table 2), all with the
+    backward split into input and weight gradients of one unit each."""
+    from solutions import efficiency, pipeline
+
+    if kind in pipeline.ZERO_BUBBLE or kind == pipeline.DUALPIPE:
+        t = T_BWD / 2
+        rel = (efficiency.pipeline_bubble(p, m, kind, T_FWD, t, t) if kind != pipeline.DUALPIPE
+               else pipeline.dualpipe_bubble(p, m, T_FWD, t, t))
+        return rel / (1 + rel), rel
+    return (pipeline.bubble_fraction(p, m, "share_of_total", v), pipeline.bubble_fraction(p, m, "relative_to_ideal", v))
 
 
 def pipeline_data() -> dict:
@@ -221,9 +256,14 @@ def pipeline_data() -> dict:
 
     runs = {}
     for key, _, kind, v in PIPELINE_SCHEDULES:
+        split = kind in pipeline.ZERO_BUBBLE or kind == pipeline.DUALPIPE
         for p in PIPELINE_P:
             for m in PIPELINE_M:
                 name = f"{key},{p},{m}"
+                if split and (p not in SPLIT_P or m not in SPLIT_M):
+                    runs[name] = {"error": f"this page tabulates {kind.upper() if kind != 'dualpipe' else 'DualPipe'} "
+                                           f"for p = {', '.join(map(str, SPLIT_P))} and m = {', '.join(map(str, SPLIT_M))}"}
+                    continue
                 try:
                     events = pipeline.pipeline_schedule(p, m, kind, T_FWD, T_BWD, interleave=v)
                 except ValueError as exc:  # e.g. interleaving needs m to be a multiple of p
@@ -231,20 +271,71 @@ def pipeline_data() -> dict:
                     continue
                 flat = []
                 for e in events:
-                    flat += [e.stage, e.microbatch, 0 if e.phase == "F" else 1, e.chunk,
-                             _sig(e.start), _sig(e.end)]
+                    flat += [e.stage, e.microbatch, 2 * PHASES.index(e.phase) + e.chunk,
+                             _ticks(e.start, TIME_SCALE), _ticks(e.end, TIME_SCALE)]
+                share, relative = pipeline_formulas(kind, p, m, v)
                 runs[name] = {
                     "events": flat,
                     "makespan": _sig(pipeline.makespan(events)),
                     "idle": _sig(pipeline.idle_fraction(events)),
-                    "share": _sig(pipeline.bubble_fraction(p, m, "share_of_total", v)),
-                    "relative": _sig(pipeline.bubble_fraction(p, m, "relative_to_ideal", v)),
+                    "inner": _sig(pipeline.inner_idle_fraction(events)),
+                    "share": _sig(share),
+                    "relative": _sig(relative),
                     "peak0": pipeline.peak_in_flight(events, 0),
                 }
-    return {"p": list(PIPELINE_P), "m": list(PIPELINE_M), "t_fwd": T_FWD, "t_bwd": T_BWD,
+    return {"p": list(PIPELINE_P), "m": list(PIPELINE_M), "t_fwd": T_FWD, "t_bwd": T_BWD, "scale": TIME_SCALE,
             "schedules": [[key, label, v] for key, label, _, v in PIPELINE_SCHEDULES], "runs": runs,
             "colours": explorer_colours(),
             "defaults": {"schedule": "1f1b", "p": 4, "m": 8}}
+
+
+# --------------------------------------------------------------------------
+# FSDP: one step of one GPU, gather, compute, free, prefetch, reduce-scatter
+# --------------------------------------------------------------------------
+
+FSDP_UNITS = 4
+FSDP_M = (1, 2, 4)
+#: The all-gather's time per unit, in forward passes of that unit (the reduce-scatter's too).
+FSDP_RATIO = (0.25, 0.5, 1.0, 2.0)
+FSDP_T_FWD, FSDP_T_BWD = 1.0, 2.0
+FSDP_SCALE = 4
+#: Event codes, in the order the page names them.
+FSDP_KINDS = (("gather", "F"), ("gather", "B"), ("reduce-scatter", ""), ("forward", ""), ("backward", ""))
+
+
+def fsdp_data() -> dict:
+    """For every choice: the timeline of ``solutions.fsdp.fsdp_timeline`` (codes of
+    FSDP_KINDS, unit, micro-batch, start and end in 1/FSDP_SCALE), the step's length, its
+    exposed communication, the units held whole over time (``held_units`` after every
+    event boundary) and at the peak, and the number of collectives."""
+    from solutions import fsdp
+
+    runs = {}
+    for m in FSDP_M:
+        for r in FSDP_RATIO:
+            for prefetch in (True, False):
+                for reshard in (True, False):
+                    events = fsdp.fsdp_timeline(FSDP_UNITS, m, FSDP_T_FWD, FSDP_T_BWD, r * FSDP_T_FWD,
+                                                prefetch=prefetch, reshard_after_forward=reshard)
+                    flat = []
+                    for e in events:
+                        flat += [FSDP_KINDS.index((e.kind, e.phase)), e.unit, e.microbatch,
+                                 _ticks(e.start, FSDP_SCALE), _ticks(e.end, FSDP_SCALE)]
+                    times = sorted({0.0} | {e.start for e in events} | {e.end for e in events})
+                    held = [[_ticks(t, FSDP_SCALE), fsdp.held_units(events, t)] for t in times]
+                    runs[f"{m},{r:g},{int(prefetch)},{int(reshard)}"] = {
+                        "events": flat, "held": held,
+                        "makespan": _sig(fsdp.makespan(events)),
+                        "exposed": _sig(fsdp.exposed_communication(events)),
+                        "compute": _sig(sum(e.end - e.start for e in events if e.stream == "compute")),
+                        "peak": fsdp.peak_held_units(events),
+                        "gathers": sum(e.kind == "gather" for e in events),
+                        "reduces": sum(e.kind == "reduce-scatter" for e in events),
+                    }
+    return {"units": FSDP_UNITS, "m": list(FSDP_M), "ratio": list(FSDP_RATIO), "scale": FSDP_SCALE,
+            "t_fwd": FSDP_T_FWD, "t_bwd": FSDP_T_BWD, "kinds": [list(k) for k in FSDP_KINDS], "runs": runs,
+            "colours": explorer_colours(),
+            "defaults": {"m": 1, "ratio": 0.5, "prefetch": True, "reshard": True}}
 
 
 # --------------------------------------------------------------------------
@@ -339,12 +430,13 @@ def collective_data() -> dict:
 
 
 BUILDERS = {"chinchilla": chinchilla_data, "memory": memory_data, "pipeline": pipeline_data,
-            "collectives": collective_data}
+            "collectives": collective_data, "fsdp": fsdp_data}
 #: The modules whose change must rebuild an explorer page.
 SOURCES = {
     "chinchilla": ["solutions/scaling.py", "coursefig/__init__.py"],
     "memory": ["solutions/memory.py", "solutions/facts.py", "solutions/pipeline.py", "coursefig/__init__.py"],
-    "pipeline": ["solutions/pipeline.py", "coursefig/__init__.py"],
+    "pipeline": ["solutions/pipeline.py", "solutions/efficiency.py", "coursefig/__init__.py"],
+    "fsdp": ["solutions/fsdp.py", "coursefig/__init__.py"],
     "collectives": ["solutions/communication.py", "solutions/memory.py", "solutions/facts.py",
                     "coursefig/__init__.py"],
 }

@@ -1,10 +1,13 @@
-"""The worked problems at the end of Sections 1-8.
+"""The worked problems at the end of the sections.
 
 Two parts:
 
-- every section 1-8 ends with a "Practice" part of three to five problems, each followed by its
-  answer in a dropdown, plus a "Takeaways" box and a link to the graded exercises; every answer
-  is glued from values that ``solutions.practice`` computed (no number typed in an answer);
+- every section 1-8 and 10-12 ends with a "Practice" part of three to five problems, each
+  followed by its answer in a dropdown, plus a "Takeaways" box, a link to the graded exercises
+  and a box that sends the reader to the section's explorers, labs and assignments; no number
+  is typed in an answer. In sections 1-8 every answer is glued from values that
+  ``solutions.practice`` computed; in sections 10-12 from the section's own code (their design
+  problems, like every section's, are checked in ``tests/solutions/test_design.py``);
 - each problem's answer, as ``solutions.practice`` computes it, equals an independent
   calculation written out here from first principles (cited facts as inputs), to a relative
   tolerance of ``REL`` (the two sides differ only by floating-point rounding).
@@ -21,6 +24,9 @@ from solutions import facts, practice
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = sorted((ROOT / "chapters").glob("0[1-8]-*.md"))
+#: The sections after the core, with Practice parts of their own (09 is the exercises page).
+FURTHER = sorted((ROOT / "chapters").glob("1[0-2]-*.md"))
+PRACTISE = re.compile(r"^```\{admonition\} Practise this section\n:class: seealso\n(.*?)^```$", re.S | re.M)
 REL = 1e-12
 
 ANSWER = re.compile(r"^```\{admonition\} Answer\n:class: dropdown\n(.*?)^```$", re.S | re.M)
@@ -40,9 +46,10 @@ def practice_part(path: Path) -> str:
 
 def test_every_section_is_checked():
     assert [p.name[:2] for p in SECTIONS] == [f"0{i}" for i in range(1, 9)]
+    assert [p.name[:2] for p in FURTHER] == ["10", "11", "12"]
 
 
-@pytest.mark.parametrize("path", SECTIONS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", SECTIONS + FURTHER, ids=lambda p: p.stem)
 def test_section_ends_with_practice(path):
     part = practice_part(path)
     numbers = [int(n) for n in PROBLEM.findall(part)]
@@ -52,6 +59,35 @@ def test_section_ends_with_practice(path):
     assert len(answers) == len(numbers), f"{path.name}: {len(numbers)} problems, {len(answers)} answers"
     assert TAKEAWAYS.search(part), f"{path.name}: no Takeaways box (admonition, class tip)"
     assert "{doc}`09-exercises`" in part, f"{path.name}: the Practice part links no graded exercise"
+
+
+@pytest.mark.parametrize("path", SECTIONS + FURTHER, ids=lambda p: p.stem)
+def test_section_sends_the_reader_to_its_practice(path):
+    """The section's last box names where to practise: an explorer or the planner, and a lab
+    or an assignment, as links that the book resolves."""
+    boxes = PRACTISE.findall(practice_part(path))
+    assert len(boxes) == 1, f"{path.name}: want one 'Practise this section' box, found {len(boxes)}"
+    box = boxes[0]
+    assert practice_part(path).rstrip().endswith("```") or "<!--" in practice_part(path).rsplit("```", 1)[1], \
+        f"{path.name}: the practise box must close the section"
+    assert re.search(r"\{doc\}`[^`]*(/book/explore/\w+|planner)>?`", box), f"{path.name}: no explorer or planner linked"
+    assert re.search(r"\{doc\}`[^`]*\.\./(labs|assignments)/[\w-]+`", box), f"{path.name}: no lab or assignment linked"
+    for target in re.findall(r"\{doc\}`(?:[^`<]*<)?([^`>]+)>?`", box):
+        base = ROOT if target.startswith("/") else path.parent
+        assert (base / f"{target.lstrip('/')}.md").resolve().exists(), f"{path.name}: {target} does not exist"
+
+
+@pytest.mark.parametrize("path", FURTHER, ids=lambda p: p.stem)
+def test_further_answers_are_glued(path):
+    part = practice_part(path)
+    for i, body in enumerate(ANSWER.findall(part), start=1):
+        assert GLUE_ROLE.findall(body), f"{path.name}, answer {i}: nothing glued"
+        prose = GLUE_ROLE.sub(" ", body)
+        prose = re.sub(r"\{[\w:-]+\}`[^`]*`", " ", prose)
+        prose = re.sub(r"`[^`]*`", " ", prose)
+        prose = re.sub(r"\$[^$]+\$", " ", prose)
+        typed = re.findall(r"(?<![\w/-])\d[\d.,]*(?![\w])", prose)
+        assert not typed, f"{path.name}, answer {i}: numbers typed instead of glued: {typed}"
 
 
 @pytest.mark.parametrize("path", SECTIONS, ids=lambda p: p.stem)

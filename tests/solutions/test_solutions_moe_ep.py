@@ -13,7 +13,7 @@ import pytest
 
 from solutions import facts, moe
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def glued(notebook: str, folder: str = "chapters") -> dict:

@@ -441,6 +441,7 @@
     var rows = [["share", "bubble, share of total time (formula)"],
                 ["relative", "bubble, relative to ideal compute (formula)"],
                 ["idle", "idle share of the simulated timeline"],
+                ["inner", "idle share inside each stage's own span"],
                 ["makespan", "time for the whole step (forward pass = 1)"],
                 ["peak0", "micro-batches stage 0 holds at once"],
                 ["done", "passes finished at this time"]];
@@ -449,18 +450,33 @@
       outs[r[0]] = el("td", { "data-out": r[0] });
       tbody.appendChild(el("tr", {}, [el("th", { text: r[1] }), outs[r[0]]]));
     });
-    var legend = el("div", { "class": "legend" }, [
-      el("span", {}, [el("span", { "class": "swatch", style: "background:" + data.colours.forward }), "forward (1 unit)"]),
-      el("span", {}, [el("span", { "class": "swatch", style: "background:" + data.colours.backward }), "backward (2 units)"]),
-      el("span", {}, [el("span", { "class": "swatch", style: "background:" + data.colours.forward + ";opacity:0.55" }),
-                      "lighter: second chunk (interleaved)"]),
-    ]);
+    /* The legend names what the chosen schedule runs: a whole backward, or its two halves. */
+    var legend = el("div", { "class": "legend", "data-out": "legend" });
+    function drawLegend(split) {
+      legend.innerHTML = "";
+      var items = [[data.colours.forward, "forward (1 unit)", 1]];
+      if (split) {
+        items.push([data.colours.backward, "B: gradient of the input (1 unit)", 1]);
+        items.push([data.colours.weight_grad, "W: gradient of the weights (1 unit)", 1]);
+      } else {
+        items.push([data.colours.backward, "backward (2 units)", 1]);
+      }
+      items.push([data.colours.forward, split ? "lighter: micro-batches fed from the last stage (DualPipe)" :
+                  "lighter: second chunk (interleaved)", 0.55]);
+      items.forEach(function (it) {
+        append(legend, [el("span", {}, [el("span", { "class": "swatch", style: "background:" + it[0] + ";opacity:" + it[2] }), it[1]])]);
+      });
+    }
+    var PHASE = ["F", "B", "W"];
+    var phaseColour = [data.colours.forward, data.colours.backward, data.colours.weight_grad];
     var results = el("div", {}, [legend, chartBox, el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region", "aria-label": "Table (scrolls sideways)" }, [el("table", {}, [tbody])])]);
     var run = null, times = [], boxes = [];
 
+    /* Each pass is five integers: stage, micro-batch, 2 x phase + chunk, start and end in 1/scale units. */
     function events(r) {
       var out = [], f = r.events;
-      for (var i = 0; i < f.length; i += 6) out.push({ stage: f[i], mb: f[i + 1], phase: f[i + 2], chunk: f[i + 3], start: f[i + 4], end: f[i + 5] });
+      for (var i = 0; i < f.length; i += 5) out.push({ stage: f[i], mb: f[i + 1], phase: f[i + 2] >> 1, chunk: f[i + 2] & 1,
+                                                       start: f[i + 3] / data.scale, end: f[i + 4] / data.scale });
       return out;
     }
     function draw() {
@@ -481,11 +497,10 @@
       }
       evs.forEach(function (e) {
         var x = px(e.start), w = px(e.end) - px(e.start);
-        var g = svg("g", { "class": "pass", "data-stage": e.stage, "data-mb": e.mb, "data-phase": e.phase ? "B" : "F",
+        var g = svg("g", { "class": "pass", "data-stage": e.stage, "data-mb": e.mb, "data-phase": PHASE[e.phase],
                            "data-start": e.start, "data-end": e.end });
         g.appendChild(svg("rect", { x: x + 0.5, y: T + e.stage * rowH + 1, width: Math.max(0.5, w - 1), height: rowH - 2,
-                                    fill: e.phase ? data.colours.backward : data.colours.forward,
-                                    opacity: e.chunk ? 0.55 : 1 }));
+                                    fill: phaseColour[e.phase], opacity: e.chunk ? 0.55 : 1 }));
         if (w >= 12 && rowH >= 14) g.appendChild(svg("text", { x: x + w / 2, y: T + e.stage * rowH + rowH / 2 + 4,
                                                              "text-anchor": "middle", "font-size": Math.min(12, w - 2), text: String(e.mb) }));
         chart.appendChild(g);
@@ -511,7 +526,8 @@
     function update() {
       run = data.runs[sched.value + "," + pSel.value + "," + mSel.value];
       if (run.error) {
-        message.textContent = "Not a valid schedule: " + run.error + ".";
+        message.textContent = (/^this page/.test(run.error) ? "Not in this page's table: " : "Not a valid schedule: ") +
+          run.error + ".";
         message.hidden = false;
         results.hidden = stepper.hidden = buttons.hidden = true;
         return;
@@ -521,15 +537,18 @@
       /* The steps are the moments a pass ends (and the start). */
       var seen = { 0: true };
       times = [0];
-      for (var i = 5; i < run.events.length; i += 6) {
-        if (!seen[run.events[i]]) { seen[run.events[i]] = true; times.push(run.events[i]); }
+      for (var i = 4; i < run.events.length; i += 5) {
+        var t = run.events[i] / data.scale;
+        if (!seen[t]) { seen[t] = true; times.push(t); }
       }
       times.sort(function (a, b) { return a - b; });
+      drawLegend(/^(zb|dualpipe)/.test(sched.value));
       step.max = String(times.length - 1);
       step.value = String(times.length - 1);
       outs.share.textContent = fmtPct(run.share);
       outs.relative.textContent = fmtPct(run.relative);
       outs.idle.textContent = fmtPct(run.idle);
+      outs.inner.textContent = fmtPct(run.inner);
       outs.makespan.textContent = String(run.makespan);
       outs.peak0.textContent = String(run.peak0);
       draw();
@@ -680,8 +699,173 @@
     build();
   }
 
+  /* ------------------------------------------------------------------ */
+  /* FSDP timeline: gather, compute, free, prefetch, reduce-scatter       */
+  /* ------------------------------------------------------------------ */
+  function fsdpExplorer(root, data) {
+    var d = data.defaults;
+    var mSel = select("m", data.m.map(function (x) { return [x, String(x)]; }), d.m);
+    var rSel = select("ratio", data.ratio.map(function (x) { return [x, x + " \u00d7 a forward pass"]; }), d.ratio);
+    function checkbox(name, text, on) {
+      var box = el("input", { type: "checkbox", name: name });
+      box.checked = on;
+      var label = el("label", { "class": "checkbox" }, [box, " " + text]);
+      label.style.flexDirection = "row";
+      label.style.alignItems = "center";
+      return [box, label];
+    }
+    var pre = checkbox("prefetch", "prefetch the next unit", d.prefetch);
+    var resh = checkbox("reshard", "free the weights after the forward pass", d.reshard);
+    var step = el("input", { type: "range", name: "step", min: "0", max: "0", step: "1", value: "0", "aria-label": "time step" });
+    var stepOut = el("span", { "class": "readout", "data-out": "time" });
+    var back = el("button", { type: "button", name: "back", text: "\u25c0 step back" });
+    var fwd = el("button", { type: "button", name: "forward", text: "step forward \u25b6" });
+    var end = el("button", { type: "button", name: "end", text: "whole step" });
+    var stepper = control("Time", step, stepOut);
+    stepper.className = "wide";
+    var play = player(step, function () { showStep(); }, 450);
+    var controls = el("div", { "class": "explorer-controls" }, [
+      control("Micro-batches per step m", mSel), control("All-gather (and reduce-scatter) per unit", rSel),
+      pre[1], resh[1], stepper, el("div", { "class": "buttons wide" }, [play.button, back, fwd, end]),
+    ]);
+    var phase = el("p", { "class": "phase", "aria-live": "polite", "data-out": "phase" });
+    var chartBox = el("div", { "class": "explorer-chart" });
+    var outs = {};
+    var rows = [["makespan", "time for the whole step (forward pass of a unit = 1)"],
+                ["compute", "of which computing"],
+                ["exposed", "of which waiting for communication"],
+                ["gathers", "all-gathers per step"],
+                ["reduces", "reduce-scatters per step"],
+                ["peak", "most units held whole at once"],
+                ["held", "units held whole at this time"],
+                ["done", "passes and collectives finished at this time"]];
+    var tbody = el("tbody");
+    rows.forEach(function (r) {
+      outs[r[0]] = el("td", { "data-out": r[0] });
+      tbody.appendChild(el("tr", {}, [el("th", { text: r[1] }), outs[r[0]]]));
+    });
+    var c = data.colours;
+    var colour = [c.gather, c.gather, c.reduce, c.forward, c.backward];
+    var short = ["AG", "AG", "RS", "F", "B"];
+    var names = ["all-gather for the forward", "all-gather for the backward", "reduce-scatter of the gradients",
+                 "forward", "backward"];
+    var legend = el("div", { "class": "legend" }, [
+      el("span", {}, [el("span", { "class": "swatch", style: "background:" + c.gather }), "all-gather of a unit's weights (AG)"]),
+      el("span", {}, [el("span", { "class": "swatch", style: "background:" + c.reduce }), "reduce-scatter of its gradients (RS)"]),
+      el("span", {}, [el("span", { "class": "swatch", style: "background:" + c.forward }), "forward (F, 1 unit)"]),
+      el("span", {}, [el("span", { "class": "swatch", style: "background:" + c.backward }), "backward (B, 2 units)"]),
+    ]);
+    var results = el("div", {}, [legend, chartBox, el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region",
+                                                              "aria-label": "Table (scrolls sideways)" }, [el("table", {}, [tbody])])]);
+    var run = null, times = [], boxes = [], heldLine = null, marker = null, px = null;
+
+    function events(r) {
+      var out = [], f = r.events;
+      for (var i = 0; i < f.length; i += 5) out.push({ kind: f[i], unit: f[i + 1], mb: f[i + 2],
+                                                       start: f[i + 3] / data.scale, end: f[i + 4] / data.scale });
+      return out;
+    }
+    function heldAt(t) {
+      var h = 0;
+      run.held.forEach(function (p) { if (p[0] / data.scale <= t + 1e-9) h = p[1]; });
+      return h;
+    }
+    function draw() {
+      chartBox.innerHTML = "";
+      boxes = [];
+      var evs = events(run);
+      var W = Math.max(300, Math.min(900, chartBox.clientWidth || 640));
+      var L = 84, R = 8, T = 6, rowH = 30, gap = 10, memH = 48, B = 26;
+      var H = T + 2 * rowH + gap + memH + B;
+      var span = run.makespan;
+      px = function (t) { return L + t / span * (W - L - R); };
+      var chart = svg("svg", { viewBox: "0 0 " + W + " " + H, width: W, height: H, role: "img",
+                               "aria-label": "FSDP timeline: collectives on one row, computation on the next, and the units held whole below" });
+      var rowNames = ["collectives", "compute"];
+      for (var r = 0; r < 2; r++) {
+        chart.appendChild(svg("rect", { x: L, y: T + r * rowH + 1, width: W - L - R, height: rowH - 2, "class": "idle" }));
+        chart.appendChild(svg("text", { x: L - 6, y: T + r * rowH + rowH / 2 + 4, "text-anchor": "end", text: rowNames[r] }));
+      }
+      evs.forEach(function (e) {
+        var row = e.kind <= 2 ? 0 : 1, x = px(e.start), w = px(e.end) - px(e.start);
+        var g = svg("g", { "class": "pass", "data-kind": ["gather-F", "gather-B", "reduce-scatter", "forward", "backward"][e.kind],
+                           "data-unit": e.unit, "data-mb": e.mb, "data-start": e.start, "data-end": e.end });
+        g.appendChild(svg("rect", { x: x + 0.5, y: T + row * rowH + 1, width: Math.max(0.5, w - 1), height: rowH - 2,
+                                    fill: colour[e.kind], opacity: e.mb % 2 ? 0.6 : 1 }));
+        g.appendChild(svg("title", { text: names[e.kind] + ", unit " + e.unit + ", micro-batch " + e.mb }));
+        var label = short[e.kind] + e.unit;
+        if (w >= 8 * label.length) g.appendChild(svg("text", { x: x + w / 2, y: T + row * rowH + rowH / 2 + 4, "text-anchor": "middle",
+                                                            "font-size": 11, text: label }));
+        chart.appendChild(g);
+        boxes.push({ node: g, e: e });
+      });
+      /* Units held whole: a step line over the step, 0 to the units of the model. */
+      var y0 = T + 2 * rowH + gap + memH, yTop = T + 2 * rowH + gap;
+      var qy = function (v) { return y0 - v / data.units * (memH - 4); };
+      chart.appendChild(svg("text", { x: L - 6, y: yTop + memH / 2, "text-anchor": "end", text: "units held" }));
+      chart.appendChild(svg("text", { x: L - 6, y: yTop + memH / 2 + 14, "text-anchor": "end", text: "whole" }));
+      chart.appendChild(svg("line", { x1: L, x2: W - R, y1: y0, y2: y0, "class": "grid" }));
+      chart.appendChild(svg("line", { x1: L, x2: W - R, y1: qy(data.units), y2: qy(data.units), "class": "grid" }));
+      chart.appendChild(svg("text", { x: L + 4, y: qy(data.units) + 12, "font-size": 11, text: "all " + data.units + " units" }));
+      var pts = [];
+      run.held.forEach(function (p, i) {
+        var t = p[0] / data.scale, v = p[1];
+        if (i > 0) pts.push(px(t).toFixed(1) + "," + qy(run.held[i - 1][1]).toFixed(1));
+        pts.push(px(t).toFixed(1) + "," + qy(v).toFixed(1));
+      });
+      heldLine = svg("polyline", { points: pts.join(" "), fill: "none", stroke: c.gather, "stroke-width": 2, "data-out": "held-line" });
+      chart.appendChild(heldLine);
+      marker = svg("line", { y1: T, y2: y0, stroke: "currentColor", "stroke-dasharray": "4 3" });
+      chart.appendChild(marker);
+      var tick = span <= 20 ? 2 : span <= 50 ? 5 : 10;
+      for (var t = 0; t <= span + 1e-9; t += tick) chart.appendChild(svg("text", { x: px(t), y: H - 8, "text-anchor": "middle", text: String(t) }));
+      chartBox.appendChild(chart);
+      showStep();
+    }
+    function showStep() {
+      var t = times[Number(step.value)], done = 0;
+      boxes.forEach(function (b) {
+        var finished = b.e.end <= t + 1e-9;
+        if (finished) done++;
+        b.node.style.opacity = finished ? "1" : "0.15";
+      });
+      if (marker) { marker.setAttribute("x1", px(t)); marker.setAttribute("x2", px(t)); }
+      stepOut.textContent = "t = " + t + " of " + run.makespan;
+      outs.done.textContent = done + " of " + boxes.length;
+      outs.held.textContent = String(heldAt(t));
+      var running = boxes.filter(function (b) { return b.e.start <= t + 1e-9 && b.e.end > t + 1e-9; })
+        .map(function (b) { return names[b.e.kind] + " of unit " + b.e.unit; });
+      phase.textContent = t >= run.makespan ? "Step done: every unit's gradients are reduce-scattered; each GPU updates its own shard." :
+        (running.length ? "Running now: " + running.join("; ") + "." : "At t = " + t + ".");
+    }
+    function update() {
+      var key = mSel.value + "," + Number(rSel.value) + "," + (pre[0].checked ? 1 : 0) + "," + (resh[0].checked ? 1 : 0);
+      run = data.runs[key];
+      var seen = { 0: true };
+      times = [0];
+      for (var i = 4; i < run.events.length; i += 5) {
+        var t = run.events[i] / data.scale;
+        if (!seen[t]) { seen[t] = true; times.push(t); }
+      }
+      times.sort(function (a, b) { return a - b; });
+      step.max = String(times.length - 1);
+      step.value = String(times.length - 1);
+      ["makespan", "compute", "exposed"].forEach(function (k) { outs[k].textContent = String(run[k]); });
+      ["gathers", "reduces", "peak"].forEach(function (k) { outs[k].textContent = String(run[k]); });
+      draw();
+    }
+    [mSel, rSel, pre[0], resh[0]].forEach(function (x) { x.addEventListener("change", function () { play.stop(); update(); }); });
+    step.addEventListener("input", showStep);
+    back.addEventListener("click", function () { play.stop(); step.value = String(Math.max(0, Number(step.value) - 1)); showStep(); });
+    fwd.addEventListener("click", function () { play.stop(); step.value = String(Math.min(Number(step.max), Number(step.value) + 1)); showStep(); });
+    end.addEventListener("click", function () { play.stop(); step.value = step.max; showStep(); });
+    append(root, [controls, phase, results]);
+    update();
+    onWidthChange(chartBox, draw);
+  }
+
   var EXPLORERS = { chinchilla: chinchilla, memory: memoryExplorer, pipeline: pipelineExplorer,
-                    collectives: collectiveExplorer };
+                    collectives: collectiveExplorer, fsdp: fsdpExplorer };
 
   function init() {
     var roots = document.querySelectorAll(".explorer[data-explorer]");
