@@ -28,7 +28,8 @@ X = (8, 287)  # the two columns
 READING_MIN = {
     "01-single-gpu": 30, "02-kaplan": 25, "03-chinchilla": 40, "11-after-chinchilla": 25,
     "04-why-distribute": 25, "05-data-parallelism": 30, "06-model-parallelism": 40, "07-fsdp": 30,
-    "08-when-to-use-what": 25, "10-beyond-3d": 30, "12-precision-and-kernels": 25,
+    "08-when-to-use-what": 25, "10-beyond-3d": 30, "13-mixture-of-experts": 35,
+    "12-precision-and-kernels": 25,
 }
 
 #: (heading, [(section file, title, subtitle, outline colour, stripe colour or None)])
@@ -46,6 +47,7 @@ PARTS = [
         ("07-fsdp", "FSDP and ZeRO", "shard the state", C["fsdp"], C["fsdp"]),
         ("08-when-to-use-what", "When to use what", "rules of thumb", O["black"], None),
         ("10-beyond-3d", "Context and experts", "long context, MoE", C["cp"], C["ep"]),
+        ("13-mixture-of-experts", "Mixture of experts", "routing, all-to-all", C["ep"], C["ep"]),
         ("12-precision-and-kernels", "Precision, kernels", "FP8, fused kernels", O["black"], None),
     ]),
 ]
