@@ -102,9 +102,14 @@ def model_of(run: dict, world: int, vocab: int):
 
 
 def cluster_of(report: dict) -> steptime.Cluster:
+    """The machine as :func:`solutions.steptime.cpu_cluster` sees it: the matmul rate, the ring's
+    latency and bandwidth, and, where the report measured them, gloo's own all-gather and
+    reduce-scatter (the collectives FSDP2 issues)."""
     c = report["calibration"]
+    own = {op: (v["latency_s"], v["bandwidth_bytes_per_s"], v["algorithm"])
+           for op, v in c.get("collectives", {}).items()}
     return steptime.cpu_cluster(c["matmul_flops_per_s"], c["bandwidth_bytes_per_s"], c["latency_s"],
-                                report["machine"]["cores"])
+                                report["machine"]["cores"], collectives=own)
 
 
 def predictions(report: dict) -> dict:
@@ -161,8 +166,16 @@ MATMUL = 1024  # the micro-benchmark's square matmul
 RING_ELEMENTS = (256, 1 << 20)  # fp32 elements: 1 KiB and 4 MiB
 
 
-def micro_benchmarks(all_reduce: str = "ring"):
-    """``{name: step}``: the matmul and the ring all-reduce at two sizes, timed like the runs
+#: The collectives FSDP2 issues on gloo, calibrated on their own: ``{op: algorithm}``, the ring
+#: whose steps and bytes each one moves. Gloo's all-gather is a ring; its reduce-scatter is
+#: not: PyTorch simulates it with an all-reduce of the whole input and keeps this rank's chunk
+#: (pytorch/pytorch#118911), twice the bytes of a ring reduce-scatter and twice its steps.
+GLOO_COLLECTIVES = {"all_gather": "all_gather", "reduce_scatter": "all_reduce"}
+
+
+def micro_benchmarks(all_reduce: str = "ring", world_size: int = 2):
+    """``{name: step}``: the matmul, the ring all-reduce, and gloo's all-gather and
+    reduce-scatter (what FSDP2 calls), each at two sizes of the full buffer, timed like the runs
     (torch's built-in all-reduce, also a ring on gloo, where ``all_reduce`` is "builtin")."""
     import torch
     import torch.distributed as dist
@@ -173,25 +186,56 @@ def micro_benchmarks(all_reduce: str = "ring"):
         ring_all_reduce = dist.all_reduce  # noqa: F811
     a, b = torch.randn(MATMUL, MATMUL), torch.randn(MATMUL, MATMUL)
     small, large = (torch.ones(k) for k in RING_ELEMENTS)
-    return {"matmul": lambda: a @ b, "ring small": lambda: ring_all_reduce(small.clone()),
-            "ring large": lambda: ring_all_reduce(large.clone())}
+    steps = {"matmul": lambda: a @ b, "ring small": lambda: ring_all_reduce(small.clone()),
+             "ring large": lambda: ring_all_reduce(large.clone())}
+    for size, k in zip(("small", "large"), RING_ELEMENTS):
+        full = torch.ones(k * world_size)
+        shard = torch.ones(k)
+        gathered, out = torch.empty(k * world_size), torch.empty(k)
+        steps[f"all_gather {size}"] = lambda g=gathered, x=shard: dist.all_gather_into_tensor(g, x)
+        steps[f"reduce_scatter {size}"] = lambda o=out, x=full: dist.reduce_scatter_tensor(o, x)
+    return steps
+
+
+def _alpha_beta(n, algorithm, sizes_bytes, t_small, t_large):
+    """Latency per step and bandwidth from ``t = steps alpha + factor B / beta`` at two buffer
+    sizes, for a ring ``algorithm`` (all-reduce: ``2 (n-1)`` steps, ``2 (n-1)/n`` of the buffer;
+    all-gather, reduce-scatter: ``n-1`` and ``(n-1)/n``)."""
+    small, large = sizes_bytes
+    steps = (2 if algorithm == "all_reduce" else 1) * (n - 1)
+    factor = (2 if algorithm == "all_reduce" else 1) * (n - 1) / n
+    if t_large > t_small:
+        bandwidth = factor * (large - small) / (t_large - t_small)
+    else:  # a disturbed small run took longer than the large one: charge the large one's time
+        bandwidth = factor * large / t_large  # to bandwidth alone (a lower bound on it)
+    latency = max(0.0, (t_small - factor * small / bandwidth) / steps)
+    return latency, bandwidth
 
 
 def calibration_from(ctx, seconds: dict) -> dict:
-    """The machine's constants from the micro-benchmarks' least times: matmul rate, and the
-    ring's latency per step and bandwidth from ``t = 2 (n-1) alpha + 2 (n-1)/n B / beta``."""
+    """The machine's constants from the micro-benchmarks' least times: matmul rate, the ring's
+    latency per step and bandwidth from ``t = 2 (n-1) alpha + 2 (n-1)/n B / beta``, and the same
+    two constants for each of gloo's collectives that FSDP2 issues (:data:`GLOO_COLLECTIVES`),
+    where they were timed."""
     n = ctx.world_size
     small, large = RING_ELEMENTS
     t_small, t_large = seconds["ring small"], seconds["ring large"]
-    steps, factor = 2 * (n - 1), 2 * (n - 1) / n
-    if t_large > t_small:
-        bandwidth = factor * 4 * (large - small) / (t_large - t_small)
-    else:  # a disturbed small ring took longer than the large one: charge the large one's time
-        bandwidth = factor * 4 * large / t_large  # to bandwidth alone (a lower bound on it)
-    latency = max(0.0, (t_small - factor * 4 * small / bandwidth) / steps)
-    return {"matmul_flops_per_s": 2 * MATMUL**3 / seconds["matmul"], "matmul_shape": [MATMUL] * 3,
-            "ring_bytes": [4 * small, 4 * large], "ring_seconds": [t_small, t_large],
-            "bandwidth_bytes_per_s": bandwidth, "latency_s": latency}
+    latency, bandwidth = _alpha_beta(n, "all_reduce", (4 * small, 4 * large), t_small, t_large)
+    out = {"matmul_flops_per_s": 2 * MATMUL**3 / seconds["matmul"], "matmul_shape": [MATMUL] * 3,
+           "ring_bytes": [4 * small, 4 * large], "ring_seconds": [t_small, t_large],
+           "bandwidth_bytes_per_s": bandwidth, "latency_s": latency}
+    own = {}
+    for op, algorithm in GLOO_COLLECTIVES.items():
+        if f"{op} small" not in seconds:
+            continue
+        ts = (seconds[f"{op} small"], seconds[f"{op} large"])
+        sizes = (4 * small * n, 4 * large * n)  # the full buffer: gathered output, scattered input
+        a, b = _alpha_beta(n, algorithm, sizes, *ts)
+        own[op] = {"algorithm": algorithm, "bytes": list(sizes), "seconds": list(ts), "latency_s": a,
+                   "bandwidth_bytes_per_s": b}
+    if own:
+        out["collectives"] = own
+    return out
 
 
 def _batches(corpus, run, count, seed=0):
@@ -322,7 +366,7 @@ def worker(ctx, args) -> dict:
     corpus = load_corpus()
     vocab = padded_vocab(corpus.vocab_size)
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    steps = micro_benchmarks(getattr(args, "all_reduce", "ring"))
+    steps = micro_benchmarks(getattr(args, "all_reduce", "ring"), ctx.world_size)
     configs = run_configs(args.quick)
     for run in configs:
         steps[run["name"]] = _make_step(ctx, run, corpus, vocab, getattr(args, "all_reduce", "ring"))
@@ -334,7 +378,7 @@ def worker(ctx, args) -> dict:
         for name, step in steps.items():
             times[name].append(_timed(step))
     times = {name: _slowest(t) for name, t in times.items()}
-    cal = calibration_from(ctx, {k: min(times[k]) for k in ("matmul", "ring small", "ring large")})
+    cal = calibration_from(ctx, {k: min(v) for k, v in times.items() if k.split()[0] in ("matmul", "ring", *GLOO_COLLECTIVES)})
     ctx.log(f"matmul {cal['matmul_flops_per_s'] / 1e9:.3g} GFLOP/s per core; ring all-reduce: "
             f"latency {cal['latency_s'] * 1e6:.3g} us per step, bandwidth {cal['bandwidth_bytes_per_s'] / 1e9:.3g} GB/s")
     runs = []
