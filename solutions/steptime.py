@@ -323,7 +323,8 @@ class Cluster:
     :class:`solutions.hardware.GPUSpec` (a :class:`solutions.facts.GPU` is looked up);
     ``gpus_per_server`` the scale-up domain (default the GPU's). ``latency_s`` (seconds per
     message) makes it a CPU cluster (S12), with ``collectives`` the measured
-    ``{op: (seconds per message, bytes/s)}`` of the collectives that differ from the ring."""
+    ``{op: (seconds per message, bytes/s)}`` of the collectives that differ from the ring and
+    ``fsdp_unit_s`` the measured seconds of FSDP2's own work per unit and micro-batch."""
 
     gpu: object
     nvlink: float
@@ -335,6 +336,11 @@ class Cluster:
     #: ``'domain'``: a group's traffic spreads over every NIC of the domains it spans (NCCL's
     #: rail-optimised rings); ``'gpu'``: each GPU's traffic through its own NIC.
     nic_share: str = "domain"
+    #: CPU only: seconds FSDP2 spends per unit and micro-batch on its own work, apart from the
+    #: collectives' time on the wire (hooks, copy-in and copy-out of the flat buffers, sharded
+    #: gradients accumulated as DTensors). On a GPU that host work runs ahead of the kernels; on
+    #: a CPU the same core does it between the layers' compute.
+    fsdp_unit_s: float = 0.0
 
     def __post_init__(self):
         if not isinstance(self.gpu, hardware.GPUSpec):
@@ -833,7 +839,7 @@ def step_time(shape: Shape, lay: Layout, cluster: Cluster, global_batch: int, co
             messages["dp"] += (passes_ag * st_ag + rs_per_mb * st_rs) * units * m \
                 + (st_rs * units if defer_grad_sync else 0)
             e, hd = account("dp", per_mb, t_mb)
-            exposed["dp"] += m * e
+            exposed["dp"] += m * e + (m * units * cluster.fsdp_unit_s if cpu else 0.0)
             hidden["dp"] += m * hd
             if defer_grad_sync:
                 e, hd = account("dp", rs * units, t_bwd)
@@ -907,14 +913,17 @@ def step_time(shape: Shape, lay: Layout, cluster: Cluster, global_batch: int, co
 # --------------------------------------------------------------------------
 
 
-def cpu_cluster(matmul_flops_per_s, bandwidth, latency_s, cores, memory_gb=1.0, collectives=None) -> Cluster:
+def cpu_cluster(matmul_flops_per_s, bandwidth, latency_s, cores, memory_gb=1.0, collectives=None,
+                fsdp_unit_s=0.0) -> Cluster:
     """One CPU core per rank as the "GPU": ``matmul_flops_per_s`` is its peak, gloo's
     ``bandwidth`` (bytes/s per rank and direction) and ``latency_s`` per message on every
     link, and no overlap: a rank's communication (gloo copies, the labs' rings) runs on the
     core that computes. ``collectives`` maps an op (``'all_gather'``, ``'reduce_scatter'``)
     to ``(latency_s, bandwidth, algorithm)`` measured for gloo's own implementation of it,
     ``algorithm`` the ring whose bytes it moves (gloo's reduce-scatter all-reduces the whole
-    input, PyTorch PR #118911: ``'all_reduce'``). ``cores`` is checked, not used."""
+    input, PyTorch PR #118911: ``'all_reduce'``). ``fsdp_unit_s``: FSDP2's own seconds per unit
+    and micro-batch (charged to ``dp`` for ZeRO-3; measured by Lab 7 on a one-rank group, where
+    no byte moves). ``cores`` is checked, not used."""
     rate = positive("matmul_flops_per_s", matmul_flops_per_s)
     bw = positive("bandwidth", bandwidth)
     if not latency_s >= 0:
@@ -928,7 +937,10 @@ def cpu_cluster(matmul_flops_per_s, bandwidth, latency_s, cores, memory_gb=1.0, 
         one_of("algorithm", algo, network.COLLECTIVES)
         own.append((op, (float(alpha), float(positive("bandwidth", beta)), algo)))
     # Every rank is on this one machine, so every group is "inside the server": one link.
-    return Cluster(core, bw, bw, 2**31, float(latency_s), overlap=False, collectives=tuple(own))
+    if not fsdp_unit_s >= 0:
+        raise ValueError(f"fsdp_unit_s must be >= 0, got {fsdp_unit_s!r}")
+    return Cluster(core, bw, bw, 2**31, float(latency_s), overlap=False, collectives=tuple(own),
+                   fsdp_unit_s=float(fsdp_unit_s))
 
 
 def calibrate_cpu(cluster: Cluster, runs) -> CPUCalibration:

@@ -12,8 +12,9 @@ import sys
 import pytest
 
 from labs import launch
-from labs.predict_vs_measure import (CALIBRATION_STRATEGY, CPU_BOUNDS, REFERENCE, RING_ELEMENTS, STRATEGIES,
-                                     calibration_from, model_of, predictions, summary)
+from labs.predict_vs_measure import (BOOKKEEPING, CALIBRATION_STRATEGY, CHAIN, CPU_BOUNDS, REFERENCE, RING_ELEMENTS,
+                                     STRATEGIES, calibration_from, cluster_of, fsdp_unit_seconds, model_of,
+                                     predictions, summary)
 from solutions import steptime
 
 RATE, BW, ALPHA = 50e9, 1e9, 2e-4  # a made-up CPU: 50 GFLOP/s, 1 GB/s, 200 us per message
@@ -143,6 +144,52 @@ def test_fsdp_tp_pp_messages_by_hand():
     assert pp.breakdown_s["pp"] == pytest.approx((2 * (n - 1) + 2 * m) * (send / BW + ALPHA), rel=1e-12)
     t_mb = pp.breakdown_s["compute"] / m
     assert pp.breakdown_s["bubble"] == pytest.approx((n - 1) * t_mb, rel=1e-12)
+    # FSDP2's own work, u per unit and micro-batch, is charged to dp on a CPU: (L + 2) m u more.
+    u = 1e-3
+    own = steptime.step_time(shape, steptime.Layout(dp=n, zero=3, micro_batch=1),
+                             steptime.cpu_cluster(RATE, BW, ALPHA, cores=2, fsdp_unit_s=u), n * m, calibration=cal,
+                             bytes_per_element=4)
+    assert own.breakdown_s["dp"] - fsdp.breakdown_s["dp"] == pytest.approx(units * m * u, rel=1e-9)
+    assert own.messages["dp"] == fsdp.messages["dp"]
+    with pytest.raises(ValueError, match="fsdp_unit_s"):
+        steptime.cpu_cluster(RATE, BW, ALPHA, cores=2, fsdp_unit_s=-1.0)
+
+
+def test_gloo_collectives_and_fsdp_work_calibrated_by_hand():
+    """The chained collectives' time per call gives each op's (alpha, beta) on its own ring
+    (gloo's reduce-scatter an all-reduce's 2 (n-1) steps and 2 (n-1)/n of the full buffer);
+    FSDP2's own work is the tiny sharded step less the plain one less those collectives, per
+    unit and micro-batch."""
+    n = 2
+    ctx = type("Ctx", (), {"world_size": n})()
+    small, large = (4 * k for k in RING_ELEMENTS)
+    alpha, beta = 50e-6, 2e9
+    ag = dict(alpha=3e-4, beta=5e8)
+    rs = dict(alpha=2e-4, beta=8e8)
+    seconds = {"matmul": 0.01, "ring small": 2 * alpha + small / beta, "ring large": 2 * alpha + large / beta}
+    for size, b in (("small", small), ("large", large)):
+        full = b * n
+        seconds[f"all_gather {size}"] = CHAIN * ((n - 1) * ag["alpha"] + (n - 1) / n * full / ag["beta"])
+        seconds[f"reduce_scatter {size}"] = CHAIN * (2 * (n - 1) * rs["alpha"] + 2 * (n - 1) / n * full / rs["beta"])
+    seconds["tiny fsdp"], seconds["tiny plain"] = 0.05, 0.01
+    cal = calibration_from(ctx, seconds)
+    got = cal["collectives"]
+    assert got["all_gather"]["latency_s"] == pytest.approx(ag["alpha"], rel=1e-9)
+    assert got["all_gather"]["bandwidth_bytes_per_s"] == pytest.approx(ag["beta"], rel=1e-9)
+    assert got["reduce_scatter"]["algorithm"] == "all_reduce"
+    assert got["reduce_scatter"]["latency_s"] == pytest.approx(rs["alpha"], rel=1e-9)
+    assert got["reduce_scatter"]["bandwidth_bytes_per_s"] == pytest.approx(rs["beta"], rel=1e-9)
+    report = {"calibration": cal, "world_size": n, "config": {"vocab_size": 80}, "machine": {"cores": 2}}
+    base = steptime.cpu_cluster(cal["matmul_flops_per_s"], beta, alpha, 2, collectives={
+        op: (v["latency_s"], v["bandwidth_bytes_per_s"], v["algorithm"]) for op, v in got.items()})
+    shape, lay, batch = model_of({**BOOKKEEPING, "strategy": "fsdp"}, n, 80)
+    comm = steptime.step_time(shape, lay, base, batch, calibration=_cal(0.0, 0.0), bytes_per_element=4).breakdown_s["dp"]
+    units = (BOOKKEEPING["n_layer"] + 2) * BOOKKEEPING["microbatches"]
+    assert fsdp_unit_seconds(report, base) == pytest.approx((0.05 - 0.01 - comm) / units, rel=1e-9)
+    assert cluster_of(report).fsdp_unit_s == pytest.approx((0.05 - 0.01 - comm) / units, rel=1e-9)
+    # A report without the tiny runs (an older one) charges nothing for FSDP2's own work.
+    old = {**report, "calibration": {k: v for k, v in cal.items() if k != "fsdp_seconds"}}
+    assert cluster_of(old).fsdp_unit_s == 0.0
 
 
 def test_calibrate_cpu_recovers_its_constants():
