@@ -445,6 +445,11 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     plan also names the over-trained alternative that reaches the compute-optimal loss at the
     lowest lifetime cost (Sardana et al. 2024)."""
     shape_given = layers is not None and hidden is not None and heads is not None
+    if arch is not None:  # any case: "deepseek-v3" is DeepSeek-V3
+        names = {k.lower(): k for k in (*facts.ARCHITECTURES, *facts.MOE_ARCHITECTURES)}
+        if str(arch).lower() not in names:
+            raise ValueError(f"arch must be one of {sorted(names.values())}, got {arch!r}")
+        arch = names[str(arch).lower()]
     moe_named = arch in facts.MOE_ARCHITECTURES
     named = arch is not None and (arch in facts.ARCHITECTURES or moe_named)
     if budget is not None and (model is not None or tokens is not None):

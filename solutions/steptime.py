@@ -203,6 +203,9 @@ class Shape:
         return moe_step.moe_layer_count(self.layers, self.moe) if self.moe else 0
 
     def _counts(self) -> moe_step.Counts:
+        return _shape_counts(self)
+
+    def _count_params(self) -> moe_step.Counts:
         mla = None
         if self.kv_lora:
             mla = {"q_lora": self.q_lora, "kv_lora": self.kv_lora, "qk_nope": self.head_size,
@@ -524,6 +527,18 @@ def activation_bytes(shape: Shape, lay: Layout, m: int, precision_name: str = "b
     and the MLP's activation output (Megatron-Core's ``layernorm`` and ``mlp``/``moe_act``
     modules). Full recomputation keeps each layer's input only, plus one layer's activations
     while it is recomputed."""
+    flight = _in_flight(lay.pp, m, lay.schedule, lay.virtual_stages)
+    layer_micro = _layer_microbatches(shape.layers, lay.pp, flight)
+    key = (lay.tp, lay.cp, lay.micro_batch, lay.recompute, lay.attention, lay.sequence_parallel)
+    per, extra = _activation_per_layer(shape, key, precision_name)
+    return float(layer_micro * per + extra)
+
+
+@lru_cache(maxsize=8192)
+def _activation_per_layer(shape: Shape, key: tuple, precision_name: str) -> tuple:
+    """``(bytes per layer and micro-batch in flight, bytes once)`` of :func:`activation_bytes`."""
+    tp, cp, b, recompute, attention, sp = key
+    lay = Layout(tp=tp, cp=cp, micro_batch=b, recompute=recompute, attention=attention, sequence_parallel=sp)
     rec = precision.recipe(precision_name) if precision_name in precision.RECIPES else precision.RECIPES["bf16"]
     low = 0.0 if rec.name in ("bf16", "fp16") else (2.0 - rec.gemm_bytes) * (1.0 - rec.bf16_share)
     split = lay.tp * lay.cp
@@ -544,12 +559,9 @@ def activation_bytes(shape: Shape, lay: Layout, m: int, precision_name: str = "b
             sequence_parallel=lay.tp > 1 and lay.sequence_parallel, cp=lay.cp)
         return base + 2.0 * copies * tokens / split
 
-    flight = _in_flight(lay.pp, m, lay.schedule, lay.virtual_stages)
-    layer_micro = _layer_microbatches(shape.layers, lay.pp, flight)
     moe_share = shape.moe_layers / shape.layers
     if lay.recompute == "full":
-        per_layer = 2.0 * tokens * shape.hidden / split
-        return float(layer_micro * per_layer + full_layer(lay.attention, shape.is_moe))
+        return 2.0 * tokens * shape.hidden / split, full_layer(lay.attention, shape.is_moe)
     attention = "flash" if lay.recompute == "selective" and lay.attention == "standard" else lay.attention
 
     def stored(moe_layer):
@@ -566,7 +578,7 @@ def activation_bytes(shape: Shape, lay: Layout, m: int, precision_name: str = "b
     per = stored(False) if moe_share < 1 else 0.0
     if moe_share:
         per = (1 - moe_share) * per + moe_share * stored(True)
-    return float(layer_micro * per)
+    return per, 0.0
 
 
 def state_breakdown(shape: Shape, lay: Layout, convention="zero_16", precision_name="bf16") -> dict:
@@ -668,11 +680,25 @@ def _validate(shape, lay, global_batch):
     return global_batch
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=256)
+def _shape_counts(shape) -> moe_step.Counts:
+    return shape._count_params()
+
+
 def _compute_terms(shape: Shape, lay: Layout, gpu: hardware.GPUSpec, precision_name: str) -> tuple:
-    """``(micro-batch Terms, per-layer product Terms, per-layer attention Terms)`` of the
-    busiest stage (its ``ceil(L / pp)`` layers, MoE and dense in the model's proportion,
-    and the output layer)."""
+    """``(micro-batch Terms, per-layer Terms)`` of the busiest stage (its ``ceil(L / pp)``
+    layers, MoE and dense in the model's proportion, and the output layer); cached on what
+    they depend on (not dp, ZeRO or the schedule, which a layout search varies most)."""
+    key = (lay.tp, lay.cp, lay.pp, lay.micro_batch, lay.recompute, lay.attention, lay.ep, lay.etp,
+           lay.sequence_parallel)
+    return _terms_by_key(shape, key, gpu, precision_name)
+
+
+@lru_cache(maxsize=8192)
+def _terms_by_key(shape: Shape, key: tuple, gpu: hardware.GPUSpec, precision_name: str) -> tuple:
+    tp, cp, pp, b, recompute, attention, ep, etp, sp = key
+    lay = Layout(tp=tp, cp=cp, pp=pp, micro_batch=b, recompute=recompute, attention=attention, ep=ep, etp=etp,
+                 sequence_parallel=sp)
     rec = precision.recipe(precision_name)
     here = math.ceil(shape.layers / lay.pp)
     dense_t = layer_terms(shape, lay, gpu, rec, moe_layer=False)

@@ -196,6 +196,7 @@ def test_json_for_a_budget():
     (["--arch", "DeepSeek-V3", "--tokens", "1e12", "--count", "512", "--ep", "64", "--tp", "1", "--pp", "16",
       "--dp", "32"], "ep x etp must divide tp x cp x dp"),
     (["--model", "7e9", "--tokens", "1e12", "--ep", "8"], "ep > 1 needs experts"),
+    (["--arch", "DeepSeek-V4", "--tokens", "1e12"], "arch must be one of"),
     (["--model", "7e9", "--tokens", "1e12", "--overlap", "tp,nope"], "overlap must be"),
     (["--budget", "1e24", "--experts", "64", "--top-k", "2", "--expert-ffn-hidden", "2048"],
      "give --model (or --arch) and --tokens for a mixture of experts"),
@@ -301,3 +302,11 @@ def test_line_2_names_the_default_constants():
     assert "default the Epoch AI refit, the set section 3 stands behind" in text
     # the compute-optimal model under the refit: about 20 tokens per parameter
     assert p.tokens / p.params == pytest.approx(p.optimal["epoch_2024"][2], rel=1e-9)
+
+
+def test_arch_names_in_any_case():
+    a = plan.make_plan(arch="deepseek-v3", tokens=1e12, gpu="H800", count=2048, precision="fp8", tp=1, pp=16,
+                       dp=128, ep=64, zero=1, micro_batch=1, recompute="none")
+    b = plan.make_plan(arch="DeepSeek-V3", tokens=1e12, gpu="H800", count=2048, precision="fp8", tp=1, pp=16,
+                       dp=128, ep=64, zero=1, micro_batch=1, recompute="none")
+    assert a.step.step_s == b.step.step_s and a.shape == b.shape
