@@ -402,9 +402,9 @@ class CPUCalibration:
 #: 53% of the BF16 matmul ceiling, the network at 73% of its line rate, 0.26 ms per local
 #: expert of a MoE layer and micro-batch, and 0.38 s of compute lost per second of
 #: communication hidden behind it.
-CALIBRATION = Calibration(gemm_traffic=2.229, elementwise=1.0, attention=0.5260, network=0.7333,
-                          set_by=("every run of solutions.facts.PUBLISHED_RUNS",), layer_s=0.0, expert_s=2.606e-4,
-                          contention=0.3769)
+CALIBRATION = Calibration(gemm_traffic=2.204, elementwise=1.0, attention=0.5272, network=0.7333,
+                          set_by=("every run of solutions.facts.PUBLISHED_RUNS",), layer_s=0.0, expert_s=2.597e-4,
+                          contention=0.3775)
 #: What the model promises on the course's table (relative error of tokens/s per GPU): the
 #: median over every run and over the leave-one-out predictions, the worst case, and the band
 #: the book draws. ``tests/test_steptime.py`` holds the model to them.
