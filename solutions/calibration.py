@@ -1,13 +1,16 @@
 """Calibrating the step-time model on the course's table of published runs, and checking it
 run by run: the fitted constants, every run's error, and its leave-one-out error.
 
-The model (:mod:`solutions.steptime`) has four free constants, shared by every GPU, every
-precision and every shape (:class:`solutions.steptime.Calibration`): the share of a matrix
-product's memory traffic that its kernel leaves exposed, the multiplier on the counted
-elementwise bytes, FlashAttention's share of the BF16 matmul ceiling, and the network's
-share of its line rate. Everything else is a datasheet figure, a measured matmul ceiling
-or a count. :func:`fit` chooses the four to minimise the squared log-error of the
-predicted tokens/s per GPU over the runs given, :data:`solutions.facts.PUBLISHED_RUNS` by
+The model (:mod:`solutions.steptime`) has five fitted constants, shared by every GPU, every
+precision and every shape (:class:`solutions.steptime.Calibration`): a multiplier on a matrix
+product's counted memory traffic, charged on top of its FLOPs (what its kernel does not hide
+behind them), FlashAttention's share of the BF16
+matmul ceiling, the network's share of its line rate, a fixed cost per local expert and MoE
+layer (routing, permutation, one grouped GEMM's launch), and the share of overlapped
+communication charged back to compute (NCCL's kernels take SMs from the kernels they overlap).
+The counted elementwise bytes move at the HBM's bandwidth (a multiplier of 1, not fitted).
+Everything else is a datasheet figure, a measured matmul ceiling or a count. :func:`fit`
+chooses the five to minimise the squared log-error of the predicted tokens/s per GPU over the runs given, :data:`solutions.facts.PUBLISHED_RUNS` by
 default; :func:`leave_one_out` refits without each run in turn and predicts it, which is
 the honest error of the model on a run it has not seen.
 
