@@ -158,48 +158,122 @@ def _stage0_in_flight(pp) -> int:
     return pipeline.peak_in_flight(pipeline.pipeline_schedule(pp, 2 * pp, "1f1b"), 0)
 
 
-def memory_data() -> dict:
-    from solutions import facts, memory
+#: Expert-parallel degrees offered (a mixture of experts only) and the training precisions.
+MEMORY_EP = (1, 2, 4, 8, 16, 32, 64)
+MEMORY_PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
+#: GPUs of solutions.hardware offered besides the chapters' six (memory as the datasheet gives it).
+MEMORY_MORE_DEVICES = ("B200", "GB200")
+PRECISION_LABELS = {
+    "bf16": "BF16",
+    "fp8": "FP8 (per-tensor scales)",
+    "mxfp8": "MXFP8 (a scale per 32 values)",
+    "nvfp4": "NVFP4 (4-bit, a scale per 16 values)",
+}
 
-    models = list(facts.ARCHITECTURES.values())
+
+def _per_token_activations(arch, tp, pp, recompute, sp, precision_name, attention):
+    """Activation bytes per token (of the micro-batch's ``s b``) on pipeline stage 0, by
+    ``solutions.steptime.activation_bytes`` with 1F1B's ``pp`` micro-batches in flight: linear
+    in the tokens with FlashAttention, and so is what a precision saves with either attention."""
+    from solutions import steptime
+
+    shape = steptime.shape_of(arch)
+    lay = steptime.Layout(tp=tp, pp=pp, micro_batch=1, recompute=recompute, attention=attention,
+                          sequence_parallel=sp)
+    return steptime.activation_bytes(shape, lay, 2 * pp, precision_name) / shape.seq_len
+
+
+def memory_data() -> dict:
+    from solutions import facts, hardware, memory, precision, steptime
+
+    dense_models = list(facts.ARCHITECTURES.values())
+    moe_models = list(facts.MOE_ARCHITECTURES.values())
+    models = dense_models + moe_models
     conventions = list(memory.BYTE_CONVENTIONS.values())
-    pairs, layouts = [], {}
+    shapes = [steptime.shape_of(m) for m in models]
+    expert = [sh.expert_params if sh.is_moe else 0.0 for sh in shapes]
+    params = [getattr(m, "total_params", None) or m.params for m in models]
+    pairs, layouts, ep_pairs, ep_layouts = [], {}, [], {}
     for g in MEMORY_GPUS:
         for tp in MEMORY_TP:
             for pp in MEMORY_PP:
                 if g % (tp * pp):
                     continue  # no whole data-parallel degree: the page says so
-                pair = (tp * pp, g // (tp * pp))
+                dp = g // (tp * pp)
+                pair = (tp * pp, dp)
                 if pair not in pairs:
                     pairs.append(pair)
-                layouts[f"{g},{tp},{pp}"] = [pairs.index(pair), pair[1]]
-    state = [[[[[_sig(v / GB, 5) for v in memory.memory_breakdown(
-                    m.params / k, ZERO_STRATEGY[z], dp, conv.name).values()]
-                for k, dp in pairs]
-               for z in memory.ZERO_STAGES]
-              for conv in conventions]
-             for m in models]
-    # act[model][tp][pp][recompute][sp][seq][micro-batch], in GB
+                layouts[f"{g},{tp},{pp}"] = [pairs.index(pair), dp]
+                for ep in MEMORY_EP:
+                    if (tp * dp) % ep:
+                        continue  # EP is carved out of TP x DP: the page says so
+                    ep_pair = (pp * ep, tp * dp // ep)
+                    if ep_pair not in ep_pairs:
+                        ep_pairs.append(ep_pair)
+                    ep_layouts[f"{g},{tp},{pp},{ep}"] = [ep_pairs.index(ep_pair), ep_pair[1]]
+
+    def breakdown(n, z, degree, conv):
+        return [_sig(v / GB, 5) for v in memory.memory_breakdown(n, ZERO_STRATEGY[z], degree, conv.name).values()]
+
+    # state[dense model][convention][zero][pair]: the TP x PP shard, ZeRO over DP
+    state = [[[[breakdown(m.params / k, z, dp, conv) for k, dp in pairs] for z in memory.ZERO_STAGES]
+              for conv in conventions] for m in dense_models]
+    # A mixture of experts, per billion parameters (the state is linear in them):
+    # unit[convention][zero][pair] for its dense part on the TP x PP shard, ZeRO over DP;
+    # unit_ep[convention][zero][ep pair] for its experts on PP x EP (not split by TP, as
+    # Megatron-Core's expert TP of 1), ZeRO over the TP x DP / EP ranks that hold the same
+    # experts (solutions.moe_step.state_shards)
+    unit = [[[breakdown(1e9 / k, z, dp, conv) for k, dp in pairs] for z in memory.ZERO_STAGES]
+            for conv in conventions]
+    unit_ep = [[[breakdown(1e9 / k, z, edp, conv) for k, edp in ep_pairs] for z in memory.ZERO_STAGES]
+               for conv in conventions]
+    # act[dense model][tp][pp][recompute][sp][seq][micro-batch], in GB (BF16, Korthikanti et al.)
     act = [[[[[[[_sig(stage0_activation_bytes(m, tp, pp, sp, kw, s, b) / GB, 5) for b in MEMORY_MICRO_BATCH]
                 for s in MEMORY_SEQ]
                for sp in (False, True)]
               for _, _, kw in RECOMPUTE]
              for pp in MEMORY_PP]
             for tp in MEMORY_TP]
-           for m in models]
+           for m in dense_models]
+    # saved[dense model][precision][tp][pp][recompute][sp]: GB per token that storing the
+    # linear layers' inputs in the precision saves against BF16
+    saved = [[[[[[_sig((_per_token_activations(m, tp, pp, r, sp, "bf16", "standard")
+                        - _per_token_activations(m, tp, pp, r, sp, pr, "standard")) / GB, 5)
+                  for sp in (False, True)] for r, _, _ in RECOMPUTE] for pp in MEMORY_PP] for tp in MEMORY_TP]
+              for pr in MEMORY_PRECISIONS] for m in dense_models]
+    # moe_act[mixture of experts][precision][tp][pp][recompute][sp]: GB per token (FlashAttention)
+    moe_act = [[[[[[_sig(_per_token_activations(m, tp, pp, r, sp, pr, "flash") / GB, 5)
+                    for sp in (False, True)] for r, _, _ in RECOMPUTE] for pp in MEMORY_PP] for tp in MEMORY_TP]
+                for pr in MEMORY_PRECISIONS] for m in moe_models]
+    model_rows = []
+    for i, (m, sh) in enumerate(zip(models, shapes)):
+        row = {"name": m.name, "params": params[i], "layers": m.layers, "seq_len": m.seq_len, "d_model": m.d_model,
+               "heads": m.heads}
+        if sh.is_moe:
+            row.update({"moe": len(model_rows) - len(dense_models), "experts": m.experts, "top_k": m.top_k,
+                        "active": sh.active_params, "expert_params": expert[i]})
+        else:
+            row["dense"] = i
+        model_rows.append(row)
     return {
-        "models": [{"name": m.name, "params": m.params, "layers": m.layers, "seq_len": m.seq_len,
-                    "d_model": m.d_model, "heads": m.heads} for m in models],
+        "models": model_rows,
         "conventions": [{"name": c.name, "label": CONVENTION_LABELS[c.name], "total": c.total, "weights": c.weights, "grads": c.grads,
                          "optimizer": c.optimizer, "description": c.description} for c in conventions],
-        "gpus": list(MEMORY_GPUS), "tp": list(MEMORY_TP), "pp": list(MEMORY_PP),
+        "precisions": [{"name": n, "label": PRECISION_LABELS[n], "weight_copy": precision.RECIPES[n].weight_copy_bytes}
+                       for n in MEMORY_PRECISIONS],
+        "gpus": list(MEMORY_GPUS), "tp": list(MEMORY_TP), "pp": list(MEMORY_PP), "ep": list(MEMORY_EP),
         "zero": list(memory.ZERO_STAGES), "seq": list(MEMORY_SEQ), "micro_batch": list(MEMORY_MICRO_BATCH),
         "recompute": [[key, label] for key, label, _ in RECOMPUTE],
-        "devices": [{"name": d.name, "memory_gb": d.memory_gb} for d in facts.GPUS.values()],
-        "layouts": layouts, "state": state, "act": act,
+        "devices": [{"name": d.name, "memory_gb": d.memory_gb, "formats": list(hardware.find_gpu(d.name).formats)}
+                    for d in facts.GPUS.values()]
+                   + [{"name": g.name, "memory_gb": float(g.memory_vendor.split()[0]), "formats": list(g.formats)}
+                      for g in (hardware.GPU_TABLE[n] for n in MEMORY_MORE_DEVICES)],
+        "layouts": layouts, "ep_layouts": ep_layouts, "state": state, "unit": unit, "unit_ep": unit_ep, "act": act,
+        "saved": saved, "moe_act": moe_act,
         "colours": explorer_colours(),
         "defaults": {"model": "Llama 3 70B", "gpus": 64, "tp": 8, "pp": 1, "zero": 1, "micro_batch": 1,
-                     "convention": "zero_16", "device": "H100 SXM", "recompute": "selective", "sp": True},
+                     "convention": "zero_16", "device": "H100 SXM", "recompute": "selective", "sp": True,
+                     "precision": "bf16", "ep": 1},
     }
 
 

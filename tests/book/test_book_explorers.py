@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 import numpy as np
 import pytest
 
-from solutions import facts, memory, pipeline, scaling
+from solutions import facts, hardware, memory, pipeline, scaling, steptime
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "book" / "_ext"))
 import explore  # noqa: E402  (the explorers' build-time tables: their readable option labels)
@@ -228,6 +228,44 @@ def expected_memory(model, gpus, tp, pp, zero, convention, device, recompute, sp
     return out
 
 
+#: (model, GPUs, TP, PP, EP, ZeRO stage, convention, GPU, recompute, sequence parallelism,
+#: sequence length or None, micro-batch, precision)
+MEMORY_CASES_MOE = [
+    ("DeepSeek-V3", 4096, 1, 16, 64, 1, "zero_16", "H100 SXM", "selective", True, None, 1, "fp8"),
+    ("Mixtral 8x22B", 64, 4, 1, 8, 1, "zero_16", "B200", "none", True, 4096, 2, "mxfp8"),
+    ("gpt-oss-120b", 64, 1, 4, 8, 1, "zero_16", "H100 SXM", "selective", True, None, 1, "bf16"),
+    ("Qwen3-235B-A22B", 256, 1, 8, 1, 3, "zero_16", "GB200", "full", False, 8192, 4, "nvfp4"),
+    ("Llama 3 70B", 64, 8, 1, 1, 1, "zero_16", "H100 SXM", "selective", True, None, 1, "fp8"),
+    ("Llama 3 405B", 256, 4, 16, 1, 1, "zero_16", "GB200", "none", True, None, 1, "nvfp4"),
+]
+
+
+def expected_memory_precision(model, gpus, tp, pp, ep, zero, convention, device, recompute, sp, seq, mb, prec):
+    """GB per GPU on pipeline stage 0 from solutions.steptime: the state by ``state_breakdown``
+    (the precision's weight copies; a mixture of experts' experts on PP x EP, ZeRO over TP x DP /
+    EP); activations by ``activation_bytes`` for 1F1B's pp micro-batches in flight (a dense
+    model: Korthikanti et al.'s BF16 count less what the precision saves; a mixture of experts:
+    with FlashAttention)."""
+    moe = model in facts.MOE_ARCHITECTURES
+    arch = facts.MOE_ARCHITECTURES[model] if moe else facts.ARCHITECTURES[model]
+    dp = gpus // (tp * pp)
+    shape = steptime.shape_of(arch, seq_len=seq or arch.seq_len)
+    lay = steptime.Layout(tp=tp, pp=pp, dp=dp, zero=zero, ep=ep, micro_batch=mb, recompute=recompute,
+                          attention="flash" if moe else "standard", sequence_parallel=sp)
+    parts = steptime.state_breakdown(shape, lay, convention, prec)
+    if moe:
+        act = steptime.activation_bytes(shape, lay, 2 * pp, prec)
+    else:
+        act = expected_memory(model, gpus, tp, pp, zero, convention, "H100 SXM", recompute, sp, seq, mb)["activations"] * 1e9
+        act -= steptime.activation_bytes(shape, lay, 2 * pp, "bf16") - steptime.activation_bytes(shape, lay, 2 * pp, prec)
+    out = {k: v / 1e9 for k, v in parts.items()}
+    out["activations"] = act / 1e9
+    out["total"] = sum(out.values())
+    cap = facts.GPUS[device].memory_gb if device in facts.GPUS else float(hardware.GPU_TABLE[device].memory_vendor.split()[0])
+    out["fits"] = out["total"] <= cap
+    return out
+
+
 def check_bar(root, want, capacity_gb, case):
     """The bar is drawn to its scale: each segment's width and the GPU's dashed line, read off
     the tick labels in GB, give the shown figures within a pixel or two (once the segments have
@@ -259,7 +297,8 @@ def test_memory_explorer(browser, server, width):
     visit = Visit(browser, server, "memory", width)
     root = visit.root
     # Options are named for a reader: no code name (an identifier with an underscore) anywhere.
-    for name in ("model", "gpus", "tp", "pp", "zero", "convention", "device", "seq", "micro_batch", "recompute"):
+    for name in ("model", "gpus", "tp", "pp", "zero", "convention", "device", "seq", "micro_batch", "recompute",
+                 "precision", "ep"):
         labels = root.locator(f'select[name="{name}"] option').all_inner_texts()
         assert labels and not [x for x in labels if "_" in x], (name, labels)
     for case in MEMORY_CASES:
@@ -300,6 +339,41 @@ def test_memory_explorer(browser, server, width):
     choose(root, "pp", "1")  # 8 divides 24: the figures come back
     assert not message.is_visible()
     assert number(visit.text('[data-out="dp"]')) == 3
+
+    # Training precision and mixtures of experts (expert parallelism).
+    for case in MEMORY_CASES_MOE:
+        model, gpus, tp, pp, ep, zero, convention, device, recompute, sp, seq, mb, prec = case
+        choose(root, "model", model + " (")
+        if seq is not None:
+            choose(root, "seq", f"{seq:,} tokens")
+        choose(root, "micro_batch", f"{mb} sequence")
+        choose(root, "gpus", f"{gpus:,}")
+        choose(root, "tp", str(tp))
+        choose(root, "pp", str(pp))
+        choose(root, "ep", str(ep))
+        choose(root, "zero", f"{zero}:")
+        choose(root, "convention", explore.CONVENTION_LABELS[convention])
+        choose(root, "device", device + " (")
+        choose(root, "recompute", recompute + ":")
+        choose(root, "precision", explore.PRECISION_LABELS[prec])
+        root.locator('input[name="sp"]').set_checked(sp)
+        assert not root.locator('[data-out="message"]').is_visible(), case
+        want = expected_memory_precision(*case)
+        for part in ("weights", "grads", "optimizer", "activations", "total"):
+            shown = number(visit.text(f'td[data-out="{part}"]'))
+            assert shown == pytest.approx(want[part], rel=REL), (case, part)
+        assert root.locator('td[data-out="fits"]').get_attribute("data-fits") == ("yes" if want["fits"] else "no"), case
+    # EP on a dense model, EP that does not divide the experts, EP that does not divide TP x DP.
+    for model, gpus, tp, pp, ep, text in (("Llama 3 70B", 64, 8, 1, 8, "is dense"),
+                                          ("Mixtral 8x22B", 64, 1, 1, 16, "does not divide the 8 experts"),
+                                          ("DeepSeek-V3", 64, 1, 16, 8, "does not divide TP \u00d7 DP = 4")):
+        choose(root, "model", model + " (")
+        choose(root, "gpus", f"{gpus:,}")
+        choose(root, "tp", str(tp))
+        choose(root, "pp", str(pp))
+        choose(root, "ep", str(ep))
+        assert message.is_visible() and text in message.inner_text(), (model, message.inner_text())
+        assert not root.locator('td[data-out="total"]').is_visible()
     visit.finish()
 
 

@@ -12,8 +12,9 @@ import sys
 import pytest
 
 from labs import launch
-from labs.predict_vs_measure import (CALIBRATION_STRATEGY, CPU_BOUNDS, REFERENCE, RING_ELEMENTS, STRATEGIES,
-                                     calibration_from, model_of, predictions, summary)
+from labs.predict_vs_measure import (BOOKKEEPING, CALIBRATION_STRATEGY, CHAIN, CPU_BOUNDS, REFERENCE, RING_ELEMENTS,
+                                     STRATEGIES, calibration_from, cluster_of, fsdp_unit_seconds, model_of,
+                                     predictions, summary)
 from solutions import steptime
 
 RATE, BW, ALPHA = 50e9, 1e9, 2e-4  # a made-up CPU: 50 GFLOP/s, 1 GB/s, 200 us per message
@@ -24,7 +25,7 @@ def _cpu():
 
 
 def _cal(w0=100.0, c=1e-3):
-    return steptime.Calibration(1.0, w0, (), c)
+    return steptime.CPUCalibration(1.0, w0, (), c)
 
 
 # --------------------------------------------------------------------------- the stored reference
@@ -96,12 +97,16 @@ def test_ddp_on_cpu_exposes_the_whole_ring():
         ring = 2 * (n - 1) / n * 4e5 / BW + 2 * (n - 1) * ALPHA
         assert st.breakdown_s["dp"] == pytest.approx(ring, rel=1e-12)
         assert st.messages["dp"] == 2 * (n - 1)
-    # On a GPU cluster (overlap, no latency) the same all-reduce hides behind the backward pass.
+    # On a GPU cluster (overlap, NCCL's latencies) the same all-reduce hides behind the backward pass
+    # as far as that lasts.
+    from solutions import network
     gpu = steptime.Cluster(steptime.facts.GPUS["A100 80GB"], 300e9, 25e9)
     st = steptime.step_time(shape, steptime.Layout(dp=2, micro_batch=2), gpu, 4, bytes_per_element=4,
-                            calibration=steptime.CALIBRATION["A100"])
+                            calibration=steptime.CALIBRATION)
     assert st.links["dp"] == "nvlink" and st.messages["dp"] == 2
-    assert st.breakdown_s["dp"] == max(0.0, 4e5 / 300e9 - 2 / 3 * st.breakdown_s["compute"]) == 0.0
+    ring = network.ring_time("all_reduce", 4e5, 2, network.Link("nvlink", 300e9, 1, 2), 0.7)
+    assert st.breakdown_s["dp"] + st.hidden_s["dp"] == pytest.approx(ring, rel=1e-9)
+    assert 0 < st.hidden_s["dp"] <= ring
 
 
 def test_fsdp_tp_pp_messages_by_hand():
@@ -110,10 +115,22 @@ def test_fsdp_tp_pp_messages_by_hand():
     m, n = 3, 2
     fsdp = steptime.step_time(shape, steptime.Layout(dp=n, zero=3, micro_batch=1), cpu, n * m, calibration=cal,
                               bytes_per_element=4)
-    # Every micro-batch: two all-gathers and a reduce-scatter per layer (and the head), (n-1) steps each.
-    assert fsdp.messages["dp"] == m * 3 * (n - 1) * (4 + 1)
-    per_mb = 3 * (n - 1) / n * 8e5 / BW + 3 * (n - 1) * 5 * ALPHA
+    # Every micro-batch: two all-gathers and a reduce-scatter per FSDP unit (the layers, the
+    # embedding and the head, as the labs wrap them), (n-1) steps each.
+    units = 4 + 2
+    assert fsdp.messages["dp"] == m * 3 * (n - 1) * units
+    per_mb = 3 * (n - 1) / n * 8e5 / BW + 3 * (n - 1) * units * ALPHA
     assert fsdp.breakdown_s["dp"] == pytest.approx(m * per_mb, rel=1e-12)
+    # gloo's own reduce-scatter all-reduces the whole input (pytorch/pytorch#118911): its steps
+    # and bytes are an all-reduce's, at the constants measured for it
+    gloo = steptime.cpu_cluster(RATE, BW, ALPHA, cores=2, collectives={
+        "all_gather": (2 * ALPHA, BW / 2, "all_gather"), "reduce_scatter": (ALPHA, BW, "all_reduce")})
+    g = steptime.step_time(shape, steptime.Layout(dp=n, zero=3, micro_batch=1), gloo, n * m, calibration=cal,
+                           bytes_per_element=4)
+    ag = 2 * ((n - 1) / n * 8e5 / (BW / 2) + (n - 1) * units * 2 * ALPHA)
+    rs = 2 * (n - 1) / n * 8e5 / BW + 2 * (n - 1) * units * ALPHA
+    assert g.breakdown_s["dp"] == pytest.approx(m * (ag + rs), rel=1e-12)
+    assert g.messages["dp"] == m * (2 * (n - 1) + 2 * (n - 1)) * units
     tp = steptime.step_time(shape, steptime.Layout(tp=n, micro_batch=2), cpu, 2 * m, calibration=cal,
                             bytes_per_element=4)
     # Four ring all-reduces of b s h fp32 elements per layer and micro-batch.
@@ -127,6 +144,52 @@ def test_fsdp_tp_pp_messages_by_hand():
     assert pp.breakdown_s["pp"] == pytest.approx((2 * (n - 1) + 2 * m) * (send / BW + ALPHA), rel=1e-12)
     t_mb = pp.breakdown_s["compute"] / m
     assert pp.breakdown_s["bubble"] == pytest.approx((n - 1) * t_mb, rel=1e-12)
+    # FSDP2's own work, u per unit and micro-batch, is charged to dp on a CPU: (L + 2) m u more.
+    u = 1e-3
+    own = steptime.step_time(shape, steptime.Layout(dp=n, zero=3, micro_batch=1),
+                             steptime.cpu_cluster(RATE, BW, ALPHA, cores=2, fsdp_unit_s=u), n * m, calibration=cal,
+                             bytes_per_element=4)
+    assert own.breakdown_s["dp"] - fsdp.breakdown_s["dp"] == pytest.approx(units * m * u, rel=1e-9)
+    assert own.messages["dp"] == fsdp.messages["dp"]
+    with pytest.raises(ValueError, match="fsdp_unit_s"):
+        steptime.cpu_cluster(RATE, BW, ALPHA, cores=2, fsdp_unit_s=-1.0)
+
+
+def test_gloo_collectives_and_fsdp_work_calibrated_by_hand():
+    """The chained collectives' time per call gives each op's (alpha, beta) on its own ring
+    (gloo's reduce-scatter an all-reduce's 2 (n-1) steps and 2 (n-1)/n of the full buffer);
+    FSDP2's own work is the tiny sharded step less the plain one less those collectives, per
+    unit and micro-batch."""
+    n = 2
+    ctx = type("Ctx", (), {"world_size": n})()
+    small, large = (4 * k for k in RING_ELEMENTS)
+    alpha, beta = 50e-6, 2e9
+    ag = dict(alpha=3e-4, beta=5e8)
+    rs = dict(alpha=2e-4, beta=8e8)
+    seconds = {"matmul": 0.01, "ring small": 2 * alpha + small / beta, "ring large": 2 * alpha + large / beta}
+    for size, b in (("small", small), ("large", large)):
+        full = b * n
+        seconds[f"all_gather {size}"] = CHAIN * ((n - 1) * ag["alpha"] + (n - 1) / n * full / ag["beta"])
+        seconds[f"reduce_scatter {size}"] = CHAIN * (2 * (n - 1) * rs["alpha"] + 2 * (n - 1) / n * full / rs["beta"])
+    seconds["tiny fsdp"], seconds["tiny plain"] = 0.05, 0.01
+    cal = calibration_from(ctx, seconds)
+    got = cal["collectives"]
+    assert got["all_gather"]["latency_s"] == pytest.approx(ag["alpha"], rel=1e-9)
+    assert got["all_gather"]["bandwidth_bytes_per_s"] == pytest.approx(ag["beta"], rel=1e-9)
+    assert got["reduce_scatter"]["algorithm"] == "all_reduce"
+    assert got["reduce_scatter"]["latency_s"] == pytest.approx(rs["alpha"], rel=1e-9)
+    assert got["reduce_scatter"]["bandwidth_bytes_per_s"] == pytest.approx(rs["beta"], rel=1e-9)
+    report = {"calibration": cal, "world_size": n, "config": {"vocab_size": 80}, "machine": {"cores": 2}}
+    base = steptime.cpu_cluster(cal["matmul_flops_per_s"], beta, alpha, 2, collectives={
+        op: (v["latency_s"], v["bandwidth_bytes_per_s"], v["algorithm"]) for op, v in got.items()})
+    shape, lay, batch = model_of({**BOOKKEEPING, "strategy": "fsdp"}, n, 80)
+    comm = steptime.step_time(shape, lay, base, batch, calibration=_cal(0.0, 0.0), bytes_per_element=4).breakdown_s["dp"]
+    units = (BOOKKEEPING["n_layer"] + 2) * BOOKKEEPING["microbatches"]
+    assert fsdp_unit_seconds(report, base) == pytest.approx((0.05 - 0.01 - comm) / units, rel=1e-9)
+    assert cluster_of(report).fsdp_unit_s == pytest.approx((0.05 - 0.01 - comm) / units, rel=1e-9)
+    # A report without the tiny runs (an older one) charges nothing for FSDP2's own work.
+    old = {**report, "calibration": {k: v for k, v in cal.items() if k != "fsdp_seconds"}}
+    assert cluster_of(old).fsdp_unit_s == 0.0
 
 
 def test_calibrate_cpu_recovers_its_constants():

@@ -45,17 +45,16 @@ def test_chinchillas_budget():
 
 
 @pytest.mark.parametrize("count", [8192, 16384])
-def test_llama3_405b_published_layout_is_the_planners_choice(count):
-    """Dubey et al. 2024, Table 4: the planner's fastest layout is the published TP8 x PP16 x DP,
-    without recomputation, interleaved, and no slower than the published one as predicted."""
-    from solutions import steptime
-    reported = next(l for l in facts.LAYOUTS if l.model == "Llama 3 405B" and l.num_gpus == count and l.cp == 1)
-    p = plan.make_plan(model=405e9, tokens=15.6e12, gpu="H100", count=count)
-    assert (p.tp, p.pp, p.dp, p.cp) == (reported.tp, reported.pp, reported.dp, 1)
-    assert p.recompute == "none" and p.layout.schedule == "interleaved"
-    assert p.regime == "frontier" and p.fits and p.arch.name == "Llama 3 405B"
-    run = next(r for r in facts.PUBLISHED_RUNS if r.num_gpus == count and r.cp == 1)
-    assert p.step.step_s <= steptime.predict_run(run)[0].step_s * (1 + 1e-9)
+def test_llama3_405b_published_layout_is_among_the_planners_best(count):
+    """Dubey et al. 2024, Table 4: the planner keeps TP8 inside the server and pipelines across
+    servers; its choice is no slower than the published layout as predicted, and the published
+    TP8 x PP16 family is within 10% of it."""
+    p = plan.make_plan(model=405e9, tokens=15.6e12, gpu="H100", count=count, arch="Llama 3 405B")
+    assert p.tp == 8 and p.cp == 1 and p.pp > 1 and p.layout.schedule == "interleaved"
+    assert p.regime == "frontier" and p.fits
+    fitting, _ = plan.search_layouts(p.shape, p.cluster, count, p.global_batch)
+    published = min(st.step_s for st, lay in fitting if (lay.tp, lay.pp, lay.cp) == (8, 16, 1))
+    assert p.step.step_s <= published <= 1.10 * p.step.step_s
 
 
 def test_days_to_train_70b_with_mfu_override():
@@ -92,7 +91,7 @@ def test_70b_fsdp_traffic_counts_every_micro_batch():
 def test_search_never_returns_a_layout_that_does_not_fit(kwargs):
     p = plan.make_plan(**kwargs)
     fitting, others = plan.search_layouts(p.shape, p.cluster, p.count, p.global_batch)
-    limit = p.gpu.memory_gb * 1e9
+    limit = p.gpu.usable_memory_bytes
     assert fitting, "some layout fits"
     for st, lay in fitting:
         assert st.state_bytes + st.activation_bytes <= limit
@@ -112,7 +111,7 @@ def test_hand_layout_that_does_not_fit_gets_advice():
 def test_no_inference_means_the_compute_optimal_model():
     C = 6 * 70e9 * 1.4e12
     p = plan.make_plan(budget=C, count=1024, inference_tokens=0)
-    N_opt, D_opt = p.optimal["hoffmann_rounded"][:2]
+    N_opt, D_opt = p.optimal[plan.DEFAULT_CONSTANTS][:2]
     assert (p.overtrained["N"], p.overtrained["D"]) == pytest.approx((N_opt, D_opt), rel=1e-4)
     assert plan.make_plan(budget=C, count=1024).overtrained is None
 
@@ -122,7 +121,7 @@ def test_serving_10t_tokens_overtrains_chinchilla_s_budget():
     (rounded constants), a model that will serve 10T tokens should be ~17.6B parameters trained
     on ~363 tokens each, and costs 17% less over its lifetime than the compute-optimal one."""
     T = 1e13
-    p = plan.make_plan(model=70e9, tokens=1.4e12, count=1024, inference_tokens=T)
+    p = plan.make_plan(model=70e9, tokens=1.4e12, count=1024, inference_tokens=T, constants="hoffmann_rounded")
     o = p.overtrained
     assert o["N"] == pytest.approx(17.6e9, rel=0.005)
     assert o["D"] / o["N"] == pytest.approx(363, rel=0.005)
@@ -183,7 +182,23 @@ def test_json_for_a_budget():
     (["--model", "7e9", "--tokens", "1e12", "--cp", "3"], "cp must divide seq_len"),
     (["--model", "7e9", "--tokens", "1e12", "--global-batch", "0"], "global_batch"),
     (["--model", "7e9", "--tokens", "1e12", "--count", "8", "--global-batch", "3", "--dp", "8"], "no layout"),
-    (["--model", "7e9", "--tokens", "1e12", "--gpu", "B200"], "gpu must be one of"),
+    (["--model", "7e9", "--tokens", "1e12", "--gpu", "Z100"], "gpu must be one of"),
+    (["--model", "7e9", "--tokens", "1e12", "--gpu", "H100", "--precision", "nvfp4"],
+     "precision nvfp4 is not available on the H100 SXM"),
+    (["--model", "7e9", "--tokens", "1e12", "--precision", "fp6"], "precision must be one of"),
+    (["--arch", "DeepSeek-V3", "--tokens", "1e12", "--count", "2048", "--ep", "96"],
+     "ep must divide the number of experts"),
+    (["--model", "40e9", "--tokens", "1e12", "--experts", "8", "--top-k", "9", "--expert-ffn-hidden", "4096"],
+     "top_k must be at most the number of experts"),
+    (["--arch", "Mixtral 8x22B", "--tokens", "1e12", "--count", "64", "--ep", "8", "--tp", "1", "--pp", "1",
+      "--dp", "8"], "tp x cp x pp x dp must equal count"),
+    (["--arch", "DeepSeek-V3", "--tokens", "1e12", "--count", "512", "--ep", "64", "--tp", "1", "--pp", "16",
+      "--dp", "32"], "ep x etp must divide tp x cp x dp"),
+    (["--model", "7e9", "--tokens", "1e12", "--ep", "8"], "ep > 1 needs experts"),
+    (["--arch", "DeepSeek-V4", "--tokens", "1e12"], "arch must be one of"),
+    (["--model", "7e9", "--tokens", "1e12", "--overlap", "tp,nope"], "overlap must be"),
+    (["--budget", "1e24", "--experts", "64", "--top-k", "2", "--expert-ffn-hidden", "2048"],
+     "give --model (or --arch) and --tokens for a mixture of experts"),
     (["--budget", "1e23", "--model", "7e9", "--tokens", "1e12"], "not both"),
     (["--model", "7e9"], "give a budget, or both model and tokens"),
     (["--model", "7e9", "--tokens", "1e12", "--mfu", "1.5"], "mfu must be in (0, 1]"),
@@ -201,10 +216,13 @@ def test_cli_bad_input_is_one_line(args, message):
 
 
 def test_find_gpu_aliases():
-    assert plan.find_gpu("h100") is H100
-    assert plan.find_gpu("a100 40gb").memory_gb == 40
-    with pytest.raises(ValueError, match="gpu must be one of"):
-        plan.find_gpu("H100 NVL")
+    from solutions import hardware
+    assert plan.find_gpu("h100") is hardware.GPU_TABLE["H100 SXM"]
+    assert plan.find_gpu("a100 40gb").memory_vendor.startswith("40")
+    assert plan.find_gpu("GB200 NVL72") is hardware.GPU_TABLE["GB200"]
+    assert plan.find_gpu("mi355x").vendor == "AMD"
+    with pytest.raises(ValueError, match="gpu must be one of .*B200.*MI355X"):
+        plan.find_gpu("H100 NVLX")
 
 
 def _plan_for(run):
@@ -213,6 +231,8 @@ def _plan_for(run):
     shape = steptime.run_shape(run)
     kw = dict(tokens=1e12, gpu=run.gpu, count=run.num_gpus, seq_len=run.seq_len, global_batch=run.global_batch,
               network=run.network, attention=run.attention)
+    if run.arch:
+        return plan.make_plan(arch=run.arch, **kw)
     if run.mlp == "swiglu":
         return plan.make_plan(model=run.params, arch="Llama 3 405B", **kw)
     return plan.make_plan(layers=shape.layers, hidden=shape.hidden, heads=shape.heads, vocab=shape.vocab, **kw)
@@ -230,3 +250,63 @@ def test_planner_is_no_slower_than_a_published_layout(name):
     assert p.fits
     if published.fits:
         assert p.step.step_s <= published.step_s * (1 + 1e-9)
+
+
+MOE_RUN = ["--arch", "DeepSeek-V3", "--tokens", "14.8e12", "--gpu", "H800", "--count", "2048", "--precision", "fp8",
+           "--tp", "1", "--pp", "16", "--dp", "128", "--ep", "64", "--zero", "1", "--global-batch", "15360",
+           "--micro-batch", "1", "--json"]
+
+
+def test_json_for_a_mixture_of_experts():
+    out = run_cli(*MOE_RUN)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert KEYS <= set(data) and LAYOUT_KEYS <= set(data["layout"])
+    assert data["layout"]["ep"] == 64 and data["precision"] == "fp8"
+    assert data["shape"]["moe"]["experts"] == 256 and data["shape"]["moe"]["top_k"] == 8
+    assert data["shape"]["active_params"] == pytest.approx(37e9, rel=0.05)
+    assert data["bytes_per_step"]["ep"] > 0 and "ep" in data["breakdown_s"]
+    # MFU against the BF16 peak, and against the FP8 peak: half of it
+    assert data["mfu_precision_peak"] == pytest.approx(data["mfu_bf16_peak"] / 2, rel=1e-3)
+    assert data["tokens_per_s_per_gpu"] == pytest.approx(data["tokens_per_s"] / 2048, rel=1e-12)
+    assert data["memory"]["fits"] and data["memory"]["margin_bytes"] > 0
+
+
+def test_moe_flags_make_a_mixture_and_the_search_picks_ep():
+    p = plan.make_plan(model=60e9, tokens=1e12, gpu="GB200", count=64, experts=64, top_k=4, expert_ffn=2048,
+                       shared_experts=1, dense_layers=1, precision="mxfp8")
+    assert p.shape.is_moe and p.shape.moe.experts == 64 and p.ep > 1
+    assert p.step.links["ep"] == "nvlink"  # inside the 72-GPU NVLink domain of the rack
+    assert p.shape.active_params < 0.3 * p.shape.n_params
+
+
+def test_precision_speeds_a_plan_up_and_is_printed():
+    bf = plan.make_plan(model=70e9, tokens=1e12, gpu="B200", count=64, arch="Llama 3 70B", tp=2, pp=4)
+    f4 = plan.make_plan(model=70e9, tokens=1e12, gpu="B200", count=64, arch="Llama 3 70B", tp=2, pp=4,
+                        precision="nvfp4")
+    assert f4.step.tokens_per_s > bf.step.tokens_per_s
+    text = plan.format_plan(f4)
+    assert "of the NVFP4 peak" in text and "tokens/s/GPU" in text and "TFLOP/s/GPU" in text
+
+
+def test_an_out_of_memory_plan_prints_its_margin():
+    p = plan.make_plan(model=70e9, tokens=1.4e12, gpu="H100", count=8, zero=0, tp=1, pp=1)
+    assert not p.fits and p.step.margin_bytes < 0
+    assert f"{-p.step.margin_bytes / 2**30:,.1f} GiB over" in plan.format_plan(p)
+
+
+def test_line_2_names_the_default_constants():
+    p = plan.make_plan(budget=5.88e23, count=1024)
+    assert plan.DEFAULT_CONSTANTS == "epoch_2024"
+    text = plan.format_plan(p)
+    assert "default the Epoch AI refit, the set section 3 stands behind" in text
+    # the compute-optimal model under the refit: about 20 tokens per parameter
+    assert p.tokens / p.params == pytest.approx(p.optimal["epoch_2024"][2], rel=1e-9)
+
+
+def test_arch_names_in_any_case():
+    a = plan.make_plan(arch="deepseek-v3", tokens=1e12, gpu="H800", count=2048, precision="fp8", tp=1, pp=16,
+                       dp=128, ep=64, zero=1, micro_batch=1, recompute="none")
+    b = plan.make_plan(arch="DeepSeek-V3", tokens=1e12, gpu="H800", count=2048, precision="fp8", tp=1, pp=16,
+                       dp=128, ep=64, zero=1, micro_batch=1, recompute="none")
+    assert a.step.step_s == b.step.step_s and a.shape == b.shape

@@ -287,8 +287,15 @@
   /* ------------------------------------------------------------------ */
   function memoryExplorer(root, data) {
     var d = data.defaults;
-    var model = select("model", data.models.map(function (m, i) { return [i, m.name + " (" + fmtCount(m.params) + ")"]; }),
-                       data.models.findIndex(function (m) { return m.name === d.model; }));
+    var model = select("model", data.models.map(function (m, i) {
+      return [i, m.name + " (" + fmtCount(m.params) + (m.moe === undefined ? "" :
+        ", mixture of experts: " + m.experts + " experts, " + m.top_k + " per token, " + fmtCount(m.active) + " active") + ")"];
+    }), data.models.findIndex(function (m) { return m.name === d.model; }));
+    var prec = select("precision", data.precisions.map(function (q, i) { return [i, q.label]; }),
+                      data.precisions.findIndex(function (q) { return q.name === d.precision; }));
+    var ep = select("ep", data.ep.map(function (x, i) { return [i, String(x)]; }), data.ep.indexOf(d.ep));
+    var epOut = el("span", { "class": "readout", "data-out": "edp" });
+    var precNote = el("p", { "class": "note", "data-out": "precision" });
     var gpus = select("gpus", data.gpus.map(function (g) { return [g, g.toLocaleString("en-US")]; }), d.gpus);
     var tp = select("tp", data.tp.map(function (t, i) { return [i, String(t)]; }), data.tp.indexOf(d.tp));
     var pp = select("pp", data.pp.map(function (t, i) { return [i, String(t)]; }), data.pp.indexOf(d.pp));
@@ -317,7 +324,9 @@
       control("Model", model), control("GPUs", gpus), control("Tensor parallel TP", tp),
       control("Pipeline parallel PP", pp),
       el("div", {}, [el("span", {}, ["Data parallel DP = GPUs / (TP \u00d7 PP) = "]), dpOut]),
-      control("ZeRO stage (over DP)", zero), control("GPU", device),
+      control("Expert parallel EP (mixtures of experts)", ep),
+      el("div", {}, [el("span", {}, ["Expert data parallel = TP \u00d7 DP / EP = "]), epOut]),
+      control("ZeRO stage (over DP)", zero), control("GPU", device), control("Training precision", prec),
       control("Sequence length", seq, seqNote), control("Micro-batch size", mb), spLabel,
       wide(control("Bytes per parameter", conv)), wide(control("Activation recomputation", rc)),
     ]);
@@ -359,7 +368,7 @@
       el("div", { "class": "legend" }, [el("span", {}, ["Busiest GPU (pipeline stage 0); the dashed line is the GPU's memory."])]),
       barWrap,
       el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region", "aria-label": "Table (scrolls sideways)" }, [el("table", {}, [tbody])]),
-      convNote,
+      convNote, precNote,
     ]);
 
     function update() {
@@ -370,20 +379,65 @@
       convNote.textContent = c.label.split(":")[0] + " per parameter: " + c.description + ".";
       var own = data.models[m].seq_len;
       seqNote.textContent = data.seq[Number(seq.value)] === own ? "(the model's training length)" : "(trained at " + own.toLocaleString("en-US") + ")";
-      if (!layout) {
-        dpOut.textContent = "none";
-        message.textContent = "TP \u00d7 PP = " + data.tp[t] + " \u00d7 " + data.pp[p] + " = " + (data.tp[t] * data.pp[p]) +
-          " does not divide " + g.toLocaleString("en-US") + " GPUs: there is no whole data-parallel degree. " +
-          "Choose a GPU count that is a multiple of TP \u00d7 PP.";
+      var mm = data.models[m], e = data.ep[Number(ep.value)], q = data.precisions[Number(prec.value)];
+      var dev = data.devices[Number(device.value)];
+      function stop(text) {
+        message.textContent = text;
         message.hidden = false;
         results.hidden = true;
+      }
+      if (!layout) {
+        dpOut.textContent = "none";
+        epOut.textContent = "none";
+        stop("TP \u00d7 PP = " + data.tp[t] + " \u00d7 " + data.pp[p] + " = " + (data.tp[t] * data.pp[p]) +
+          " does not divide " + g.toLocaleString("en-US") + " GPUs: there is no whole data-parallel degree. " +
+          "Choose a GPU count that is a multiple of TP \u00d7 PP.");
+        return;
+      }
+      dpOut.textContent = String(layout[1]);
+      var epl = data.ep_layouts[key + "," + e];
+      epOut.textContent = mm.moe === undefined ? "none (a dense model)" : (epl ? String(epl[1]) : "none");
+      if (e > 1 && mm.moe === undefined) {
+        stop("Expert parallelism splits the experts of a mixture of experts, and " + mm.name +
+          " is dense: choose a mixture of experts, or EP 1.");
+        return;
+      }
+      if (e > 1 && mm.experts % e) {
+        stop("EP = " + e + " does not divide the " + mm.experts + " experts of " + mm.name + ".");
+        return;
+      }
+      if (e > 1 && !epl) {
+        stop("EP = " + e + " does not divide TP \u00d7 DP = " + (data.tp[t] * layout[1]) +
+          ": expert parallelism is carved out of the tensor- and data-parallel GPUs.");
         return;
       }
       message.hidden = true;
       results.hidden = false;
-      dpOut.textContent = String(layout[1]);
-      var st = data.state[m][Number(conv.value)][Number(zero.value)][layout[0]];
-      var a = data.act[m][t][p][Number(rc.value)][sp.checked ? 1 : 0][Number(seq.value)][Number(mb.value)];
+      var ci = Number(conv.value), zi = Number(zero.value), qi = Number(prec.value);
+      var ri = Number(rc.value), spi = sp.checked ? 1 : 0;
+      var tokens = data.seq[Number(seq.value)] * data.micro_batch[Number(mb.value)];
+      var st, a;
+      if (mm.moe === undefined) {
+        st = data.state[mm.dense][ci][zi][layout[0]].slice();
+        a = data.act[mm.dense][t][p][ri][spi][Number(seq.value)][Number(mb.value)] -
+            data.saved[mm.dense][qi][t][p][ri][spi] * tokens;
+      } else {
+        /* per billion parameters: the dense part on TP x PP, the experts on PP x EP */
+        var denseB = (mm.params - mm.expert_params) / 1e9, u = data.unit[ci][zi][layout[0]];
+        var ue = data.unit_ep[ci][zi][epl[0]];
+        st = u.map(function (x, i) { return x * denseB + ue[i] * mm.expert_params / 1e9; });
+        a = data.moe_act[mm.moe][qi][t][p][ri][spi] * tokens;
+      }
+      /* a low precision keeps quantised copies of the weights, sharded like them */
+      var cv = data.conventions[ci];
+      st[0] *= (cv.weights + q.weight_copy) / cv.weights;
+      var needs = q.name === "bf16" ? "bf16" : q.name;
+      precNote.textContent = (q.name === "bf16" ? "BF16 weights, activations and products." :
+        q.label + ": a copy of the weights in the low precision (" + q.weight_copy + " bytes per parameter), and the " +
+        "linear layers' inputs stored in it for the backward pass.") +
+        (dev.formats.indexOf(needs) < 0 ? " The " + dev.name + " has no " + q.label.split(" ")[0] +
+          " tensor cores: the figures are for a GPU that has." : "") +
+        (mm.moe === undefined ? "" : " A mixture of experts' activations are counted with FlashAttention (no attention scores).");
       var v = { weights: st[0], grads: st[1], optimizer: st[2], activations: a };
       var sum = v.weights + v.grads + v.optimizer + v.activations;
       var cap = data.devices[Number(device.value)].memory_gb;
@@ -406,7 +460,7 @@
       var i = data.seq.indexOf(data.models[Number(model.value)].seq_len);
       if (i >= 0) seq.value = String(i);
     });
-    [model, gpus, tp, pp, zero, conv, device, rc, sp, seq, mb].forEach(function (x) { x.addEventListener("change", update); });
+    [model, gpus, tp, pp, zero, conv, device, rc, sp, seq, mb, prec, ep].forEach(function (x) { x.addEventListener("change", update); });
     append(root, [controls, message, results]);
     update();
   }
