@@ -153,7 +153,7 @@ def test_through_the_grader_an_exercise_1_that_raises_costs_nothing_in_exercise_
 
     from autograde.grade import grade_submission
 
-    reference = (Path(__file__).resolve().parents[2] / "redteam" / "reference_submission.py").read_text()
+    reference = (Path(__file__).resolve().parents[1] / "redteam" / "reference_submission.py").read_text()
     source = reference.replace(
         "return E + A / N**ALPHA + B / D**BETA",
         "import math\n    return E + A / math.pow(N, ALPHA) + B / math.pow(D, BETA)").replace(
