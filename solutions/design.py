@@ -174,7 +174,7 @@ def d06_tp_pp(arch="Llama 3 70B", gpus=64, batch_tokens=BATCH_4M, tokens=15e12, 
     a = facts.ARCHITECTURES[arch]
     peak = H100.peak_flops_per_s
     shape = steptime.shape_of(a)
-    cluster = plan.cluster_for(H100)
+    cluster = plan.cluster_for(H100.name)
     sequences = batch_tokens // a.seq_len
     layouts = {"A": steptime.Layout(8, 1, 1, gpus // 8, 1, 1, "none"),
                "B1": steptime.Layout(4, 1, 2, gpus // 8, 1, 1, "none"),
