@@ -2,14 +2,100 @@
 on Colab and on Kaggle."""
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import sys
 from pathlib import Path
 
-from .launch import REPO_ROOT, run_lab
+from . import launch
+from .launch import REPO_ROOT
+from .report import run_html, table_html, table_text
 
-__all__ = ["glue", "measured_or_skipped", "report_path", "run_lab", "style", "reference_runs", "show_reference"]
+__all__ = ["LabRun", "Table", "glue", "show_table", "measured_or_skipped", "report_path", "run_lab", "style", "reference_runs", "show_reference"]
 
 REFERENCE_DIR = REPO_ROOT / "labs" / "reference"
+
+
+class _Tee(io.TextIOBase):
+    """Writes to two streams: the cell's output (so a reader watches the run) and a buffer."""
+
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text):
+        for stream in self.streams:
+            stream.write(text)
+        return len(text)
+
+    def flush(self):
+        for stream in self.streams:
+            stream.flush()
+
+
+class LabRun:
+    """A finished lab run as a notebook shows it: the checks as an HTML table with the log
+    folded under it (``labs.report.run_html``); as text, the log as the lab printed it."""
+
+    def __init__(self, report: dict, log: str):
+        self.report, self.log = report, log
+
+    def _repr_html_(self) -> str:
+        return run_html(self.report, self.log)
+
+    def __repr__(self) -> str:
+        return self.log.rstrip("\n")
+
+
+def _in_a_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return getattr(get_ipython(), "kernel", None) is not None
+
+
+def run_lab(lab: str, *args, timeout: float | None = None) -> dict:
+    """Run ``python -m labs.<lab> *args`` from a notebook cell (:func:`labs.launch.run_lab`) and
+    return its report. The log streams into the cell while the lab runs; when it is done, a
+    notebook replaces it with the checks as a table (predicted, measured, ratio, verdict) and the
+    log folded under the table. Outside a notebook the log is printed, as from a shell. If the
+    lab fails, the streamed log stays and the error is raised."""
+    if not _in_a_kernel():
+        return launch.run_lab(lab, *args, timeout=timeout)
+    from IPython.display import clear_output, display
+
+    log = io.StringIO()
+    with contextlib.redirect_stdout(_Tee(sys.stdout, log)):
+        report = launch.run_lab(lab, *args, timeout=timeout)
+    clear_output(wait=True)
+    display(LabRun(report, log.getvalue()))
+    return report
+
+
+class Table:
+    """A small table for a notebook: HTML in Jupyter and the book, aligned text elsewhere."""
+
+    def __init__(self, header, rows, caption: str | None = None):
+        self.header, self.rows, self.caption = list(header), [list(r) for r in rows], caption
+
+    def _repr_html_(self) -> str:
+        return table_html(self.header, self.rows, self.caption)
+
+    def __repr__(self) -> str:
+        text = table_text(self.header, self.rows)
+        return f"{self.caption}\n{text}" if self.caption else text
+
+
+def show_table(header, rows, caption: str | None = None) -> None:
+    """Show rows of cells as a table (:class:`Table`): displayed in a notebook, printed elsewhere."""
+    table = Table(header, rows, caption)
+    if _in_a_kernel():
+        from IPython.display import display
+
+        display(table)
+    else:
+        print(repr(table))
 
 
 def measured_or_skipped(check: dict, spec: str | None = None):
