@@ -713,7 +713,10 @@
 
   function plannerExplorer(root, data) {
     var d = data.defaults;
-    var model = select("model", data.models.map(function (m, i) { return [i, m.name + " (" + fmtCount(m.params) + " parameters)"]; }),
+    var model = select("model", data.models.map(function (m, i) {
+      var size = Math.round(m.params / 1e9) + "B";  /* "Chinchilla (70B)"; "Llama 3 70B" names its size */
+      return [i, / \d+B$/.test(m.name) ? m.name : m.name + " (" + size + ")"];
+    }),
                        data.models.findIndex(function (m) { return m.name === d.model; }));
     var gpu = select("gpu", data.gpus.map(function (g, i) { return [i, g.name + " (" + g.memory_gb + " GB)"]; }),
                      data.gpus.findIndex(function (g) { return g.name === d.gpu; }));
@@ -766,6 +769,12 @@
     function row(body, cells, attrs) {
       body.appendChild(el("tr", attrs || {}, [el("th", { scope: "row", text: cells[0] })].concat(cells.slice(1).map(function (c) { return el("td", { text: c }); }))));
     }
+    /* Layouts travel as lists of values in the order of data.layout_keys (planner_form.py). */
+    function unpack(values) {
+      var layout = {};
+      data.layout_keys.forEach(function (k, i) { layout[k] = values[i]; });
+      return layout;
+    }
     function update() {
       var p = data.plans[Number(model.value)][Number(gpu.value)][Number(count.value)][Number(batch.value)][Number(precision.value)];
       var m = data.models[Number(model.value)], g = data.gpus[Number(gpu.value)], n = data.counts[Number(count.value)];
@@ -784,8 +793,9 @@
         return;
       }
       factList.hidden = details.hidden = false;
-      layoutOut.textContent = "Fastest layout: " + describeLayout(p.layout) + ".";
-      layoutOut.setAttribute("data-layout", JSON.stringify(p.layout));
+      var layout = unpack(p.layout);
+      layoutOut.textContent = "Fastest layout: " + describeLayout(layout) + ".";
+      layoutOut.setAttribute("data-layout", JSON.stringify(layout));
       facts.step.textContent = fmtSeconds(p.step_time_s);
       facts.tps.textContent = Math.round(p.tokens_per_s).toLocaleString("en-US");
       facts.mfu.textContent = (100 * p.predicted_mfu).toFixed(1) + " %";
@@ -806,7 +816,7 @@
        ["activation_bytes", "activations"]].forEach(function (q) { row(memBody, [q[1], fmtGB(p.memory[q[0]] / 1e9)]); });
       row(memBody, ["total", fmtGB(p.memory_per_gpu_bytes / 1e9) + " of " + g.memory_gb + " GB" + (fits ? "" : ": does not fit")], { "class": "total" });
       p.alternatives.forEach(function (a) {
-        row(altBody, [describeLayout(a.layout), fmtSeconds(a.step_time_s), (100 * a.predicted_mfu).toFixed(1) + " %"]);
+        row(altBody, [describeLayout(unpack(a.layout)), fmtSeconds(a.step_time_s), (100 * a.predicted_mfu).toFixed(1) + " %"]);
       });
       p.why_others_lose.forEach(function (w) { whyList.appendChild(el("li", { text: w })); });
       p.advice.forEach(function (w) { adviceList.appendChild(el("li", { text: w })); });
