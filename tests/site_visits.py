@@ -54,15 +54,15 @@ _EMPTY_TOGGLES_JS = """() => Array.from(document.querySelectorAll('article div.c
   })
   .map(cell => (cell.querySelector('pre') || cell).textContent.trim().split('\\n')[0].slice(0, 70))"""
 
-# Display equations whose typeset width exceeds the width of the column that holds them.
+# Display equations whose typeset width exceeds the box MathJax draws them in: the column, less
+# the equation number beside a numbered equation (a wider one hides its end in a scroll box).
 _WIDE_EQUATIONS_JS = """() => Array.from(document.querySelectorAll('article mjx-container[display="true"]'))
   .map(box => {
-    const svg = box.querySelector('svg, mjx-math');  // MathJax's SVG or CommonHTML output
-    const column = (box.closest('div.math') || box).parentElement;
-    const style = getComputedStyle(column);
-    const room = column.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    const math = box.querySelector('svg, mjx-math');  // MathJax's SVG or CommonHTML output
+    const style = getComputedStyle(box);
+    const room = box.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
     return [(box.closest('[id]') || {}).id || box.textContent.slice(0, 40),
-            Math.round(svg ? svg.getBoundingClientRect().width : box.scrollWidth), Math.round(room)];
+            Math.round(math ? math.getBoundingClientRect().width : box.scrollWidth), Math.round(room)];
   })
   .filter(([, width, room]) => width > room + 1)
   .map(([id, width, room]) => `${id}: ${width}px in a ${room}px column`)"""

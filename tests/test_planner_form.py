@@ -106,7 +106,7 @@ def test_the_form_gives_the_plan_of_the_command(browser, server, width):
             step = text("step")
             seconds = number(step) / (1000 if step.endswith("ms") else 1)
             assert seconds == pytest.approx(want["step_time_s"], rel=1e-3), case
-            assert number(text("tps")) == pytest.approx(want["tokens_per_s"], rel=1e-4), case
+            assert number(text("tps")) == pytest.approx(want["tokens_per_s"], rel=1e-4, abs=0.5), case
             assert number(text("mfu")) == pytest.approx(100 * want["predicted_mfu"], abs=0.051), case
             assert number(text("days")) == pytest.approx(want["days"], rel=1e-3), case
             assert number(text("memory")) == pytest.approx(want["memory_per_gpu_bytes"] / 1e9, rel=1e-3), case

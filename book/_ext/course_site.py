@@ -217,7 +217,8 @@ def _unpublished_badges(app, doctree, docname):
         return
     for paragraph in list(doctree.findall(nodes.paragraph)):
         links = [r for r in paragraph.findall(nodes.reference) if r.get("refuri", "").startswith(LAUNCH_SITES)]
-        if not links or paragraph.astext().strip():  # badges only: images inside links, no words
+        words = any(t.astext().strip() for t in paragraph.findall(nodes.Text))
+        if not links or words:  # badges only: images inside links, no words
             continue
         note = nodes.paragraph(classes=["launch-unpublished"])
         note += nodes.Text("Buttons to open this notebook on Colab or Kaggle appear here once the course's "
