@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import sys
+import shlex
 from pathlib import Path
 
 from . import launch
@@ -17,20 +17,27 @@ __all__ = ["LabRun", "Table", "glue", "show_table", "measured_or_skipped", "repo
 REFERENCE_DIR = REPO_ROOT / "labs" / "reference"
 
 
-class _Tee(io.TextIOBase):
-    """Writes to two streams: the cell's output (so a reader watches the run) and a buffer."""
+class _Text:
+    """Text a notebook shows as it is (the lab's log while it runs)."""
 
-    def __init__(self, *streams):
-        self.streams = streams
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+class _LiveLog(io.TextIOBase):
+    """Collects what the lab prints and shows it, line by line, in one updated cell output."""
+
+    def __init__(self, handle):
+        self.handle, self.text = handle, ""
 
     def write(self, text):
-        for stream in self.streams:
-            stream.write(text)
+        self.text += text
+        if "\n" in text:
+            self.handle.update(_Text(self.text.rstrip("\n")))
         return len(text)
-
-    def flush(self):
-        for stream in self.streams:
-            stream.flush()
 
 
 class LabRun:
@@ -57,19 +64,24 @@ def _in_a_kernel() -> bool:
 
 def run_lab(lab: str, *args, timeout: float | None = None) -> dict:
     """Run ``python -m labs.<lab> *args`` from a notebook cell (:func:`labs.launch.run_lab`) and
-    return its report. The log streams into the cell while the lab runs; when it is done, a
-    notebook replaces it with the checks as a table (predicted, measured, ratio, verdict) and the
-    log folded under the table. Outside a notebook the log is printed, as from a shell. If the
-    lab fails, the streamed log stays and the error is raised."""
+    return its report. Outside a notebook the log is printed, as from a shell. In a notebook the
+    cell shows the command and, while the lab runs, its log as it comes; when the lab is done the
+    log folds away under a table of the checks (predicted, measured, ratio, verdict). If the lab
+    fails, the log stays in view and the error is raised.
+
+    The live log is one display that is updated in place and ends as it began (the command), so
+    that a notebook run by any front end, nbval's included, stores the same outputs."""
     if not _in_a_kernel():
         return launch.run_lab(lab, *args, timeout=timeout)
-    from IPython.display import clear_output, display
+    from IPython.display import display
 
-    log = io.StringIO()
-    with contextlib.redirect_stdout(_Tee(sys.stdout, log)):
+    command = "$ python -m labs.%s %s" % (lab, shlex.join(str(a) for a in args))  # as launch.run_lab prints it
+    handle = display(_Text(command), display_id=True)
+    live = _LiveLog(handle)
+    with contextlib.redirect_stdout(live):
         report = launch.run_lab(lab, *args, timeout=timeout)
-    clear_output(wait=True)
-    display(LabRun(report, log.getvalue()))
+    handle.update(_Text(command))
+    display(LabRun(report, live.text))
     return report
 
 
