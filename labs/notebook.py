@@ -3,6 +3,7 @@ on Colab and on Kaggle."""
 from __future__ import annotations
 
 import contextlib
+import html
 import io
 import os
 import shlex
@@ -18,10 +19,14 @@ REFERENCE_DIR = REPO_ROOT / "labs" / "reference"
 
 
 class _Text:
-    """Text a notebook shows as it is (the lab's log while it runs)."""
+    """Text a notebook shows as it is (the command, and the lab's log while it runs), its long
+    lines wrapped rather than wider than the page."""
 
     def __init__(self, text: str):
         self.text = text
+
+    def _repr_html_(self) -> str:
+        return f'<pre class="lab-live" style="white-space: pre-wrap">{html.escape(self.text)}</pre>'
 
     def __repr__(self) -> str:
         return self.text

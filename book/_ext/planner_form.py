@@ -6,7 +6,7 @@ For each choice of model, GPU type, GPU count, batch and precision the form offe
 and reads the JSON it prints (the planner's contract: ``predicted_mfu``, ``step_time_s``,
 ``tokens_per_s``, ``days``, ``memory_per_gpu_bytes``, ``layout``, ``breakdown_s``, ...). The form
 (``book/_static/explore/explore.js``, ``plannerExplorer``) only looks the plans up, and shows
-each with the command that reproduces it; ``tests/test_book_explorers.py`` runs that command and
+each with the command that reproduces it; ``tests/test_planner_form.py`` runs that command and
 compares. Nothing here reads the planner's internals, so a new flag or a new GPU in
 :mod:`solutions.plan` reaches the page at the next build:
 
