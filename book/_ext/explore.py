@@ -1,8 +1,10 @@
 """Interactive explorers for the book: the numbers come from ``solutions/`` at build time.
 
 The ``explorer`` directive (``{explorer} chinchilla``, ``memory``, ``pipeline``, ``collectives`` or
-``fsdp`` in a MyST page; a section's page may carry one too) calls the course's tested functions over a grid of inputs and writes the results into
-the page as JSON. A small script, ``book/_static/explore/explore.js``, draws the controls and
+``fsdp``, ``planner`` in a MyST page; a section's page may carry one too) calls the course's tested functions over a grid of inputs and writes
+the results into the page as JSON. The planner's table is too large to ride in its page: it is
+written to ``_static/explore/planner-data.js`` and fetched (as a script, which also works from a
+folder on disk) when the form comes into view (:data:`DEFERRED`). A small script, ``book/_static/explore/explore.js``, draws the controls and
 *looks values up* in that table: it computes no formula of its own, so what the reader sees
 is exactly what the tests check. The script and its style sheet are copied into the built
 site, so the explorers work offline and without a server (no CDN, no request at view time).
@@ -10,9 +12,11 @@ site, so the explorers work offline and without a server (no CDN, no request at 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +26,10 @@ from sphinx.util.docutils import SphinxDirective
 import coursefig
 
 HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # planner_form sits beside this module in book/_ext
+    sys.path.insert(0, str(HERE))
+import planner_form  # noqa: E402
+
 ROOT = HERE.parents[1]
 ASSETS = HERE.parent / "_static" / "explore"
 GB = 1e9
@@ -504,7 +512,9 @@ def collective_data() -> dict:
 
 
 BUILDERS = {"chinchilla": chinchilla_data, "memory": memory_data, "pipeline": pipeline_data,
-            "collectives": collective_data, "fsdp": fsdp_data}
+            "collectives": collective_data, "fsdp": fsdp_data, "planner": planner_form.planner_data}
+#: Explorers whose table is written to a script of its own, loaded when the explorer is in view.
+DEFERRED = {"planner"}
 #: The modules whose change must rebuild an explorer page.
 SOURCES = {
     "chinchilla": ["solutions/scaling.py", "coursefig/__init__.py"],
@@ -513,6 +523,8 @@ SOURCES = {
     "fsdp": ["solutions/fsdp.py", "coursefig/__init__.py"],
     "collectives": ["solutions/communication.py", "solutions/memory.py", "solutions/facts.py",
                     "coursefig/__init__.py"],
+    "planner": [str(p.relative_to(ROOT)) for p in sorted((ROOT / "solutions").glob("*.py"))]
+               + ["book/_ext/planner_form.py"],
 }
 
 
@@ -528,7 +540,19 @@ class ExplorerDirective(SphinxDirective):
             raise self.error(f"unknown explorer {name!r}; known: {', '.join(BUILDERS)}")
         for source in SOURCES[name] + ["book/_ext/explore.py"]:
             self.env.note_dependency(str(ROOT / source))
-        payload = json.dumps(BUILDERS[name](), separators=(",", ":")).replace("</", "<\\/")
+        payload = json.dumps(BUILDERS[name](), separators=(",", ":"))
+        if name in DEFERRED:
+            stored = getattr(self.env, "course_explorer_data", {})
+            stored[name] = payload
+            self.env.course_explorer_data = stored
+            version = hashlib.sha256(payload.encode()).hexdigest()[:12]
+            up = "../" * self.env.docname.count("/")
+            html = (f'<div class="explorer" data-explorer="{name}" '
+                    f'data-src="{up}_static/explore/{name}-data.js?v={version}">'
+                    f'<noscript>This explorer needs JavaScript.</noscript>'
+                    f'<p class="explorer-loading">Loading the {name}\u2026</p></div>')
+            return [nodes.raw("", html, format="html")]
+        payload = payload.replace("</", "<\\/")
         html = (
             f'<div class="explorer" data-explorer="{name}">'
             f'<noscript>This explorer needs JavaScript.</noscript>'
@@ -551,10 +575,19 @@ def _copy_assets(app, exception):
     for source in ASSETS.iterdir():
         if source.is_file():
             shutil.copyfile(source, target / source.name)
+    for name, payload in getattr(app.env, "course_explorer_data", {}).items():
+        script = f"(window.courseExplorerData = window.courseExplorerData || {{}})[{json.dumps(name)}] = {payload};\n"
+        (target / f"{name}-data.js").write_text(script, encoding="utf-8")
+
+
+def _merge_data(app, env, docnames, other):
+    env.course_explorer_data = {**getattr(env, "course_explorer_data", {}),
+                                **getattr(other, "course_explorer_data", {})}
 
 
 def setup(app):
     app.add_directive("explorer", ExplorerDirective)
     app.connect("html-page-context", _add_assets)
     app.connect("build-finished", _copy_assets)
+    app.connect("env-merge-info", _merge_data)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -10,7 +10,10 @@ table of contents, at a desktop width (1280 px) and a phone width (390 px), and 
 * no page shows a solution marker, a raw BibTeX key, raw ``$`` maths, or a Markdown table
   left as text (a ``Markdown(...)`` output rendered without ``markdown_format: gfm``);
 * no "Show code cell source" toggle opens onto a cell that shows nothing: a cell whose only
-  job is to compute numbers for the prose is removed from the page instead.
+  job is to compute numbers for the prose is removed from the page instead;
+* at the desktop's width no cell output (a printout, a table) is wider than its column, so none
+  hides its right part behind a scroll bar (at a phone's width they may scroll in their box);
+* every icon of the theme is drawn (book/_static/course-icons.css has a rule for its class).
 
 Each page is opened once per width for the whole suite (tests/site_visits.py, shared with
 tests/book/test_site_reader.py). Needs `make book` first (`make test` does it). Without Chromium the tests skip with a reason,
@@ -111,4 +114,8 @@ def test_page(site_visits, path, width):
         problems.append(f"raw markup visible: {markup[:8]}")
     if empty_toggles:
         problems.append(f"code toggles that open onto a cell with no output: {empty_toggles}")
+    if width == WIDTHS["desktop"] and seen["cut_off"]:
+        problems.append(f"cell outputs wider than their column: {seen['cut_off'][:5]}")
+    if seen["blank_icons"]:
+        problems.append(f"icons drawn by no rule of course-icons.css: {sorted(set(seen['blank_icons']))[:5]}")
     assert not problems, f"{path} at {width}px:\n  " + "\n  ".join(problems)

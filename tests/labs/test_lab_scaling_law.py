@@ -93,3 +93,31 @@ def test_bad_arguments_get_one_line(tmp_path, args, message):
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], out.stderr
+
+
+def test_full_grid_spans_two_decades_with_runs_long_enough():
+    runs = scaling_law.plan_runs("full", load_corpus().vocab_size)
+    budgets = sorted({r["budget"] for r in runs})
+    assert budgets[-1] / budgets[0] >= 100 - 1e-9
+    short = [(r["budget"], r["shape"], r["steps"]) for r in runs if r["steps"] < scaling_law.MIN_STEPS]
+    assert not short, f"runs shorter than {scaling_law.MIN_STEPS} steps: {short}"
+
+
+def test_every_cached_profile_has_its_best_size_inside(cached):
+    """Each budget's lowest held-out loss is at neither end of the sizes tried, so that the
+    grid spans the optimum at every budget (Approach 2 needs it)."""
+    for budget in sorted({r["budget"] for r in cached["runs"]}):
+        profile = sorted((r["N"], r["val_loss"]) for r in cached["runs"] if r["budget"] == budget)
+        best = min(range(len(profile)), key=lambda i: profile[i][1])
+        assert 0 < best < len(profile) - 1, (budget, profile)
+
+
+def test_the_readers_fit_comes_out(cached):
+    """The fit of the shipped runs is not degenerate: a floor E above 0.3 nats, both exponents
+    above 0.15, and an allocation exponent within 0.15 of the profile minima's (Approach 2)."""
+    f3, f2 = cached["fits"]["approach3"], cached["fits"]["approach2"]
+    assert f3["converged"]
+    assert f3["E"] > 0.3, f3["E"]
+    assert f3["alpha"] > 0.15 and f3["beta"] > 0.15, (f3["alpha"], f3["beta"])
+    assert "a" in f2, f2.get("error")
+    assert abs(f3["a"] - f2["a"]) <= 0.15, (f3["a"], f2["a"])

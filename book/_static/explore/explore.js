@@ -364,9 +364,13 @@
     var verdict = el("td", { "data-out": "fits" });
     tbody.appendChild(el("tr", {}, [el("th", { text: "total per GPU" }), total]));
     tbody.appendChild(el("tr", {}, [el("th", { text: "fits in the GPU?" }), verdict]));
-    var results = el("div", {}, [
+    var summaryLine = el("p", { "class": "readout", "data-out": "summary" });
+    /* The bar and its total stay in view (sticky on a phone) while the reader works the controls. */
+    var results = el("div", { "class": "explorer-result" }, [
       el("div", { "class": "legend" }, [el("span", {}, ["Busiest GPU (pipeline stage 0); the dashed line is the GPU's memory."])]),
-      barWrap,
+      barWrap, summaryLine,
+    ]);
+    var details = el("div", {}, [
       el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region", "aria-label": "Table (scrolls sideways)" }, [el("table", {}, [tbody])]),
       convNote, precNote,
     ]);
@@ -384,7 +388,7 @@
       function stop(text) {
         message.textContent = text;
         message.hidden = false;
-        results.hidden = true;
+        results.hidden = details.hidden = true;
       }
       if (!layout) {
         dpOut.textContent = "none";
@@ -412,7 +416,7 @@
         return;
       }
       message.hidden = true;
-      results.hidden = false;
+      results.hidden = details.hidden = false;
       var ci = Number(conv.value), zi = Number(zero.value), qi = Number(prec.value);
       var ri = Number(rc.value), spi = sp.checked ? 1 : 0;
       var tokens = data.seq[Number(seq.value)] * data.micro_batch[Number(mb.value)];
@@ -453,6 +457,8 @@
       verdict.className = fits ? "verdict-ok" : "verdict-no";
       verdict.textContent = (fits ? "yes: " : "no: ") + fmtGB(sum) + (fits ? " of " : " > ") + cap + " GB";
       verdict.setAttribute("data-fits", fits ? "yes" : "no");
+      summaryLine.textContent = fmtGB(sum) + " per GPU (DP = " + layout[1] + "): " + (fits ? "fits in" : "more than") + " the " + cap + " GB of the " +
+        data.devices[Number(device.value)].name + ".";
       stack.setAttribute("aria-label", "Memory per GPU: " + parts.map(function (q) { return q[1] + " " + fmtGB(v[q[0]]); }).join(", "));
     }
     /* A new model starts at its own training length. */
@@ -461,7 +467,8 @@
       if (i >= 0) seq.value = String(i);
     });
     [model, gpus, tp, pp, zero, conv, device, rc, sp, seq, mb, prec, ep].forEach(function (x) { x.addEventListener("change", update); });
-    append(root, [controls, message, results]);
+    /* The result first: on a phone the controls fill two screens, and the bar must stay in view. */
+    append(root, [message, results, controls, details]);
     update();
   }
 
@@ -918,17 +925,182 @@
     onWidthChange(chartBox, draw);
   }
 
+  /* ------------------------------------------------------------------ */
+  /* Planner: the plans of `python -m solutions.plan`, made at build time */
+  /* ------------------------------------------------------------------ */
+  var SCHEDULES = { "1f1b": "1F1B", gpipe: "GPipe", interleaved: "interleaved 1F1B", "zb-h1": "ZB-H1", "zb-h2": "ZB-H2" };
+  /* A layout in words, from the planner's JSON `layout` object. */
+  function describeLayout(l) {
+    var axes = ["TP " + l.tp];
+    if (l.cp > 1) axes.push("CP " + l.cp);
+    axes.push("PP " + l.pp, "DP " + l.dp);
+    var words = [axes.join(" \u00d7 "), "ZeRO stage " + l.zero];
+    if (l.pp > 1) {
+      words.push((SCHEDULES[l.schedule] || l.schedule) +
+                 (l.virtual_stages > 1 ? " with " + l.virtual_stages + " chunks per stage" : "") + " pipeline schedule");
+    }
+    words.push("micro-batches of " + l.micro_batch + (l.micro_batch === 1 ? " sequence" : " sequences"));
+    words.push(l.recompute === "none" ? "no recomputation" : l.recompute + " recomputation");
+    return words.join(", ");
+  }
+  function fmtSeconds(s) { return s >= 1 ? s.toPrecision(4) + " s" : (1000 * s).toPrecision(3) + " ms"; }
+  var MEBI = 1048576;
+  function fmtTokens(x) {
+    return x >= MEBI && x % MEBI === 0 ? (x / MEBI) + "M tokens (" + x.toLocaleString("en-US") + ")" : x.toLocaleString("en-US") + " tokens";
+  }
+
+  function plannerExplorer(root, data) {
+    var d = data.defaults;
+    var model = select("model", data.models.map(function (m, i) {
+      var size = Math.round(m.params / 1e9) + "B";  /* "Chinchilla (70B)"; "Llama 3 70B" names its size */
+      return [i, / \d+B$/.test(m.name) ? m.name : m.name + " (" + size + ")"];
+    }),
+                       data.models.findIndex(function (m) { return m.name === d.model; }));
+    var gpu = select("gpu", data.gpus.map(function (g, i) { return [i, g.name + " (" + g.memory_gb + " GB)"]; }),
+                     data.gpus.findIndex(function (g) { return g.name === d.gpu; }));
+    var count = select("count", data.counts.map(function (n, i) { return [i, n.toLocaleString("en-US")]; }), data.counts.indexOf(d.count));
+    var batch = select("batch", data.batch_tokens.map(function (b, i) { return [i, fmtTokens(b)]; }), data.batch_tokens.indexOf(d.batch_tokens));
+    var precision = select("precision", data.precisions.map(function (p, i) { return [i, p || "BF16 mixed precision (the planner's default)"]; }),
+                           Math.max(0, data.precisions.indexOf(d.precision)));
+    if (data.precisions.length < 2) precision.disabled = true;
+    var controls = el("div", { "class": "explorer-controls" }, [
+      control("Model", model), control("GPU", gpu), control("Number of GPUs", count),
+      control("Batch per optimizer step", batch), control("Precision", precision),
+    ]);
+
+    var headline = el("div", { "class": "planner-headline", "aria-live": "polite" });
+    var title = el("p", { "class": "planner-title", "data-out": "title" });
+    var layoutOut = el("p", { "class": "planner-layout", "data-out": "layout" });
+    var facts = {};
+    var factList = el("dl", { "class": "planner-facts" });
+    [["step", "step time"], ["tps", "tokens per second"], ["mfu", "model FLOPs utilisation"],
+     ["days", "days to train"], ["memory", "memory per GPU"]].forEach(function (f) {
+      facts[f[0]] = el("dd", { "data-out": f[0] });
+      factList.appendChild(el("div", {}, [el("dt", { text: f[1] }), facts[f[0]]]));
+    });
+    var message = el("div", { "class": "message", role: "alert", "data-out": "message" });
+    append(headline, [title, layoutOut, factList, message]);
+
+    function tableWrap(label, table) {
+      return el("div", { "class": "explorer-table-wrap", tabindex: "0", role: "region", "aria-label": label + " (scrolls sideways)" }, [table]);
+    }
+    var timeBody = el("tbody"), memBody = el("tbody"), altBody = el("tbody");
+    var timeTable = el("table", { "class": "planner-time" }, [el("caption", { text: "Where a step's time goes (exposed time on the critical path)" }),
+      el("thead", {}, [el("tr", {}, [el("th", { scope: "col", text: "part" }), el("th", { scope: "col", text: "time" }), el("th", { scope: "col", text: "share" })])]), timeBody]);
+    var memTable = el("table", { "class": "planner-memory" }, [el("caption", { text: "Memory on the busiest GPU" }),
+      el("thead", {}, [el("tr", {}, [el("th", { scope: "col", text: "part" }), el("th", { scope: "col", text: "per GPU" })])]), memBody]);
+    var altTable = el("table", { "class": "planner-alternatives" }, [el("caption", { text: "The next fastest layouts" }),
+      el("thead", {}, [el("tr", {}, [el("th", { scope: "col", text: "layout" }), el("th", { scope: "col", text: "step" }), el("th", { scope: "col", text: "MFU" })])]), altBody]);
+    var whyList = el("ul", { "class": "planner-why", "data-out": "why" });
+    var adviceHead = el("p", { "class": "note", text: "What to change:" });
+    var adviceList = el("ul", { "data-out": "advice" });
+    var commandOut = el("code", { "data-out": "command" });
+    var details = el("div", { "class": "planner-details" }, [
+      tableWrap("Step time", timeTable), tableWrap("Memory", memTable), tableWrap("Other layouts", altTable),
+      el("p", { "class": "note", text: "Why the other layouts lose, as the planner says it:" }), whyList,
+      adviceHead, adviceList,
+      el("p", { "class": "note" }, ["The same plan from a shell, as JSON: ", commandOut]),
+    ]);
+
+    var PARTS = [["compute", "compute"], ["tp", "tensor-parallel traffic"], ["cp", "context-parallel traffic"],
+                 ["pp", "pipeline sends"], ["dp", "data-parallel / ZeRO traffic"], ["bubble", "pipeline bubble"]];
+    function row(body, cells, attrs) {
+      body.appendChild(el("tr", attrs || {}, [el("th", { scope: "row", text: cells[0] })].concat(cells.slice(1).map(function (c) { return el("td", { text: c }); }))));
+    }
+    /* Layouts travel as lists of values in the order of data.layout_keys (planner_form.py). */
+    function unpack(values) {
+      var layout = {};
+      data.layout_keys.forEach(function (k, i) { layout[k] = values[i]; });
+      return layout;
+    }
+    function update() {
+      var p = data.plans[Number(model.value)][Number(gpu.value)][Number(count.value)][Number(batch.value)][Number(precision.value)];
+      var m = data.models[Number(model.value)], g = data.gpus[Number(gpu.value)], n = data.counts[Number(count.value)];
+      title.textContent = m.name + " on " + n.toLocaleString("en-US") + " " + g.name + ", " +
+        fmtTokens(data.batch_tokens[Number(batch.value)]).split(" (")[0] + " per step, trained on " +
+        data.tokens_per_param + " tokens per parameter";
+      commandOut.textContent = p.command;
+      root.setAttribute("data-command", p.command);
+      [timeBody, memBody, altBody, whyList, adviceList].forEach(function (b) { b.innerHTML = ""; });
+      if (p.error) {
+        message.textContent = "The planner refuses this choice: " + p.error;
+        message.hidden = false;
+        layoutOut.textContent = "";
+        layoutOut.removeAttribute("data-layout");
+        factList.hidden = details.hidden = true;
+        return;
+      }
+      factList.hidden = details.hidden = false;
+      var layout = unpack(p.layout);
+      layoutOut.textContent = "Fastest layout: " + describeLayout(layout) + ".";
+      layoutOut.setAttribute("data-layout", JSON.stringify(layout));
+      facts.step.textContent = fmtSeconds(p.step_time_s);
+      facts.tps.textContent = Math.round(p.tokens_per_s).toLocaleString("en-US");
+      facts.mfu.textContent = (100 * p.predicted_mfu).toFixed(1) + " %";
+      facts.days.textContent = p.days.toPrecision(4);
+      facts.memory.textContent = fmtGB(p.memory_per_gpu_bytes / 1e9) + " of " + g.memory_gb + " GB";
+      var fits = p.memory.fits;
+      if (!fits) {
+        message.textContent = "No layout fits in " + g.memory_gb + " GB per GPU; this is the least hungry, and it does not fit. " +
+          "See what to change below.";
+      }
+      message.hidden = fits;
+      PARTS.forEach(function (q) {
+        var t = p.breakdown_s[q[0]];
+        if (t > 0 || q[0] === "compute") row(timeBody, [q[1], fmtSeconds(t), (100 * t / p.step_time_s).toFixed(1) + " %"], { "data-part": q[0] });
+      });
+      row(timeBody, ["whole step", fmtSeconds(p.step_time_s), "100 %"], { "class": "total" });
+      [["weights_bytes", "weights"], ["grads_bytes", "gradients"], ["optimizer_bytes", "optimizer state"],
+       ["activation_bytes", "activations"]].forEach(function (q) { row(memBody, [q[1], fmtGB(p.memory[q[0]] / 1e9)]); });
+      row(memBody, ["total", fmtGB(p.memory_per_gpu_bytes / 1e9) + " of " + g.memory_gb + " GB" + (fits ? "" : ": does not fit")], { "class": "total" });
+      p.alternatives.forEach(function (a) {
+        row(altBody, [describeLayout(unpack(a.layout)), fmtSeconds(a.step_time_s), (100 * a.predicted_mfu).toFixed(1) + " %"]);
+      });
+      p.why_others_lose.forEach(function (w) { whyList.appendChild(el("li", { text: w })); });
+      p.advice.forEach(function (w) { adviceList.appendChild(el("li", { text: w })); });
+      adviceHead.hidden = adviceList.hidden = !p.advice.length;
+    }
+    [model, gpu, count, batch, precision].forEach(function (x) { x.addEventListener("change", update); });
+    append(root, [headline, controls, details]);
+    update();
+  }
+
   var EXPLORERS = { chinchilla: chinchilla, memory: memoryExplorer, pipeline: pipelineExplorer,
-                    collectives: collectiveExplorer, fsdp: fsdpExplorer };
+                    collectives: collectiveExplorer, fsdp: fsdpExplorer, planner: plannerExplorer };
+
+  function start(root, kind, data) {
+    var loading = root.querySelector(".explorer-loading");
+    if (loading) loading.remove();
+    EXPLORERS[kind](root, data);
+    root.setAttribute("data-ready", "true");
+  }
+  /* A large table rides in a script of its own (book/_ext/explore.py, DEFERRED), fetched when the
+     explorer comes near the window: a script element, since fetch() is refused from a folder on disk. */
+  function startDeferred(root, kind) {
+    var loaded = false;
+    function load() {
+      if (loaded) return;
+      loaded = true;
+      var script = document.createElement("script");
+      script.src = root.getAttribute("data-src");
+      script.onload = function () { start(root, kind, window.courseExplorerData[kind]); };
+      document.head.appendChild(script);
+    }
+    if (!("IntersectionObserver" in window)) { load(); return; }
+    var seen = new IntersectionObserver(function (entries) {
+      if (entries.some(function (e) { return e.isIntersecting; })) { seen.disconnect(); load(); }
+    }, { rootMargin: "600px 0px" });
+    seen.observe(root);
+  }
 
   function init() {
     var roots = document.querySelectorAll(".explorer[data-explorer]");
     Array.prototype.forEach.call(roots, function (root) {
       var kind = root.getAttribute("data-explorer");
+      if (!EXPLORERS[kind]) return;
       var script = root.querySelector("script.explorer-data");
-      if (!EXPLORERS[kind] || !script) return;
-      EXPLORERS[kind](root, JSON.parse(script.textContent));
-      root.setAttribute("data-ready", "true");
+      if (script) start(root, kind, JSON.parse(script.textContent));
+      else if (root.getAttribute("data-src")) startDeferred(root, kind);
     });
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
