@@ -11,7 +11,7 @@
     python benchmarks/assignment_grading.py a1 [--repeat 5] [--class-size 50] [--jobs 2]
 
 The submission is the assignment's reference (``assignments.common.reference_submission``).
-Target (issue 26): under 10 s wall for one submission, cold, on a 2-core machine.
+Target: under 10 s wall for one submission, cold, on a 2-core machine.
 """
 from __future__ import annotations
 
