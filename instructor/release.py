@@ -637,6 +637,8 @@ def gradescope_files() -> list:
     files = [p.relative_to(ROOT).as_posix() for folder in ("autograde", "sandbox", "grading", "solutions")
              for p in (ROOT / folder).rglob("*.py") if "__pycache__" not in p.parts]
     files += ["grading/public_expected.json"]
+    files += [p.relative_to(ROOT).as_posix() for p in sorted((ROOT / "solutions" / "data").glob("*"))
+              if p.is_file()]  # the tables solutions/ reads (the GPUs')
     return sorted(set(files))
 
 

@@ -70,7 +70,8 @@ DEFAULT_BATCH_TOKENS = facts.LLAMA3_405B_BATCH_SCHEDULE.stages[-1][0]
 DEFAULT_CONSTANTS = "epoch_2024"
 RECOMPUTE_MODES = ("none", "selective", "full")
 _PUBLISHED = ("epoch_2024", "hoffmann_rounded", "hoffmann_precise")
-_CONSTANT_NAMES = {"epoch_2024": "the Epoch AI refit", "hoffmann_rounded": "Hoffmann et al., rounded",
+#: The constant sets by the names readers know them by.
+CONSTANT_NAMES = {"epoch_2024": "the Epoch AI refit", "hoffmann_rounded": "Hoffmann et al., rounded",
                    "hoffmann_precise": "Hoffmann et al., unrounded", "exercise": "Exercise 1's constants"}
 
 
@@ -654,7 +655,7 @@ def format_plan(plan: Plan) -> str:
                  f"parameters" + (f" ({_count(plan.shape.active_params)} active)" if plan.shape.is_moe else "")
                  + f" on {_count(plan.tokens)} tokens ({plan.tokens / plan.params:.1f} tokens/param)")
     lines.append(f"2. compute-optimal at this budget (closed form of L = E + A/N^a + B/D^b; default "
-                 f"{_CONSTANT_NAMES[DEFAULT_CONSTANTS]}, the set section 3 stands behind; --constants):")
+                 f"{CONSTANT_NAMES[DEFAULT_CONSTANTS]}, the set section 3 stands behind; --constants):")
     for name, (N, D, r, L) in plan.optimal.items():
         mark = " (used)" if name == plan.constants else ""
         lines.append(f"     {name:<17} N={_count(N):>7}  D={_count(D):>7}  {r:6.1f} tokens/param  loss {L:.3f}{mark}")

@@ -72,9 +72,9 @@ def _section(title):
 
 def plan_tables(plan: planner.Plan, names: dict | None = None) -> str:
     """The plan as HTML: the printout's numbered lines as one table, then the other layouts.
-    ``names`` gives readable names for the constant sets (e.g. ``coursefig.NAMES``); without it
-    they go by their keys in :data:`solutions.scaling.CONSTANT_SETS`."""
-    names = names or {}
+    The constant sets go by the names readers know (:data:`solutions.plan.CONSTANT_NAMES`),
+    unless ``names`` gives others (e.g. ``coursefig.NAMES``)."""
+    names = {**planner.CONSTANT_NAMES, **(names or {})}  # words, not code names, as labels
     j, e = planner.plan_json(plan), html.escape
     lay, b, mem, shape = j["layout"], j["breakdown_s"], j["memory"], j["shape"]
     given = "the budget" if plan.budget_given else "6ND"

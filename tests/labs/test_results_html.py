@@ -102,7 +102,7 @@ def test_the_plan_tables_number_the_printout_s_lines(chinchilla_plan):
     step = next(r for r in rows if r[:2] == ["12", "step"])[2]
     assert f"{j['tokens_per_s']:,.0f} tokens/s" in step and f"MFU {j['predicted_mfu']:.1%}" in step
     fits = [r[0] for r in Cells(optimal).rows[1:]]
-    assert fits == ["hoffmann_rounded", "hoffmann_precise", "Epoch AI refit", "20 tokens per parameter"]
+    assert fits == ["Epoch AI refit", "Hoffmann et al., rounded", "Hoffmann et al., unrounded", "20 tokens per parameter"]
     assert sum(1 for r in rows if len(r) == 3 and r[0].endswith("s") and "%" in r[1]) == len(j["alternatives"])
     assert plan_html.PlanTables(chinchilla_plan).__repr__() == plan.format_plan(chinchilla_plan)
 
