@@ -125,7 +125,8 @@ def test_alone_on_a_platform_python_the_setup_cell_clones_the_release_and_the_no
                            capture_output=True, text=True, cwd=notebook.parent)
     assert probe.stdout.split() == ["None", "True"], probe  # the course is out of reach
     cells = _code_cells(notebook)
-    script = "\n".join(cells[:3])  # setup, imports, the exercises and their points
+    # setup, imports, the exercises and their points (a table the kernel would display: printed)
+    script = "\n".join(cells[:3]) + "\nprint('\\n'.join(rows))"
     env = _hermetic_env(tmp_path, MPLBACKEND="Agg", **_network_double(bare))
     done = subprocess.run([str(python), "-c", script], cwd=notebook.parent, env=env,
                           capture_output=True, text=True, timeout=120)
