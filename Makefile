@@ -79,8 +79,7 @@ test: book
 # Tiers 1-2 of the suite (unit and property tests of solutions/, the grading tests, the
 # engine's and graders' own tests), without the book, the labs' ranks, notebooks or a browser.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow and not site" -p no:nbval tests \
-		--ignore=tests/book --ignore=tests/labs
+	$(PY) -m pytest -q -m "not slow and not site" tests --ignore=tests/book --ignore=tests/labs
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

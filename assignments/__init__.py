@@ -30,6 +30,7 @@ ASSIGNMENTS = {
     "a3": ("assignments.a3_zero", "assignments/a3-zero-sharded-optimizer.md"),
     "a4": ("assignments.a4_tp", "assignments/a4-tensor-parallel.md"),
     "a5": ("assignments.a5_pipeline", "assignments/a5-pipeline-1f1b.md"),
+    "a6": ("assignments.a6_moe", "assignments/a6-expert-parallel.md"),
 }
 
 

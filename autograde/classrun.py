@@ -32,9 +32,10 @@ from pathlib import Path
 
 from grading import EXERCISES
 from sandbox import textsafe
+from sandbox.results import Check, Part, Result, SubmissionReport
 from sandbox.submission import SUFFIXES, read_submission
 
-from .grade import SubmissionReport, grade_submission
+from .grade import grade_submission
 
 #: Files that configure Python or pytest rather than answer exercises. They are never graded
 #: and never run: the sandbox copies only the submission file itself.
@@ -211,10 +212,39 @@ def _resubmission(path: Path) -> int:
 
 # ----------------------------------------------------------------------------- picking
 
-def implemented(path: Path) -> int:
-    """How many of the four functions the file defines with a body that is not a stub
-    (``raise NotImplementedError``, ``pass``, ``...``); read as text, nothing runs; -1 if
-    the file cannot be read at all."""
+@dataclass(frozen=True)
+class Wanted:
+    """What the graded file must define, to pick it among a student's files: ``names``
+    (functions or classes), the ``stem`` of the hand-out's notebook (a tie goes to it) and
+    ``words`` (how the pick's reason names them)."""
+
+    names: tuple
+    stem: str
+    words: str
+
+
+#: The exercises: the functions of the registry, in the exercises notebook.
+EXERCISES_WANTED = Wanted(FUNCTIONS, EXERCISES_STEM, "the exercises' functions")
+
+
+def wanted_for(assignment: str | None) -> Wanted:
+    """What the graded file of ``assignment`` defines (the exercises' when None): its grader's
+    function or class names, its notebook's stem."""
+    if not assignment:
+        return EXERCISES_WANTED
+    from assignments import ASSIGNMENTS
+    from assignments.common import grader
+
+    module = grader(assignment)
+    names = tuple(getattr(module, "FUNCTIONS", None) or
+                  [n for n in (getattr(module, "FUNCTION", None), getattr(module, "CLASS", None)) if n])
+    return Wanted(names, Path(ASSIGNMENTS[assignment][1]).stem, "`" + "`, `".join(names) + "`")
+
+
+def implemented(path: Path, names=FUNCTIONS) -> int:
+    """How many of ``names`` (functions or classes) the file defines with a body that is not
+    a stub (``raise NotImplementedError``, ``pass``, ``...``; a class is a stub when every
+    method is); read as text, nothing runs; -1 if the file cannot be read at all."""
     try:
         submission = read_submission(path)
     except Exception:
@@ -223,7 +253,7 @@ def implemented(path: Path) -> int:
         return -1
     done = set()
     for unit in submission.units:
-        wanted = set(FUNCTIONS) & set(unit.defines)
+        wanted = set(names) & set(unit.defines)
         if not wanted:
             continue
         try:
@@ -231,12 +261,15 @@ def implemented(path: Path) -> int:
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
         for node in tree.body:
-            if isinstance(node, ast.FunctionDef) and node.name in wanted:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in wanted:
                 (done.add if not _is_stub(node) else done.discard)(node.name)
     return len(done)
 
 
-def _is_stub(node: ast.FunctionDef) -> bool:
+def _is_stub(node) -> bool:
+    if isinstance(node, ast.ClassDef):
+        methods = [n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        return all(_is_stub(m) for m in methods)
     body = list(node.body)
     if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
         body = body[1:]  # the docstring
@@ -249,6 +282,22 @@ def _is_stub(node: ast.FunctionDef) -> bool:
             continue
         return False
     return True
+
+
+def guess_assignment(path: Path) -> str | None:
+    """The assignment whose work ``path`` holds when it holds none of the exercises' (its
+    notebook's name, or a non-stub definition of its function or class); None otherwise.
+    What ``python -m autograde`` without ``--assignment`` uses to say that one is missing."""
+    from assignments import ASSIGNMENTS
+
+    if implemented(path) > 0:
+        return None
+    stem = submitted_name(path).rpartition(".")[0].lower()
+    for assignment in sorted(ASSIGNMENTS):
+        wanted = wanted_for(assignment)
+        if stem.startswith(wanted.stem.lower()) or implemented(path, wanted.names) > 0:
+            return assignment
+    return None
 
 
 def unreadable_kind(name: str) -> str:
@@ -266,10 +315,11 @@ def unreadable_kind(name: str) -> str:
     return "a " + suffixes[-1]
 
 
-def pick(student: Student) -> Student:
+def pick(student: Student, wanted: Wanted = EXERCISES_WANTED) -> Student:
     """Choose the file to grade, the same way everywhere: of the gradable files, the one that
-    defines the most of the four functions (not as stubs); ties go to the exercises notebook
-    by name (``09-exercises``), then to the latest resubmission, then to the newest file.
+    defines the most of what is ``wanted`` (the exercises' functions, or an assignment's; not
+    as stubs); ties go to the hand-out's notebook by name (``09-exercises``,
+    ``a1-ring-allreduce``), then to the latest resubmission, then to the newest file.
     A notebook and its paired ``.md`` count once (the notebook)."""
     names = {p for p, _ in student.files}
     candidates = [(p, s) for p, s in student.files if gradable(p)
@@ -294,16 +344,16 @@ def pick(student: Student) -> Student:
     def key(c):
         p, shown = c
         stem = submitted_name(p).rpartition(".")[0].lower()
-        return (max(0, implemented(p)), stem == EXERCISES_STEM, _resubmission(p), mtime(p),
+        return (max(0, implemented(p, wanted.names)), stem == wanted.stem.lower(), _resubmission(p), mtime(p),
                 p.suffix.lower() == ".ipynb", shown)
 
     ranked = sorted(((key(c), c) for c in looked), reverse=True)
     (best, (path, shown)), (second, _) = ranked[0], ranked[1]
     kind = "notebook" if path.suffix.lower() in (".ipynb", ".md") else "script"
     if best[0] > second[0]:
-        reason = f"the {kind} that defines the most of the four functions"
+        reason = f"the {kind} that defines the most of {wanted.words}"
     elif best[1] and not second[1]:
-        reason = "the exercises notebook"
+        reason = "the exercises notebook" if wanted is EXERCISES_WANTED else "the assignment's notebook"
     elif best[2] > second[2]:
         reason = "the latest resubmission"
     else:
@@ -328,12 +378,12 @@ def several_files(student: Student, limit: int = 5) -> str:
     return f"graded {student.shown}{reason}; also sent {also}"
 
 
-def pick_from_folder(folder: Path):
+def pick_from_folder(folder: Path, wanted: Wanted = EXERCISES_WANTED):
     """The file :func:`pick` grades among everything in ``folder`` (None if none)."""
     folder = Path(folder)
     student = Student("", files=[(p, "/".join(display(x) for x in p.relative_to(folder).parts))
                                  for p in walk(folder)])
-    return pick(student).chosen
+    return pick(student, wanted).chosen
 
 
 # ----------------------------------------------------------------------------- status
@@ -341,8 +391,8 @@ def pick_from_folder(folder: Path):
 def status(report, student: Student | None = None) -> str:
     """What happened to one student, in a few words (the row's ``status``): ``graded``,
     ``missing``, ``unreadable: ...``, ``several files: ...``, ``too large``, ``timed out``,
-    ``not attempted (still the stub)``, ``not run`` (nothing in the file could run) or
-    ``grader error``."""
+    ``not attempted (still the stub)``, ``empty (nothing to grade)``, ``not run (syntax
+    error)``, ``not run`` (nothing in the file could run) or ``grader error``."""
     if report.grader_errors:
         return "grader error"
     if student is not None and student.chosen is None:
@@ -360,11 +410,11 @@ def status(report, student: Student | None = None) -> str:
         return "timed out"
     if student is not None and student.others:
         return "several files: " + several_files(student)
-    from .reports import STUB_STATUS, is_stub
+    from .reports import STUB_STATUS, is_stub, nothing_ran
 
     if is_stub(report):  # it ran: every function still raises NotImplementedError
         return STUB_STATUS
-    return "not run" if report.problems and report.score == 0 else "graded"
+    return nothing_ran(report) or "graded"
 
 
 # ----------------------------------------------------------------------------- rosters
@@ -538,7 +588,7 @@ def grade_many(paths, checks, *, jobs: int = 1, progress=None, labels=None, **op
 
 # ----------------------------------------------------------------------------- the journal
 
-JOURNAL_VERSION = 1
+JOURNAL_VERSION = 2  # 2: every line signed (HMAC-SHA256)
 
 
 def report_record(report) -> dict:
@@ -551,18 +601,14 @@ def report_record(report) -> dict:
                          r.got, r.mistake, r.condition] for c, r in report.results]}
 
 
-def report_from_record(record: dict, checks):
-    """The :class:`~autograde.grade.SubmissionReport` a journal line holds, with ``checks``
-    (the same checks: the journal's header says which seed); None if they differ."""
-    from grading import Result
-
-    from .grade import SubmissionReport
-
+def report_from_record(record: dict, checks, parts=EXERCISES):
+    """The :class:`~sandbox.results.SubmissionReport` a journal line holds, with ``checks``
+    (the same checks: the journal's header says which seed) and ``parts``; None if they differ."""
     by_name = {c.name: c for c in checks}
     results = record.get("results", [])
     if [r[0] for r in results] != [c.name for c in checks]:
         return None
-    report = SubmissionReport(submission=record.get("submission", ""))
+    report = SubmissionReport(submission=record.get("submission", ""), parts=list(parts))
     report.results = [(by_name[r[0]], Result(*r[1:7])) for r in results]  # got, mistake, condition: 4-6
     report.problems = list(record.get("problems", []))
     report.notes = list(record.get("notes", []))
@@ -573,33 +619,80 @@ def report_from_record(record: dict, checks):
     return report
 
 
+def journal_key(path, fresh: bool) -> bytes | None:
+    """The run's secret for signing its journal, in ``<journal>.key`` (mode 600, the grader's
+    own): made anew for a fresh journal, read back for ``--resume``; None if it cannot be read
+    (then no line of the journal is trusted)."""
+    key_path = Path(str(path) + ".key")
+    if fresh:
+        key = os.urandom(32)
+        key_path.unlink(missing_ok=True)
+        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(key.hex() + "\n")  # text, like every file the grader writes
+        return key
+    try:
+        key = bytes.fromhex(key_path.read_text(encoding="ascii").strip())
+    except (OSError, ValueError):
+        return None
+    return key if len(key) == 32 else None
+
+
+def _signed(key: bytes, entry: dict) -> str:
+    """One journal line: ``entry`` and its HMAC-SHA256 under the run's key (RFC 2104), so that
+    ``--resume`` trusts only lines this grader wrote, whatever else writes to the file."""
+    import hmac
+    import json
+
+    body = json.dumps(entry, allow_nan=False, sort_keys=True)
+    return json.dumps({"entry": entry, "mac": hmac.new(key, body.encode(), hashlib.sha256).hexdigest()},
+                      allow_nan=False)
+
+
+def _verified(key: bytes | None, line: str):
+    """The entry of a journal line whose signature holds under ``key``; None otherwise."""
+    import hmac
+    import json
+
+    try:
+        item = json.loads(line)
+        entry, mac = item["entry"], item["mac"]
+        body = json.dumps(entry, allow_nan=False, sort_keys=True)
+    except (ValueError, TypeError, KeyError):
+        return None
+    if key is None or not isinstance(mac, str) or not isinstance(entry, dict):
+        return None
+    return entry if hmac.compare_digest(hmac.new(key, body.encode(), hashlib.sha256).hexdigest(), mac) else None
+
+
 class Journal:
-    """The run's results, one JSON line per finished student, appended and flushed at
-    once, so that a run killed at any moment keeps every finished row (``--resume``)."""
+    """The run's results, one signed JSON line per finished student, appended and flushed at
+    once, so that a run killed at any moment keeps every finished row (``--resume``). Each line
+    carries an HMAC under a key kept in ``<journal>.key``: a line that anything else wrote (a
+    forged full mark) fails it and is graded again."""
 
     def __init__(self, path, header: dict, keep: dict | None = None):
-        import json
-
         self.path = Path(path)
         self.lock = threading.Lock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fresh = keep is None or not self.path.exists()
+        self.key = journal_key(self.path, fresh)
+        if self.key is None:  # resuming without the key: start the journal again
+            fresh, self.key = True, journal_key(self.path, True)
         torn = not fresh and not self.path.read_bytes().endswith(b"\n")  # killed mid-line
-        self.file = open(self.path, "w" if fresh else "a", encoding="utf-8")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_TRUNC if fresh else os.O_APPEND)
+        self.file = os.fdopen(os.open(self.path, flags, 0o600), "w", encoding="utf-8")
         if torn:
             self._write("")
         if fresh:
-            self._write(json.dumps({"journal": JOURNAL_VERSION, **header}))
+            self._write(_signed(self.key, {"journal": JOURNAL_VERSION, **header}))
 
     def _write(self, line: str) -> None:
         self.file.write(line + "\n")
         self.file.flush()
 
     def add(self, student_id: str, digest: str, report) -> None:
-        import json
-
-        line = json.dumps({"student_id": student_id, "hash": digest,
-                           "report": report_record(report)}, allow_nan=False)
+        line = _signed(self.key, {"student_id": student_id, "hash": digest, "report": report_record(report)})
         with self.lock:
             self._write(line)
 
@@ -608,41 +701,35 @@ class Journal:
 
 
 def read_journal(path) -> tuple[dict, dict]:
-    """(header, {student id: (hash, record)}) of a journal; a torn last line (the run was
-    killed while writing it) is ignored. Raises ValueError if it is not a journal."""
-    import json
-
+    """(header, {student id: (hash, record)}) of a journal: only lines signed with the run's key
+    (``<journal>.key``), so a line that the grader did not write is graded again; a torn last
+    line (the run was killed while writing it) is ignored. Raises ValueError if it is not a
+    journal of this grader."""
     header, done = None, {}
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"--resume: cannot read the journal {display(str(path))} ({exc})") from None
+    key = journal_key(path, fresh=False)
+    if key is None:
+        raise ValueError(f"--resume: the journal's key {display(str(path) + '.key')} is missing: "
+                         "grade again without --resume")
     for line in lines:
-        try:
-            item = json.loads(line)
-        except ValueError:
+        item = _verified(key, line)
+        if item is None:
             continue
         if header is None:
-            if not isinstance(item, dict) or item.get("journal") != JOURNAL_VERSION:
-                raise ValueError(f"--resume: {display(str(path))} is not a grading journal")
+            if item.get("journal") != JOURNAL_VERSION:
+                raise ValueError(f"--resume: {display(str(path))} is not a grading journal of this version")
             header = item
-        elif isinstance(item, dict) and "student_id" in item:
+        elif "student_id" in item:
             done[item["student_id"]] = (item.get("hash"), item.get("report", {}))
     if header is None:
-        raise ValueError(f"--resume: the journal {display(str(path))} is empty")
+        raise ValueError(f"--resume: the journal {display(str(path))} has no header this grader signed")
     return header, done
 
 
 # ----------------------------------------------------------------------------- assignments
-
-def _assignment_check(title: str, name: str, points: float, function: str | None = None):
-    """A part of an assignment as the reports read a check: its group is the assignment's
-    title (which the per-test text prints), its points the part's; ``function`` the code the
-    student writes (what an untouched stub's line names), the title when not given."""
-    from grading import Check
-
-    return Check(title, name, float(points), False, function or title, run=lambda call: None)
-
 
 def graded_names(module) -> str:
     """What an assignment's grader loads from the submission, as the report names it:
@@ -652,56 +739,43 @@ def graded_names(module) -> str:
     return "`, `".join(names) or module.NAME
 
 
-def assignment_checks(assignment: str) -> list:
-    """The one row a student with nothing gradable gets for an assignment: 0 of its points."""
+def assignment_part(assignment: str) -> Part:
+    """An assignment as the reports read a part: its id (the CSV's column), its title, what
+    the student writes, its points."""
     from assignments.common import grader, max_points
 
-    title = grader(assignment).NAME
-    return [_assignment_check(title, title, max_points(assignment))]
+    module = grader(assignment)
+    return Part(assignment, module.NAME, graded_names(module), max_points(assignment))
 
 
-@dataclass
-class AssignmentReport(SubmissionReport):
-    """An assignment's :class:`assignments.common.Report` as the class run's reports read a
-    :class:`~autograde.grade.SubmissionReport`: one ``exercises()`` entry, the assignment,
-    whose tests are its parts (the CSV gets one column, ``a1``; the table and the class
-    report one section)."""
-
-    assignment: str = ""
-    title: str = ""
-    known_mistakes: dict = field(default_factory=dict)  # the grader's MISTAKES: name -> words
-
-    def exercises(self) -> list:
-        tests = [{"name": c.name, "passed": bool(r.passed),
-                  "points": float(c.points if r.passed else 0), "max_points": float(c.points),
-                  "feedback": r.feedback, "hidden": False} for c, r in self.results]
-        return [{"id": self.assignment, "name": self.title, "function": self.assignment,
-                 "score": sum(t["points"] for t in tests),
-                 "max_score": sum(t["max_points"] for t in tests), "tests": tests}]
+def assignment_checks(assignment: str) -> list:
+    """The one row a student with nothing gradable gets for an assignment: 0 of its points."""
+    part = assignment_part(assignment)
+    return [Check(part.id, part.title, part.max_points, False, part.function)]
 
 
-def grade_assignment(path, assignment: str, label: str | None = None):
-    """Grade one file as ``assignment`` (its grader's ``grade_file``) and return it as a class
+def grade_assignment(path, assignment: str, label: str | None = None) -> SubmissionReport:
+    """Grade one file as ``assignment`` (its grader's ``grade_file``) and return the class
     run's report; never raises for anything the submission does (a grader failure is this
     file's "grader error")."""
     import time
-
-    from grading import Result
 
     from assignments.common import grader
 
     started = time.monotonic()
     module = grader(assignment)
-    report = AssignmentReport(submission=textsafe.file_name(label or str(path)),
-                              assignment=assignment, title=module.NAME,
+    part = assignment_part(assignment)
+    report = SubmissionReport(submission=textsafe.file_name(label or str(path)), parts=[part],
                               known_mistakes=dict(getattr(module, "MISTAKES", {})))
     try:
+        problem = read_submission(Path(path)).problem  # text only: nothing runs here
+    except Exception:
+        problem = None
+    if problem:  # as the exercises' grader says it (empty, syntax error, not text...)
+        report.problems.append(f"{textsafe.file_name(Path(path).name)}: {problem}.")
+    try:
         graded = module.grade_file(Path(path))
-        # The untouched stub: nothing earned and some part says so (the class report counts
-        # such rows apart from work that scored 0).
-        stub = graded.score == 0 and any("not implemented yet" in (t.feedback or "") for t in graded.tests)
-        report.results = [(_assignment_check(module.NAME, t.name, t.max_points, graded_names(module)),
-                           Result(bool(t.passed), t.feedback or "", stub)) for t in graded.tests]
+        report.results = graded.results(part)
         isolated = getattr(graded, "isolated", None)
         report.isolation = {True: "namespaces", False: "none"}.get(isolated, "ranks")
     except Exception as exc:  # the grader's fault, not the student's: this row says so

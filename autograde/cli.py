@@ -26,7 +26,9 @@ import threading
 import time
 from pathlib import Path
 
+from grading import EXERCISES
 from sandbox.handle import ISOLATION_MODES
+from sandbox.results import Result, SubmissionReport
 from sandbox.submission import SUFFIXES
 from solutions._validate import terse_argparse_errors
 
@@ -160,13 +162,33 @@ def collect(parser, args) -> list:
     return students + strangers
 
 
-def missing_report(student: Student, checks):
+#: How many students' files to look at before grading, to tell a forgotten --assignment.
+LOOK_AT = 25
+
+
+def forgotten_assignment(students) -> str | None:
+    """One line when every file looked at holds an assignment's work and none the exercises'
+    (``--assignment`` left out: a ring all-reduce would be graded as Exercise 1 and score
+    0); None otherwise. Reads text only, a few files."""
+    from assignments.common import grader
+
+    files = [p for s in students[:LOOK_AT] for p, _ in s.files if classrun.gradable(p)][:LOOK_AT]
+    guesses = {classrun.guess_assignment(p) for p in files}
+    if not files or len(guesses) != 1 or None in guesses:
+        return None
+    assignment = guesses.pop()
+    number, _, title = grader(assignment).NAME.partition(":")
+    what = "this file holds" if len(files) == 1 else "these files hold"
+    return f"{what} work for {number} ({title.strip()}), not the exercises: add --assignment {assignment}"
+
+
+def missing_report(student: Student, checks, parts):
     """The report of a student with nothing gradable: zero, and why."""
     from . import reports
 
     why = ("nothing was submitted" if not student.sent_anything else
            classrun.status(reports.SubmissionReport(""), student))
-    report = reports.missing_report(student.student_id, student.name, why, checks)
+    report = reports.missing_report(student.student_id, student.name, why, checks, parts)
     report.missing = not student.sent_anything
     return report
 
@@ -177,6 +199,8 @@ class Run:
 
     def __init__(self, students, checks, args, seed, journal=None, done=None):
         self.students, self.checks, self.args, self.seed = students, checks, args, seed
+        self.parts = [classrun.assignment_part(args.assignment)] if args.assignment else list(EXERCISES)
+        self.wanted = classrun.wanted_for(args.assignment)
         self.journal, self.done = journal, done or {}
         self.reports: dict = {}  # index -> report, only of students finished before a stop
         self.stop = threading.Event()
@@ -191,12 +215,11 @@ class Run:
 
     def grade(self, student: Student):
         """One student's report; never raises (a failure of the grader is that row's)."""
-        from . import reports
 
         try:
-            classrun.pick(student)
+            classrun.pick(student, self.wanted)
             if student.chosen is None:
-                report = missing_report(student, self.checks)
+                report = missing_report(student, self.checks, self.parts)
             else:
                 digest = classrun.content_hash(
                     student.chosen, self.seed, self.args.public_only, self.args.timeout,
@@ -204,7 +227,7 @@ class Run:
                 old = self.done.get(student.student_id)
                 report = None
                 if old and old[0] == digest and not old[1].get("grader_errors"):
-                    report = classrun.report_from_record(old[1], self.checks)
+                    report = classrun.report_from_record(old[1], self.checks, self.parts)
                 reused = report is not None
                 if not reused and self.args.assignment:
                     report = classrun.grade_assignment(student.chosen, self.args.assignment,
@@ -217,9 +240,7 @@ class Run:
                 if self.journal is not None and not self.stop.is_set() and not reused:
                     self.journal.add(student.student_id, digest, report)
         except Exception as exc:
-            from grading import Result
-
-            report = reports.SubmissionReport(submission=student.shown)
+            report = SubmissionReport(submission=student.shown, parts=self.parts)
             report.grader_errors = [f"{type(exc).__name__} while reading this student's files"]
             report.results = [(c, Result(False, "Not graded: the grader failed on this file. "
                                                 "Please tell your instructor.")) for c in self.checks]
@@ -326,6 +347,10 @@ def main(argv=None) -> int:
         parser.error(f"--gradescope grades exactly one submission, got {len(students)}")
     single = (len(students) == 1 and not args.roster and len(args.submissions) == 1
               and Path(args.submissions[0]).is_file())
+    if args.assignment is None:
+        forgotten = forgotten_assignment(students)
+        if forgotten:
+            parser.error(forgotten)
     journal_path = None if single else default_journal(args)
     header_seed, done = None, {}
     if args.resume:
@@ -412,12 +437,15 @@ def finish(args, results, run, seed, started, single, journal_path) -> int:
             from . import similarity
 
             began = time.monotonic()
-            pairs = similarity.similar_pairs({
+            pairs = similarity.similar({
                 r.student_id: similarity.student_code(r.student.chosen) for r in results
-                if getattr(r, "student", None) is not None and r.student.chosen is not None})
+                if getattr(r, "student", None) is not None and r.student.chosen is not None},
+                template=similarity.template_code(args.assignment),
+                keep=classrun.wanted_for(args.assignment).names)
             if not args.quiet:
-                print(f"Similarity: {len(pairs)} pairs flagged in "
-                      f"{time.monotonic() - began:.1f} s.", file=sys.stderr)
+                groups, flagged = pairs
+                print(f"Similarity: {len(groups)} groups with the same code and {len(flagged)} pairs "
+                      f"flagged in {time.monotonic() - began:.1f} s.", file=sys.stderr)
         reports.write_class_report(args.class_report, results, seed, pairs)
     if args.canvas_csv:
         reports.write_atomically(args.canvas_csv, lms.canvas_csv(

@@ -11,64 +11,14 @@ from __future__ import annotations
 import ast
 import re
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from grading import REGRADES
+from grading import EXERCISES, REGRADES
 from sandbox import textsafe
 from sandbox.handle import Sandbox
+from sandbox.results import SubmissionReport
 
-
-@dataclass
-class SubmissionReport:
-    """Everything known about one graded submission."""
-
-    submission: str
-    results: list = field(default_factory=list)  # [(Check, Result)] in check order
-    student_id: str = ""  # from the roster, or the student's folder, or the file name
-    name: str = ""  # from the roster
-    missing: bool = False  # on the roster, but no submission was found
-    problems: list = field(default_factory=list)  # cells/statements that did not run
-    notes: list = field(default_factory=list)  # what the grader skipped, and why
-    isolation: str | None = None
-    seconds: float = 0.0
-    grader_errors: list = field(default_factory=list)  # not the student's fault
-    #: problem (a cell that did not run) -> the student's function in which its error was
-    #: raised: then that function's failed test, not the cell, is what to fix first
-    problem_causes: dict = field(default_factory=dict)
-
-    @property
-    def score(self) -> float:
-        return float(sum(c.points for c, r in self.results if r.passed))
-
-    @property
-    def max_score(self) -> float:
-        return float(sum(c.points for c, _ in self.results))
-
-    def exercises(self) -> list:
-        """The report's ``exercises`` list (schema in ``book/instructors.md``)."""
-        from grading import EXERCISES
-
-        out = []
-        for exercise in EXERCISES:
-            group = [(c, r) for c, r in self.results if c.exercise == exercise.id]
-            if not group:
-                continue
-            tests = [{"name": c.name, "passed": bool(r.passed),
-                      "points": float(c.points if r.passed else 0), "max_points": float(c.points),
-                      "feedback": r.feedback, "hidden": bool(c.hidden),
-                      "mistake": r.mistake, "answer": r.got} for c, r in group]
-            out.append({"id": exercise.id, "name": exercise.title, "function": exercise.function,
-                        "score": sum(t["points"] for t in tests),
-                        "max_score": sum(t["max_points"] for t in tests), "tests": tests})
-        return out
-
-    def to_json(self) -> dict:
-        return {"submission": self.submission, "student_id": self.student_id, "name": self.name,
-                "missing": self.missing, "score": self.score, "max_score": self.max_score,
-                "exercises": self.exercises(), "problems": self.problems, "notes": self.notes,
-                "isolation": self.isolation, "seconds": round(self.seconds, 3),
-                "grader_errors": self.grader_errors}
+__all__ = ["SubmissionReport", "grade_submission", "function_at"]
 
 
 def grade_submission(path, checks, *, timeout: float = 10.0, isolation: str = "auto",
@@ -84,7 +34,7 @@ def grade_submission(path, checks, *, timeout: float = 10.0, isolation: str = "a
     checks = for_student(checks, student)
 
     started = time.monotonic()
-    report = SubmissionReport(submission=textsafe.file_name(label or str(path)))
+    report = SubmissionReport(submission=textsafe.file_name(label or str(path)), parts=list(EXERCISES))
     has_code = False  # a file refused unread (too large, not text) has nothing to regrade
     try:
         with Sandbox(path, timeout=timeout, isolation=isolation, memory_mb=memory_mb) as sandbox:

@@ -28,13 +28,14 @@ from . import classrun
 from .reports import VISIBILITIES, write_atomically, write_gradescope
 
 
-def pick_submission(folder: Path):
+def pick_submission(folder: Path, assignment: str | None = None):
     """(path or None, a note for the student about what was chosen): the class run's own
-    rule (:func:`autograde.classrun.pick`), so Gradescope grades what a local run grades."""
+    rule (:func:`autograde.classrun.pick`, for the exercises or ``assignment``), so Gradescope
+    grades what a local run grades."""
     student = classrun.Student("", files=[
         (p, "/".join(classrun.display(x) for x in p.relative_to(folder).parts))
         for p in classrun.walk(folder)])
-    classrun.pick(student)
+    classrun.pick(student, classrun.wanted_for(assignment))
     if student.chosen is None:
         return None, ""
     note = ""
@@ -113,7 +114,7 @@ def grade_assignment(args) -> int:
     from assignments.common import grader
 
     module = grader(args.assignment)  # an unknown id fails here: results.json says so
-    path, note = pick_submission(args.submission_dir)
+    path, note = pick_submission(args.submission_dir, args.assignment)
     if path is None:
         return no_submission(args, f"notebook for {module.NAME}")
     report = classrun.grade_assignment(path, args.assignment,

@@ -17,7 +17,8 @@ The grades CSV (``--csv``) has one row per student, in this column order:
     submitted), ``unreadable: submitted a .pdf (...)``, ``several files: graded final.ipynb
     (the newest notebook); also sent scratch.py``, ``too large``, ``timed out``, ``not
     attempted (still the stub)`` (the untouched template: it ran, every function still raises
-    NotImplementedError), ``not run`` (nothing in the file could run) or ``grader error``;
+    NotImplementedError), ``empty (nothing to grade)`` (no code at all), ``not run (syntax
+    error)``, ``not run`` (nothing in the file could run) or ``grader error``;
 ``submission``
     the graded file, as the student named it (relative to the class folder, never an
     absolute path).
@@ -40,9 +41,10 @@ import os
 import tempfile
 from pathlib import Path
 
+from grading import EXERCISES
 from sandbox import textsafe
 
-from .grade import SubmissionReport
+from sandbox.results import Result, SubmissionReport
 
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 
@@ -98,7 +100,8 @@ def student_text(report: SubmissionReport, include_hidden: bool = True) -> str:
     if report.notes:
         lines += [f"Note: {n}." for n in report.notes]
         lines.append("")
-    lines.append(format_report(results, first_problem=_fix_first(report, results, problems)))
+    lines.append(format_report(results, first_problem=_fix_first(report, results, problems),
+                               parts=report.parts or EXERCISES))
     if not include_hidden and any(c.hidden for c, _ in report.results):
         lines.append("Hidden tests are graded too; their results appear when grades are published.")
     return "\n".join(lines)
@@ -108,7 +111,6 @@ def _fix_first(report: SubmissionReport, results, problems) -> str | None:
     """What to fix first where something did not run: the first cell that did not run, unless
     its error was raised inside one of the exercise functions that fails a test (a plot cell
     calling a broken ``chinchilla_loss``): then that test, the cause, naming the cell too."""
-    from grading import EXERCISE_BY_ID
     from grading.report import _short
 
     if not problems or all(r.passed for _, r in results):
@@ -122,7 +124,7 @@ def _fix_first(report: SubmissionReport, results, problems) -> str | None:
     place = raw.split(" (`")[0].split(" raised")[0]  # "cell 2"
     lines = result.feedback.splitlines() or [""]
     why = [line for line in lines[1:] if line.startswith("Why:")]
-    return (f"{_short(EXERCISE_BY_ID[check.exercise].title)}, {check.name}: "
+    return (f"{_short(report.part(check.exercise).title)}, {check.name}: "
             + "\n  ".join(lines[:1] + why)
             + f"\n  (The same error in `{inside}` stopped {place}: fix `{inside}` first.)")
 
@@ -204,7 +206,26 @@ def status(report: SubmissionReport) -> str:
         return "grader error"
     if is_stub(report):
         return STUB_STATUS
-    return "not run" if report.problems and report.score == 0 else "graded"
+    return nothing_ran(report) or "graded"
+
+
+#: The status of a file with no code at all (empty, or a notebook without code cells): like
+#: a missing one, nothing to grade (the class report counts it with the missing).
+EMPTY_STATUS = "empty (nothing to grade)"
+
+
+def nothing_ran(report: SubmissionReport) -> str | None:
+    """The status of a report in which nothing earned a point because nothing could run: an
+    empty file (:data:`EMPTY_STATUS`), ``not run (syntax error)``, ``not run`` (every cell
+    failed); None otherwise."""
+    if not report.problems or report.score != 0:
+        return None
+    said = " ".join(report.problems)
+    if "the file is empty" in said or "no code cells" in said:
+        return EMPTY_STATUS
+    if "syntax error" in said and "none of it could run" in said:
+        return "not run (syntax error)"
+    return "not run"
 
 
 #: The status of the untouched template: it ran, and every function still raises
@@ -212,11 +233,10 @@ def status(report: SubmissionReport) -> str:
 STUB_STATUS = "not attempted (still the stub)"
 
 
-def missing_report(student_id: str, name: str, why: str, checks) -> SubmissionReport:
+def missing_report(student_id: str, name: str, why: str, checks, parts=()) -> SubmissionReport:
     """The report of a student on the roster who submitted nothing: zero, and why."""
-    from grading import Result
-
-    report = SubmissionReport(submission="", student_id=student_id, name=name, missing=True)
+    report = SubmissionReport(submission="", student_id=student_id, name=name, missing=True,
+                              parts=list(parts))
     report.results = [(c, Result(False, f"No submission: {why}.")) for c in checks]
     return report
 
@@ -340,16 +360,15 @@ def known_mistakes(reports) -> dict:
 
 
 def sections(reports) -> list:
-    """``(id, title, max points)`` of what the reports grade: the four exercises, or an
-    assignment (from the reports' own ``exercises()``)."""
-    from grading import EXERCISES
-
+    """``(id, title, max points)`` of what the reports grade, from their parts (the exercises,
+    or an assignment); the exercises when no report names any."""
     found = {}
     for r in reports:
+        for p in r.parts:
+            found.setdefault(p.id, (p.id, p.title, p.max_points))
         for e in r.exercises():
             found.setdefault(e["id"], (e["id"], e["name"], e["max_score"]))
-    ours = [(e.id, e.title, e.max_points) for e in EXERCISES]
-    return ours if not found or set(found) <= {e[0] for e in ours} else list(found.values())
+    return list(found.values()) or [(e.id, e.title, e.max_points) for e in EXERCISES]
 
 
 def _title(mistake: str) -> str:
@@ -399,7 +418,7 @@ def class_report_html(reports, seed: int | None = None, pairs=None) -> str:
     WHY = known_mistakes(reports)
 
     n = len(reports)
-    absent = [r for r in reports if status(r).startswith(("missing", "unreadable"))]
+    absent = [r for r in reports if status(r).startswith(("missing", "unreadable", EMPTY_STATUS))]
     stubs = [r for r in reports if r not in absent and is_stub(r)]
     worked = [r for r in reports if r not in absent and r not in stubs]
     counts: dict = {}
@@ -490,13 +509,18 @@ def feedback_file_name(student_id: str) -> str:
 def feedback_markdown(report: SubmissionReport) -> str:
     """One student's feedback: who, which file was graded (and which not), the score, and the
     per-test report (hidden tests included: it goes back once grades are published)."""
-    fence = "~~~~"
-    lines = [f"# Feedback: {report.name or report.student_id}", "",
-             f"- Student: {report.student_id}",
-             f"- File graded: {report.submission or '(none)'}",
-             f"- Status: {status(report)}",
+    import re
+
+    md = textsafe.markdown  # every name and file name is the student's: literal text only
+    body = textsafe.console(student_text(report))
+    # A fence longer than any run of tildes or backticks in the text, which cannot close it.
+    fence = "~" * max(4, 1 + max((len(run) for run in re.findall(r"~+", body)), default=0))
+    lines = [f"# Feedback: {md(report.name or report.student_id)}", "",
+             f"- Student: {md(report.student_id)}",
+             f"- File graded: {md(report.submission or '(none)')}",
+             f"- Status: {md(status(report))}",
              f"- Score: {fmt_points(report.score)} / {fmt_points(report.max_score)}", "",
-             fence + "text", student_text(report).replace(fence, "~~~"), fence, ""]
+             fence + "text", body, fence, ""]
     return "\n".join(lines)
 
 
@@ -537,7 +561,8 @@ def failure_rates_html(reports) -> list:
     for exercise in sorted({failed[k][0].exercise for k in order}):
         bad = sum(any(not res.passed for c, res in r.results if c.exercise == exercise)
                   for r in reports)
-        out.append(f"<tr><td>{escape(exercise)}</td><td>{bad} of {n} ({100 * bad / n:.0f}%)</td></tr>")
+        title = next((p.title for r in reports for p in r.parts if p.id == exercise), exercise)
+        out.append(f"<tr><td>{escape(title)}</td><td>{bad} of {n} ({100 * bad / n:.0f}%)</td></tr>")
     out.append('</table><table id="test-failure-rates"><tr><th>test</th><th>failed</th></tr>')
     for name in sorted(order, key=lambda k: (-failed[k][1], order.index(k))):
         check, count = failed[name]

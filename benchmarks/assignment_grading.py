@@ -11,9 +11,9 @@
     python benchmarks/assignment_grading.py a1 [--repeat 5] [--class-size 50] [--jobs 2]
 
 The submission is the assignment's reference (``assignments.common.reference_submission``).
-Target (issues 26 and 31): under 10 s wall for one submission, cold, on a 2-core machine,
-with the ranks forked from the rank zygote (``sandbox.ranks``), which imports torch once per
-grading run beside the grader; the groups after the first cost a fork each.
+Target: under 10 s wall for one submission, cold, on a 2-core machine, with the ranks forked
+from the rank zygote (``sandbox.ranks``), which imports torch once per grading run beside the
+grader; the groups after the first cost a fork each.
 """
 from __future__ import annotations
 

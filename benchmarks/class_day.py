@@ -29,7 +29,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = (ROOT / "tests" / "redteam" / "reference_submission.py").read_text()
-FUNCTIONS = ("chinchilla_loss", "compute_optimal", "memory_per_gpu", "communication_time_per_step")
+sys.path.insert(0, str(ROOT))
+from grading import EXERCISES  # noqa: E402 (the registry: every function a submission defines)
+
+FUNCTIONS = tuple(e.function for e in EXERCISES)
 
 
 def _styled(source: str, style: int) -> str:
@@ -213,9 +216,11 @@ def grade_class(folder: Path, layout: str, jobs: int, seed: int, *extra) -> tupl
 
 
 def copy_ranks(record: dict) -> tuple[list, float]:
-    """Run the copy check (autograde.similarity) on every student's graded file; return the
-    rank (1 = most similar pair of the class) and similarity of each planted copy, as
-    ``[(copier, original, rank, similarity)]``, and the highest similarity of an honest pair."""
+    """Run the copy check (autograde.similarity) on every student's graded file; return where
+    each planted copy is shown, as ``[(copier, original, rank, similarity)]``: its rank among
+    the pairs (1 = the most similar pair of the class), or ``"group"`` when the copy and its
+    original are in one group of students with the same code (a copy of the common correct
+    answer is that answer); and the highest similarity of an honest pair."""
     sys.path.insert(0, str(ROOT))
     from autograde import similarity
 
@@ -223,11 +228,19 @@ def copy_ranks(record: dict) -> tuple[list, float]:
     # hold none (identical stubs are no evidence of copying).
     codes = {sid: similarity.student_code(path) for sid, path in record["files"].items()
              if sid in record["wrote_code"]}
-    pairs = similarity.similar_pairs(codes, threshold=0.0, limit=len(codes) ** 2)
+    groups, pairs = similarity.similar(codes, template=similarity.template_code(), threshold=0.0,
+                                       limit=len(codes) ** 2)
+    group_of = {sid: g.ids for g in groups for sid in g.ids}
     planted = {frozenset(pair) for pair in record["copies"]}
     rank = {frozenset((p.a, p.b)): (i + 1, p.similarity) for i, p in enumerate(pairs)}
     honest = max((p.similarity for p in pairs if frozenset((p.a, p.b)) not in planted), default=0.0)
-    return [(a, b, *rank.get(frozenset((a, b)), (None, 0.0))) for a, b in record["copies"]], honest
+    out = []
+    for a, b in record["copies"]:
+        if group_of.get(a) is not None and group_of.get(a) == group_of.get(b):
+            out.append((a, b, "group", 1.0))
+        else:
+            out.append((a, b, *rank.get(frozenset((a, b)), (None, 0.0))))
+    return out, honest
 
 
 def main() -> None:
@@ -258,7 +271,7 @@ def main() -> None:
                   f"{time.monotonic() - started:.1f} s")
             for copier, original, rank, share in ranks:
                 print(f"  planted copy {copier} of {original}: rank {rank}, similarity {share:.0%}")
-            worst = max((r for _, _, r, _ in ranks), key=lambda r: r or 10**9, default=0)
+            worst = max((r for _, _, r, _ in ranks if r != "group"), key=lambda r: r or 10**9, default=0)
             print(f"{len(ranks)} planted copies rank 1 to {worst}; the most similar honest pair: "
                   f"{honest:.0%}; every copy above every honest pair: "
                   f"{all(s > honest for *_, s in ranks)}")

@@ -9,7 +9,7 @@ Colours come from the Okabe-Ito palette (Okabe & Ito 2008, "Color Universal Desi
 stays distinguishable under the common forms of colour-blindness. Each concept keeps one
 colour (and one name) across the whole book, so that "optimizer state", "tensor parallel" or
 "the Epoch AI refit" looks the same in every section, lab and explorer: :data:`COLORS` and
-:data:`NAMES` are that table, and ``tests/test_figure_style.py`` reads every stored figure's
+:data:`NAMES` are that table, and ``tests/book/test_figure_style.py`` reads every stored figure's
 series back and holds them to it.
 
 Legible on a phone: a phone's text column is about 342 CSS px wide, so a figure ``WIDTH``

@@ -1,4 +1,4 @@
-"""Grading checks for the chapter's four exercises.
+"""Grading checks for the course's exercises (Exercise 4 in two parts, ``ex4`` and ``ex4b``).
 
     from grading import load_checks, grade_callable, local_call
     checks = load_checks(include_hidden=True, seed=1234)
@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from typing import Any, Callable, Iterable
 
-from . import ex1, ex2, ex3, ex4
+from . import ex1, ex2, ex3, ex4, ex4b
 from .core import (
     EXERCISE_BY_ID, EXERCISES, Check, Exercise, Regrade, Result, SubmissionError, local_call,
     missing_call, to_student_args,
@@ -31,7 +31,7 @@ __all__ = [
     "STUDENT_RELEASE_FILES", "CheckList", "student_seed", "for_student",
 ]
 
-_MODULES = {"ex1": ex1, "ex2": ex2, "ex3": ex3, "ex4": ex4}
+_MODULES = {"ex1": ex1, "ex2": ex2, "ex3": ex3, "ex4": ex4, "ex4b": ex4b}
 
 #: Every exercise's regrade policy (:class:`Regrade`), which the front end runs generically.
 REGRADES = tuple(m.REGRADE for m in _MODULES.values() if getattr(m, "REGRADE", None))
@@ -40,7 +40,7 @@ REGRADES = tuple(m.REGRADE for m in _MODULES.values() if getattr(m, "REGRADE", N
 #: checks only). The rest (mistakes.py, public_expected.py, the tests) needs solutions/.
 STUDENT_RELEASE_FILES = (
     "__init__.py", "core.py", "framework.py", "explain.py", "ex1.py", "ex2.py", "ex3.py",
-    "ex4.py", "report.py", "public_expected.json",
+    "ex4.py", "ex4b.py", "report.py", "public_expected.json",
 )
 
 

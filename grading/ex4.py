@@ -1,12 +1,13 @@
-"""Checks for Exercise 4: ``communication_time_per_step(model_params, dp_rank, tp_rank,
+"""Checks for Exercise 4, part (a): ``communication_time_per_step(model_params, dp_rank, tp_rank,
 num_layers, seq_len, batch_size, d_model, bandwidth_tb_s)``, the exercise's first estimate:
 
     dp_volume = 2 * (2 * model_params)                       # fp16 gradients, all-reduce x2
     tp_volume = num_layers * 2 * (2 * batch_size * seq_len * d_model)
     seconds   = (dp_volume + tp_volume) / (bandwidth_tb_s * 1e12)
 
-(The refinements, the ring factor 2(n-1)/n of the nccl-tests "bus bandwidth" and Megatron's
-four all-reduces per layer, Shoeybi et al. 2019, are in the chapter, not in this estimate.)
+(The refinements, the ring factor 2(n-1)/n of the nccl-tests "bus bandwidth", the shard of
+the gradients, Megatron's four all-reduces per layer, Shoeybi et al. 2019, and the pipeline's
+sends, are part (b), :mod:`grading.ex4b`, not this estimate.)
 
 One answer mixes volume and unit conversion multiplicatively, so the volume checks and the
 bandwidth check split the blame: a factor that is a plain unit slip (1000, 8, 1e12, 1/1000)
@@ -200,7 +201,7 @@ def judge_degrees(call, probes) -> Result:
             g, f = fmt_pair(value, values[0])
             text = (f"{fmt_call(FUNCTION, probe.args)} returned {g} but with dp_rank = tp_rank = 1 "
                     f"it returned {f}. The exercise's first estimate does not use the parallel "
-                    "degrees; how they change the traffic is the chapter's refinement.")
+                    "degrees; how they change the traffic is part (b).")
             return Result(False, with_why(text, recognise({"value": value}, probe)))
     failed = gate(FUNCTION, probes, values, "The time does not depend on the degrees",
                   factors=(1.0, *UNIT_SLIPS))  # a unit slip is charged to ex4_bandwidth_units
@@ -215,17 +216,17 @@ def public_checks():
         return values_match(FUNCTION, probes, call, HINT)
 
     return [
-        make_check(EXERCISE, "ex4_config_7b", 4, FUNCTION, [CONFIG_7B], values,
+        make_check(EXERCISE, "ex4_config_7b", 2, FUNCTION, [CONFIG_7B], values,
                    description="a 7e9-parameter model, DP 16 x TP 4"),
-        make_check(EXERCISE, "ex4_config_70b", 4, FUNCTION, [CONFIG_70B], values,
+        make_check(EXERCISE, "ex4_config_70b", 2, FUNCTION, [CONFIG_70B], values,
                    description="a 70e9-parameter model, DP 64 x TP 8"),
-        make_check(EXERCISE, "ex4_dp_volume", 6, FUNCTION, DP_PROBES, judge_dp_volume,
+        make_check(EXERCISE, "ex4_dp_volume", 2, FUNCTION, DP_PROBES, judge_dp_volume,
                    description="DP volume: bytes per parameter"),
-        make_check(EXERCISE, "ex4_tp_volume", 6, FUNCTION, TP_PROBES, judge_tp_volume,
+        make_check(EXERCISE, "ex4_tp_volume", 2, FUNCTION, TP_PROBES, judge_tp_volume,
                    description="TP volume: bytes per activation element per layer"),
-        make_check(EXERCISE, "ex4_bandwidth_units", 5, FUNCTION, BW_PROBES, judge_bandwidth,
+        make_check(EXERCISE, "ex4_bandwidth_units", 2, FUNCTION, BW_PROBES, judge_bandwidth,
                    description="TB/s converted to bytes/s; result in seconds"),
-        make_check(EXERCISE, "ex4_ignores_degrees", 3, FUNCTION, DEGREE_PROBES, judge_degrees,
+        make_check(EXERCISE, "ex4_ignores_degrees", 1, FUNCTION, DEGREE_PROBES, judge_degrees,
                    description="the first estimate does not depend on dp_rank, tp_rank"),
     ]
 
@@ -246,7 +247,7 @@ def hidden_checks(rng: random.Random):
             round(rng.uniform(0.025, 1.8), 4),                  # bandwidth_tb_s
         ])
     return [
-        make_check(EXERCISE, "ex4_hidden_random", 12, FUNCTION, configs,
+        make_check(EXERCISE, "ex4_hidden_random", 4, FUNCTION, configs,
                    lambda call, probes: values_match(FUNCTION, probes, call, HINT),
                    hidden=True, description="random 3D-parallel configurations"),
     ]

@@ -54,7 +54,7 @@ WHY = {
     # Exercise 3
     "ex3_zero_16_bytes": (
         "you count 16 bytes per parameter, ZeRO's convention (it adds an fp32 master copy of "
-        "the weights). This exercise uses the chapter's 12: bf16 weights (2) + bf16 gradients "
+        "the weights). This exercise uses the course's 12: bf16 weights (2) + bf16 gradients "
         "(2) + fp32 Adam m and v (4 + 4)."),
     "ex3_returns_gigabytes": (
         "you returned gigabytes; the function must return bytes. Divide by 1e9 only when you "
@@ -103,6 +103,55 @@ WHY = {
     "ex4_bandwidth_not_converted": (
         "you divided bytes by the bandwidth in TB/s: convert it to bytes/s first "
         "(bandwidth_tb_s * 1e12)."),
+    # Exercise 4(b)
+    "ex4b_dp_no_ring_factor": (
+        "your DP term uses the factor 2 of part (a). A ring all-reduce over n = dp_degree GPUs "
+        "sends 2(n-1)/n times the buffer from each GPU (Data parallelism, the ring algorithm): "
+        "nothing with one GPU, 1.75 times with eight."),
+    "ex4b_dp_whole_model": (
+        "your DP term all-reduces the gradients of the whole model. With tensor and pipeline "
+        "parallelism each GPU holds only its shard, model_params / (tp_degree * pp_degree), and "
+        "its data-parallel group all-reduces that shard."),
+    "ex4b_dp_shard_by_tp_only": (
+        "your DP term divides the gradients by tp_degree only. Pipeline stages split the model "
+        "too: one GPU holds model_params / (tp_degree * pp_degree) parameters."),
+    "ex4b_dp_shard_by_all_gpus": (
+        "your DP term divides the gradients by every GPU, dp_degree * tp_degree * pp_degree. The "
+        "data-parallel group all-reduces one GPU's whole shard, model_params / (tp_degree * "
+        "pp_degree): the ring factor 2(n-1)/n already accounts for each GPU sending only part of it."),
+    "ex4b_dp_per_microbatch": (
+        "your DP term grows with num_microbatches. Gradients are accumulated over the "
+        "micro-batches and all-reduced once per optimizer step (ZeRO-1 and ZeRO-2 too)."),
+    "ex4b_tp_forward_only": (
+        "your TP term counts two all-reduces per layer, the forward pass only (part (a)'s count). "
+        "Megatron's f operators add two more in the backward pass: four per layer per "
+        "micro-batch (Model parallelism, the operators f and g)."),
+    "ex4b_tp_all_layers": (
+        "your TP term counts all num_layers layers. With pp_degree pipeline stages a GPU holds "
+        "and runs only num_layers / pp_degree of them."),
+    "ex4b_tp_once_per_step": (
+        "your TP term does not grow with num_microbatches. Tensor parallelism all-reduces "
+        "activations, so every micro-batch's forward and backward pass pays it again."),
+    "ex4b_tp_no_ring_factor": (
+        "your TP term uses the factor 2 for every all-reduce. The ring sends 2(n-1)/n times the "
+        "buffer with n = tp_degree: nothing with one GPU, 1.75 times with eight."),
+    "ex4b_pp_two_sends_with_two_stages": (
+        "with two pipeline stages each GPU sends once per micro-batch: the first stage sends "
+        "activations forward, the last sends gradients back. Only an interior stage (three "
+        "stages or more) sends both."),
+    "ex4b_pp_once_per_step": (
+        "your PP term does not grow with num_microbatches: every micro-batch's activations go "
+        "forward, and their gradients back, through the pipeline."),
+    "ex4b_links_swapped": (
+        "your links are swapped. Tensor parallelism stays inside a server, on intra_node_gb_s "
+        "(NVLink); the data-parallel all-reduce and the pipeline sends cross servers, on "
+        "inter_node_gb_s."),
+    "ex4b_bandwidth_tb": (
+        "your times are 1000 times too small: the bandwidths are in GB/s, 1e9 bytes per second, "
+        "not TB/s as in part (a)."),
+    "ex4b_bandwidth_bits": (
+        "your times are 8 times too large: the bandwidths are in gigabytes per second, "
+        "1e9 bytes/s, not gigabits."),
 }
 
 #: Wrong answers a check recognises by their form rather than by a planted wrong

@@ -1,4 +1,4 @@
-"""The four exercises written out plainly, from the exercise text, as a student would.
+"""The exercises written out plainly, from the exercise text, as a student would.
 
 The grading checks take what to expect from these functions, never from ``solutions/``: a
 bug planted in the reference then cannot become every student's "expected" answer. Instead
@@ -9,7 +9,9 @@ Nothing here imports ``solutions`` or the course's other packages: only the stan
 (``math``) and numpy for the grid of Exercise 2. The constants are the exercise's:
 Hoffmann et al. (2022), eq. 2, with A and B rounded as the exercise states; Kaplan et al.
 (2020), sec. 2.1, for 6 FLOPs per parameter per token; 12 bytes per parameter (Micikevicius
-et al. 2018); the exercise's first estimate of communication time.
+et al. 2018); Exercise 4's first estimate of communication time (part (a)) and its
+estimate per axis (part (b): the ring's 2(n-1)/n, nccl-tests; Megatron's four all-reduces
+per layer, Shoeybi et al. 2019; the pipeline's point-to-point sends, Huang et al. 2019).
 """
 from __future__ import annotations
 
@@ -34,6 +36,11 @@ FP16_BYTES = 2
 ALLREDUCE_FACTOR = 2
 TP_ALLREDUCES_PER_LAYER = 2
 BYTES_PER_S_PER_TB_S = 1e12
+
+# Exercise 4, part (b)
+BF16_BYTES = 2
+TP_ALLREDUCES_PER_LAYER_FWD_BWD = 4
+BYTES_PER_S_PER_GB_S = 1e9
 
 
 def chinchilla_loss(N: float, D: float) -> float:
@@ -80,11 +87,32 @@ def communication_time_per_step(model_params, dp_rank, tp_rank, num_layers, seq_
     return (dp_bytes + num_layers * tp_bytes_per_layer) / (bandwidth_tb_s * BYTES_PER_S_PER_TB_S)
 
 
+def ring_allreduce(n: int) -> float:
+    """Bytes one of n GPUs sends per byte of buffer in a ring all-reduce: 2(n-1)/n."""
+    return 2 * (n - 1) / n
+
+
+def communication_time_per_step_by_axis(model_params, dp_degree, tp_degree, pp_degree, num_layers,
+                                        seq_len, micro_batch, num_microbatches, d_model,
+                                        intra_node_gb_s, inter_node_gb_s) -> tuple:
+    """Exercise 4, part (b): (DP, TP, PP) seconds per step for one GPU."""
+    activation = BF16_BYTES * micro_batch * seq_len * d_model
+    dp_bytes = ring_allreduce(dp_degree) * BF16_BYTES * model_params / (tp_degree * pp_degree)
+    tp_bytes = (num_layers // pp_degree) * num_microbatches * TP_ALLREDUCES_PER_LAYER_FWD_BWD \
+        * ring_allreduce(tp_degree) * activation
+    sends = 0 if pp_degree == 1 else (1 if pp_degree == 2 else 2)
+    pp_bytes = sends * num_microbatches * activation
+    intra = intra_node_gb_s * BYTES_PER_S_PER_GB_S
+    inter = inter_node_gb_s * BYTES_PER_S_PER_GB_S
+    return (dp_bytes / inter, tp_bytes / intra, pp_bytes / inter)
+
+
 FUNCTIONS = {
     "chinchilla_loss": chinchilla_loss,
     "compute_optimal": compute_optimal,
     "memory_per_gpu": memory_per_gpu,
     "communication_time_per_step": communication_time_per_step,
+    "communication_time_per_step_by_axis": communication_time_per_step_by_axis,
 }
 
 

@@ -1,4 +1,4 @@
-"""Plausible wrong answers to the four exercises, planted to test the grader.
+"""Plausible wrong answers to the exercises, planted to test the grader.
 
 Each :class:`Mistake` is a complete wrong implementation of one exercise function, the exact
 set of checks it must fail (every other check must pass), and, through its id, the
@@ -139,9 +139,39 @@ def _comm(dp_bytes_per_param=4.0, ring=False, divide_by_tp=False, tp_allreduces=
     return communication_time_per_step
 
 
+# --------------------------------------------------------------------------- Exercise 4(b)
+
+def _by_axis(dp_ring=True, dp_shard="tp*pp", dp_per_microbatch=False, tp_allreduces=4,
+             tp_layers="stage", tp_per_microbatch=True, tp_ring=True, pp_sends="busiest",
+             pp_per_microbatch=True, links_swapped=False, bytes_per_s_per_gb=1e9):
+    def communication_time_per_step_by_axis(model_params, dp_degree, tp_degree, pp_degree,
+                                            num_layers, seq_len, micro_batch, num_microbatches,
+                                            d_model, intra_node_gb_s, inter_node_gb_s):
+        m = num_microbatches
+        activation = 2 * micro_batch * seq_len * d_model
+        shard = {"tp*pp": tp_degree * pp_degree, "none": 1, "tp": tp_degree,
+                 "all": dp_degree * tp_degree * pp_degree}[dp_shard]
+        dp_factor = 2 * (dp_degree - 1) / dp_degree if dp_ring else 2
+        dp_bytes = dp_factor * 2 * model_params / shard * (m if dp_per_microbatch else 1)
+        tp_factor = 2 * (tp_degree - 1) / tp_degree if tp_ring else 2
+        layers = num_layers // pp_degree if tp_layers == "stage" else num_layers
+        tp_bytes = layers * (m if tp_per_microbatch else 1) * tp_allreduces * tp_factor * activation
+        if pp_sends == "busiest":
+            sends = 0 if pp_degree == 1 else (1 if pp_degree == 2 else 2)
+        else:  # "two": every stage of a pipeline sends both ways, even the first and the last
+            sends = 0 if pp_degree == 1 else 2
+        pp_bytes = sends * (m if pp_per_microbatch else 1) * activation
+        intra, inter = intra_node_gb_s * bytes_per_s_per_gb, inter_node_gb_s * bytes_per_s_per_gb
+        if links_swapped:
+            intra, inter = inter, intra
+        return (dp_bytes / inter, tp_bytes / intra, pp_bytes / inter)
+    return communication_time_per_step_by_axis
+
+
 EX1_VALUES = {"ex1_gpt3", "ex1_chinchilla", "ex1_hidden_random"}
 EX2_VALUES = {"ex2_grid_minimum", "ex2_several_budgets", "ex2_hidden_budgets", "ex2_hidden_ratios"}
 EX4_VALUES = {"ex4_config_7b", "ex4_config_70b", "ex4_hidden_random"}
+EX4B_VALUES = {"ex4b_config_70b", "ex4b_config_7b", "ex4b_hidden_random"}
 # Property checks pay only values within 5 % of the right ones (framework.PROPERTY_GATE_REL),
 # so a mistake that moves every value by more fails them too.
 EX1_PROPERTIES = {"ex1_decreasing_in_n", "ex1_decreasing_in_d", "ex1_vectorised"}
@@ -209,6 +239,35 @@ MISTAKES = [
             _comm(bytes_per_s_per_tb=1e12 / 8), frozenset(EX4_VALUES | {"ex4_bandwidth_units"})),
     Mistake("ex4_bandwidth_not_converted", "communication_time_per_step",
             _comm(bytes_per_s_per_tb=1.0), frozenset(EX4_VALUES | {"ex4_bandwidth_units"})),
+
+    Mistake("ex4b_dp_no_ring_factor", "communication_time_per_step_by_axis", _by_axis(dp_ring=False),
+            frozenset(EX4B_VALUES | {"ex4b_dp_shard", "ex4b_degree_one"})),
+    Mistake("ex4b_dp_whole_model", "communication_time_per_step_by_axis", _by_axis(dp_shard="none"),
+            frozenset(EX4B_VALUES | {"ex4b_dp_shard", "ex4b_degree_one"})),
+    Mistake("ex4b_dp_shard_by_tp_only", "communication_time_per_step_by_axis", _by_axis(dp_shard="tp"),
+            frozenset(EX4B_VALUES | {"ex4b_dp_shard", "ex4b_degree_one"})),
+    Mistake("ex4b_dp_shard_by_all_gpus", "communication_time_per_step_by_axis", _by_axis(dp_shard="all"),
+            frozenset(EX4B_VALUES | {"ex4b_dp_shard", "ex4b_degree_one"})),
+    Mistake("ex4b_dp_per_microbatch", "communication_time_per_step_by_axis",
+            _by_axis(dp_per_microbatch=True), frozenset(EX4B_VALUES | {"ex4b_dp_shard", "ex4b_degree_one"})),
+    Mistake("ex4b_tp_forward_only", "communication_time_per_step_by_axis", _by_axis(tp_allreduces=2),
+            frozenset(EX4B_VALUES | {"ex4b_tp_allreduces", "ex4b_degree_one"})),
+    Mistake("ex4b_tp_all_layers", "communication_time_per_step_by_axis", _by_axis(tp_layers="all"),
+            frozenset(EX4B_VALUES | {"ex4b_tp_allreduces", "ex4b_degree_one"})),
+    Mistake("ex4b_tp_once_per_step", "communication_time_per_step_by_axis",
+            _by_axis(tp_per_microbatch=False), frozenset(EX4B_VALUES | {"ex4b_tp_allreduces", "ex4b_degree_one"})),
+    Mistake("ex4b_tp_no_ring_factor", "communication_time_per_step_by_axis", _by_axis(tp_ring=False),
+            frozenset(EX4B_VALUES | {"ex4b_tp_allreduces", "ex4b_degree_one"})),
+    Mistake("ex4b_pp_two_sends_with_two_stages", "communication_time_per_step_by_axis",
+            _by_axis(pp_sends="two"), frozenset({"ex4b_config_7b", "ex4b_hidden_random", "ex4b_pp_sends", "ex4b_degree_one"})),
+    Mistake("ex4b_pp_once_per_step", "communication_time_per_step_by_axis",
+            _by_axis(pp_per_microbatch=False), frozenset(EX4B_VALUES | {"ex4b_pp_sends", "ex4b_degree_one"})),
+    Mistake("ex4b_links_swapped", "communication_time_per_step_by_axis", _by_axis(links_swapped=True),
+            frozenset(EX4B_VALUES | {"ex4b_bandwidth_units", "ex4b_degree_one"})),
+    Mistake("ex4b_bandwidth_tb", "communication_time_per_step_by_axis",
+            _by_axis(bytes_per_s_per_gb=1e12), frozenset(EX4B_VALUES | {"ex4b_bandwidth_units"})),
+    Mistake("ex4b_bandwidth_bits", "communication_time_per_step_by_axis",
+            _by_axis(bytes_per_s_per_gb=1e9 / 8), frozenset(EX4B_VALUES | {"ex4b_bandwidth_units"})),
 ]
 
 MISTAKE_BY_ID = {m.id: m for m in MISTAKES}

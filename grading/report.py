@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .core import EXERCISES, Check, Result
+from .core import EXERCISES, Check, Part, Result
 
 
 def fmt_points(x: float) -> str:
@@ -52,16 +52,16 @@ def score(results: Sequence[tuple[Check, Result]]) -> tuple[float, float]:
     return earned, possible
 
 
-def format_report(results: Sequence[tuple[Check, Result]], first_problem: str | None = None) -> str:
-    """Per exercise: points, a line per test (✓ or ✗), feedback under each failure; then the
-    total and what to fix first."""
+def format_report(results: Sequence[tuple[Check, Result]], first_problem: str | None = None,
+                  parts: Sequence[Part] = EXERCISES) -> str:
+    """Per part (the exercises, or an assignment: ``parts``): points, a line per test (✓ or
+    ✗), feedback under each failure; then the total and what to fix first."""
     lines: list[str] = []
     by_exercise: dict[str, list] = {}
     for check, result in results:
         by_exercise.setdefault(check.exercise, []).append((check, result))
-    order = [e for e in EXERCISES if e.id in by_exercise]
-    order += [type("X", (), {"id": k, "title": k})() for k in by_exercise
-              if k not in {e.id for e in EXERCISES}]
+    order = [p for p in parts if p.id in by_exercise]
+    order += [Part(k, k, k, 0.0) for k in by_exercise if k not in {p.id for p in parts}]
     not_implemented: list[str] = []
     why_shown: dict = {}  # each "Why:" paragraph in full once, under the first test that has it
     fix_first: str | None = None  # from the earliest exercise with a failure

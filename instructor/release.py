@@ -61,10 +61,10 @@ STUDENT_EXCLUDED = (
     "autograde/gradescope.py", "grading/",  # its public checks come back (grading.STUDENT_RELEASE_FILES)
     "tools/", "book/_ext/", "book/_static/", "pyproject.toml", "environment.yml",
     "requirements.in", "requirements.txt",
-    "chapters/09-exercises.", "README.md",
+    "chapters/09-exercises.", "README.md", "CONTRIBUTING.md",
 ) + tuple(master[: -len(".md")] + "." for _, master in ASSIGNMENTS.values())
 
-#: What the release's notebooks and modules import (tests/test_release_kit.py parses them and
+#: What the release's notebooks and modules import (tests/instructor/test_release_kit.py parses them and
 #: checks this list covers every import), plus JupyterLab to open them: distribution names,
 #: pinned to the course's own requirements.txt. No build or test package.
 STUDENT_PACKAGES = (
@@ -222,7 +222,7 @@ def exercise_3_routes(out: Path) -> tuple[set, re.Pattern, re.Pattern]:
 GRADESCOPE_PACKAGES = ("numpy", "jupytext")
 
 #: The commands a student is told to run, from the release's top folder. A test runs each
-#: one in a fresh release (tests/test_autograde_release.py).
+#: one in a fresh release (tests/instructor/test_autograde_release.py).
 STUDENT_COMMANDS = (
     "python -m autograde chapters/09-exercises.ipynb",
     "python -m autograde chapters/09-exercises.ipynb --json my-report.json",
@@ -276,8 +276,7 @@ python -m autograde chapters/09-exercises.ipynb --json my-report.json
 ## The chapters and labs
 
 Every chapter and lab runs from here: they import the course's package `solutions/`. In this
-kit its four graded functions (`chinchilla_loss`, `compute_optimal`, `memory_per_gpu`,
-`communication_time_per_step`) are stubs that raise `NotImplementedError` naming the
+kit its graded functions ({graded_functions}) are stubs that raise `NotImplementedError` naming the
 exercise, `parametric_loss` refuses Exercise 1's constants, and the memory functions
 (`memory_breakdown`, `zero_memory_per_gpu` and those built on them) refuse a convention of 12
 bytes per parameter, Exercise 3's count, while computing every other. The chapters use the
@@ -298,7 +297,8 @@ grader's whole report on a saved assignment notebook, run from this folder, for 
 python -m autograde --assignment a1 assignments/a1-ring-allreduce.ipynb
 ```
 
-(`a2` to `a5` for the others). It runs the checks with three seeds, the self-check with one.
+(`a2` to `a6` for the others). It runs the checks with three seeds, the self-check with one
+(Assignment 6's with all three).
 Assignment 1's `ring_all_reduce` is also the ring the labs run: in this kit,
 `labs/collectives.py` holds a stub in its place, which your answer can replace. Until then
 the labs say so in one line and use torch's built-in all-reduce instead (Labs 2 and 4, and
@@ -504,6 +504,7 @@ def build_student(out: Path) -> None:
     hidden, total = hidden_and_total_points()
     requirements = student_requirements()
     (out / "README.md").write_text(STUDENT_README.format(
+        graded_functions=", ".join(f"`{e.function}`" for e in EXERCISES),
         hidden_points=f"{hidden:g}", total_points=f"{total:g}", cpu_index=TORCH_CPU_INDEX,
         torch_pin=next(r for r in requirements if r.startswith("torch=="))), encoding="utf-8")
     (out / "requirements.txt").write_text(
@@ -636,6 +637,8 @@ def gradescope_files() -> list:
     files = [p.relative_to(ROOT).as_posix() for folder in ("autograde", "sandbox", "grading", "solutions")
              for p in (ROOT / folder).rglob("*.py") if "__pycache__" not in p.parts]
     files += ["grading/public_expected.json"]
+    files += [p.relative_to(ROOT).as_posix() for p in sorted((ROOT / "solutions" / "data").glob("*"))
+              if p.is_file()]  # the tables solutions/ reads (the GPUs')
     return sorted(set(files))
 
 

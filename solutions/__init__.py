@@ -1,7 +1,7 @@
 """Reference solutions for the chapter "Scaling laws & distributed training".
 
-The four exercise functions are importable from the package root with the
-exact semantics of the exercise text:
+The exercise functions (Exercises 1-3, and Exercise 4's parts (a) and (b)) are
+importable from the package root with the exact semantics of the exercise text:
 
 >>> from solutions import chinchilla_loss, compute_optimal, memory_per_gpu, communication_time_per_step
 >>> round(chinchilla_loss(175e9, 300e9), 3)
@@ -12,12 +12,13 @@ Richer models live in the submodules: :mod:`solutions.scaling`,
 :mod:`solutions.pipeline`, :mod:`solutions.compute`, :mod:`solutions.layout`,
 beyond 3D parallelism and Chinchilla in :mod:`solutions.context`,
 :mod:`solutions.moe`, :mod:`solutions.after_chinchilla` and
-:mod:`solutions.efficiency`, and the cited tables in :mod:`solutions.facts`.
+:mod:`solutions.efficiency`, and the cited tables in :mod:`solutions.facts` (and, for the
+field in 2025-26, :mod:`solutions.frontier`).
 """
 
 from . import quoted, communication, compute, facts, layout, memory, pipeline, scaling
-from . import after_chinchilla, context, efficiency, moe
-from .communication import communication_time_per_step
+from . import after_chinchilla, context, efficiency, frontier, moe
+from .communication import communication_time_per_step, communication_time_per_step_by_axis
 from .memory import memory_per_gpu
 from .scaling import chinchilla_loss, compute_optimal
 
@@ -26,6 +27,7 @@ __all__ = [
     "compute_optimal",
     "memory_per_gpu",
     "communication_time_per_step",
+    "communication_time_per_step_by_axis",
     "scaling",
     "memory",
     "communication",
@@ -38,4 +40,5 @@ __all__ = [
     "moe",
     "after_chinchilla",
     "efficiency",
+    "frontier",
 ]

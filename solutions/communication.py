@@ -1,8 +1,10 @@
-"""Communication volume and time: ring collectives, the Exercise 4 estimate,
+"""Communication volume and time: ring collectives, Exercise 4's two estimates
+(part (a), the first estimate; part (b), per axis, as sections 5-7 teach),
 and a per-axis breakdown for 3D (data x tensor x pipeline) parallelism.
 
-Units: bytes, bytes/s and seconds, except Exercise 4's ``bandwidth_tb_s``
-(TB/s, as the exercise states).
+Units: bytes, bytes/s and seconds, except Exercise 4's bandwidths: part (a)'s
+``bandwidth_tb_s`` in TB/s and part (b)'s ``intra_node_gb_s`` and
+``inter_node_gb_s`` in GB/s, as the exercise states.
 
 Ring collectives on ``n`` ranks move, per rank, a multiple of the buffer size
 (nccl-tests PERFORMANCE.md, "bus bandwidth"; Patarasuk & Yuan 2009):
@@ -34,6 +36,8 @@ __all__ = [
     "RingAllReduceResult",
     "simulate_ring_allreduce",
     "communication_time_per_step",
+    "communication_time_per_step_by_axis",
+    "pipeline_sends_per_microbatch",
     "DEFAULT_INTRA_NODE_BW",
     "DEFAULT_INTER_NODE_BW",
     "tensor_parallel_bytes_per_layer",
@@ -176,7 +180,7 @@ def simulate_ring_allreduce(chunks_per_rank):
 def communication_time_per_step(
     model_params, dp_rank, tp_rank, num_layers, seq_len, batch_size, d_model, bandwidth_tb_s,
 ):
-    """Exercise 4: the chapter's first estimate of communication seconds per step.
+    """Exercise 4, part (a): the course's first estimate of communication seconds per step.
 
     Exactly the exercise's template::
 
@@ -188,7 +192,8 @@ def communication_time_per_step(
     tensor-parallel *degrees* (how many GPUs), not a process's rank. They are
     validated and, as the exercise states, unused. What the estimate leaves out
     (the ring factor 2(n-1)/n, sharding of the DP volume by TP x PP, backward
-    TP all-reduces, pipeline sends) is in :func:`communication_breakdown`.
+    TP all-reduces, pipeline sends) is part (b),
+    :func:`communication_time_per_step_by_axis`, and :func:`communication_breakdown`.
     """
     P = positive("model_params", model_params)
     positive_integer("dp_rank (the data-parallel degree)", dp_rank)
@@ -203,6 +208,61 @@ def communication_time_per_step(
     tp_per_layer = 2 * (2 * np.asarray(b, dtype=np.float64) * s * h)
     tp_volume = L * tp_per_layer
     return _out((dp_volume + tp_volume) / bandwidth_bytes_s)
+
+
+def pipeline_sends_per_microbatch(pp):
+    """Point-to-point sends of one micro-batch's boundary tensor (``b s h``
+    elements) by the busiest pipeline stage: none without a pipeline; one with
+    two stages (the first sends activations forward, the last sends gradients
+    back); two from an interior stage (``pp >= 3``), which sends its output
+    forward and the gradient of its input backward (Huang et al. 2019)."""
+    pp = positive_integer("pp", pp)
+    return 0 if pp == 1 else 1 if pp == 2 else 2
+
+
+def communication_time_per_step_by_axis(
+    model_params, dp_degree, tp_degree, pp_degree, num_layers, seq_len, micro_batch,
+    num_microbatches, d_model, intra_node_gb_s, inter_node_gb_s,
+):
+    """Exercise 4, part (b): seconds of communication per optimizer step on each
+    axis, ``(dp_seconds, tp_seconds, pp_seconds)``, for one GPU of a
+    ``dp x tp x pp`` layout, as sections 5-7 of the course teach. Values are
+    bf16, 2 bytes each; ``micro_batch`` is sequences per micro-batch and
+    ``num_microbatches`` the micro-batches each replica runs per step.
+
+    * DP: once per step, a ring all-reduce (``2 (d-1)/d`` of the buffer;
+      nccl-tests, Patarasuk & Yuan 2009) of the gradients of this GPU's shard,
+      ``P / (t p)`` parameters (ZeRO-1 and ZeRO-2 move the same bytes).
+    * TP: per micro-batch, on each of the ``num_layers / p`` layers of this
+      GPU's stage, four all-reduces (two forward, two backward: Megatron's g
+      and f, Shoeybi et al. 2019) of ``b s h`` elements with ring factor
+      ``2 (t-1)/t``: ``8 b s h (t-1)/t`` elements per layer (Narayanan et al.
+      2021, sec. 3.2).
+    * PP: per micro-batch, :func:`pipeline_sends_per_microbatch` sends of
+      ``b s h`` elements.
+
+    Tensor parallelism stays inside a server (``intra_node_gb_s``); data- and
+    pipeline-parallel traffic crosses servers (``inter_node_gb_s``). Bandwidth
+    only: no latency, no overlap. :func:`communication_breakdown` computes the
+    same with the bandwidths in bytes/s (and ZeRO-3's extra gathers).
+    """
+    P = positive("model_params", model_params)
+    dp, tp, pp = (positive_integer(name, value) for name, value in
+                  (("dp_degree", dp_degree), ("tp_degree", tp_degree), ("pp_degree", pp_degree)))
+    layers, seq, mb, microbatches, width = (
+        positive_integer(name, value) for name, value in
+        (("num_layers", num_layers), ("seq_len", seq_len), ("micro_batch", micro_batch),
+         ("num_microbatches", num_microbatches), ("d_model", d_model)))
+    intra_bytes_s = positive("intra_node_gb_s", intra_node_gb_s) * 1e9
+    inter_bytes_s = positive("inter_node_gb_s", inter_node_gb_s) * 1e9
+    divides("pp_degree", pp, "num_layers", layers)
+    bf16 = 2  # bytes per value sent
+    boundary_bytes = float(mb) * seq * width * bf16  # one micro-batch's activations
+    dp_bytes = ring_allreduce_factor(dp) * bf16 * P / (tp * pp)  # this GPU's shard, once
+    tp_bytes = (layers // pp) * microbatches * 4 * ring_allreduce_factor(tp) * boundary_bytes
+    pp_bytes = pipeline_sends_per_microbatch(pp) * microbatches * boundary_bytes
+    return (float(dp_bytes / inter_bytes_s), float(tp_bytes / intra_bytes_s),
+            float(pp_bytes / inter_bytes_s))
 
 
 # --------------------------------------------------------------------------
@@ -302,13 +362,7 @@ def communication_breakdown(
     layers_here = L // pp
     tp_bytes = layers_here * m * tensor_parallel_bytes_per_layer(b, s, h, tp, nbytes)
 
-    if pp == 1:
-        pp_sends = 0
-    elif pp == 2:
-        pp_sends = 1
-    else:
-        pp_sends = 2
-    pp_bytes = pp_sends * m * act_elems * nbytes
+    pp_bytes = pipeline_sends_per_microbatch(pp) * m * act_elems * nbytes
 
     tp_bw = bw_intra if tp <= gpn else bw_inter
     out = {

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from . import hardware as _hardware
+
 __all__ = [
     "GPU",
     "GPUS",
@@ -68,21 +70,19 @@ class GPU:
     fp8_flops_per_s: Optional[float] = None
 
 
-GPUS = {
-    g.name: g
-    for g in (
-        GPU("T4", 65e12, "fp16 tensor", 16, "nvidia2018t4", "Colab and Kaggle (2x T4)"),
-        GPU("A100 40GB", 312e12, "bf16 dense", 40, "nvidia2020a100"),
-        GPU("A100 80GB", 312e12, "bf16 dense", 80, "nvidia2020a100"),
-        # Dense figures from the Hopper architecture whitepaper; the datasheet
-        # prints the 2:4-sparsity figures (1,979 bf16, 3,958 FP8).
-        GPU("H100 SXM", 989.4e12, "bf16 dense", 80, "nvidia2022hopper", "1,979 TFLOP/s with 2:4 sparsity",
-            fp8_flops_per_s=1978.9e12),
-        GPU("H100 PCIe", 756e12, "bf16 dense", 80, "nvidia2022h100"),
-        GPU("H200", 989.4e12, "bf16 dense", 141, "nvidia2024h200", "same compute as H100 SXM, HBM3e",
-            fp8_flops_per_s=1978.9e12),
-    )
-}
+def _chapter_gpu(name: str) -> GPU:
+    """A row of :data:`solutions.hardware.GPU_TABLE` (the one source of GPU figures) in the
+    chapter's terms: its 16-bit tensor peak and the vendor's memory figure in GB."""
+    spec = _hardware.GPU_TABLE[name]
+    sixteen = "bf16" if "bf16" in spec.peak_flops_per_s else "fp16"
+    return GPU(name, spec.peak_flops_per_s[sixteen], f"{sixteen} {'dense' if sixteen == 'bf16' else 'tensor'}",
+               float(spec.memory_vendor.split()[0]), spec.cite[0], spec.chapter_note,
+               spec.peak_flops_per_s.get("fp8"))
+
+
+#: The GPUs the chapter's tables and figures use (the planner knows more:
+#: :data:`solutions.hardware.GPU_TABLE`).
+GPUS = {name: _chapter_gpu(name) for name in ("T4", "A100 40GB", "A100 80GB", "H100 SXM", "H100 PCIe", "H200")}
 
 
 @dataclass(frozen=True)
@@ -364,7 +364,13 @@ class MoEArchitecture:
     heads, routed ``experts`` per MoE layer of which ``top_k`` are used per
     token, always-used ``shared_experts``, each expert's MLP width
     ``expert_ffn``, ``dense_layers`` (leading layers with a plain MLP) and
-    ``node_limit``, the most nodes one token's experts may span."""
+    ``node_limit``, the most nodes one token's experts may span.
+
+    For the planner: ``head_dim`` where it is not ``d_model / heads``,
+    ``ffn_hidden`` of the dense layers' MLP, ``layer_freq`` (one MoE layer every
+    ``layer_freq`` layers after the dense ones), ``seq_len`` of pre-training,
+    multi-head latent attention's widths (``mla``: q_lora, kv_lora, qk_nope,
+    qk_rope, v_head), ``sliding_window`` and the share of layers that use it."""
 
     name: str
     total_params: float
@@ -382,6 +388,13 @@ class MoEArchitecture:
     vocab: Optional[int] = None
     node_limit: Optional[int] = None
     note: str = ""
+    head_dim: Optional[int] = None
+    ffn_hidden: Optional[int] = None
+    layer_freq: int = 1
+    seq_len: int = 4096
+    mla: Optional[tuple] = None
+    sliding_window: Optional[int] = None
+    sliding_share: float = 0.0
 
 
 MOE_ARCHITECTURES = {
@@ -390,13 +403,43 @@ MOE_ARCHITECTURES = {
         # Jiang et al. 2024, sec. 2 and Table 1: "47B" stored, "13B" active;
         # SwiGLU experts, grouped-query attention, 32K vocabulary.
         MoEArchitecture("Mixtral 8x7B", 47e9, 13e9, 32, 4096, 32, 8, 2, 14336, "jiang2024mixtral",
-                        kv_heads=8, vocab=32000),
+                        kv_heads=8, vocab=32000, seq_len=32768),
+        # Mistral AI 2024 (Mixtral 8x22B): 141B stored, 39B active; 56 layers of width 6,144,
+        # 48 heads and 8 K/V heads, 8 experts of width 16,384, two per token, 32,768-token
+        # vocabulary (its released configuration).
+        MoEArchitecture("Mixtral 8x22B", 141e9, 39e9, 56, 6144, 48, 8, 2, 16384, "mistral2024mixtral8x22b",
+                        kv_heads=8, vocab=32768, seq_len=65536),
         # Liu et al. 2024 (DeepSeek-V3), sec. 4.2: 61 layers, the first 3 dense;
         # 1 shared + 256 routed experts of width 2,048, 8 routed per token;
         # multi-head latent attention with 128 heads; 671B stored, 37B active.
+        # Dense MLP 18,432 wide; MLA: q_lora 1,536, kv_lora 512, 128 + 64 (rope) per head
+        # for queries and keys, 128 for values; vocabulary 129,280; 4,096-token sequences.
         MoEArchitecture("DeepSeek-V3", 671e9, 37e9, 61, 7168, 128, 256, 8, 2048, "liu2024deepseekv3",
-                        shared_experts=1, dense_layers=3, node_limit=4,
-                        note="node-limited routing; one multi-token-prediction module on top"),
+                        shared_experts=1, dense_layers=3, node_limit=4, vocab=129280, ffn_hidden=18432,
+                        head_dim=128, mla=(("q_lora", 1536), ("kv_lora", 512), ("qk_nope", 128), ("qk_rope", 64),
+                                           ("v_head", 128)),
+                        note="node-limited routing; one multi-token-prediction module on top (not counted)"),
+        # Yang et al. 2025 (Qwen3 technical report), Table 2: 94 layers, 64 query and 4 K/V
+        # heads, 128 experts, 8 per token, no shared expert; 235B stored, 22B active. Width
+        # 4,096, head size 128, experts 1,536 wide, vocabulary 151,936 (released configuration).
+        MoEArchitecture("Qwen3-235B-A22B", 235e9, 22e9, 94, 4096, 64, 128, 8, 1536, "yang2025qwen3",
+                        kv_heads=4, head_dim=128, vocab=151936),
+        # The same report: Qwen3-30B-A3B, 48 layers, 32 query and 4 K/V heads, 128 experts of
+        # width 768, 8 per token; 30.5B stored, 3.3B active; width 2,048.
+        MoEArchitecture("Qwen3-30B-A3B", 30.5e9, 3.3e9, 48, 2048, 32, 128, 8, 768, "yang2025qwen3",
+                        kv_heads=4, head_dim=128, vocab=151936),
+        # Meta 2025 (Llama 4): Maverick, 17B active of 400B, 128 routed experts and a shared
+        # one, one expert per token, MoE in every other layer; 48 layers of width 5,120, 40
+        # heads of 128, 8 K/V heads, experts 8,192 wide, dense MLPs 16,384, vocabulary 202,048.
+        MoEArchitecture("Llama 4 Maverick", 400e9, 17e9, 48, 5120, 40, 128, 1, 8192, "meta2025llama4",
+                        kv_heads=8, head_dim=128, shared_experts=1, layer_freq=2, ffn_hidden=16384,
+                        vocab=202048, seq_len=8192),
+        # OpenAI 2025 (gpt-oss-120b model card): 36 layers, residual width 2,880, 128 experts
+        # (width 2,880), four per token, 64 query heads of 64 and 8 K/V heads, attention that
+        # alternates a 128-token band with full attention; 116.8B stored, 5.1B active;
+        # o200k_harmony vocabulary of 201,088.
+        MoEArchitecture("gpt-oss-120b", 116.8e9, 5.1e9, 36, 2880, 64, 128, 4, 2880, "openai2025gptoss",
+                        kv_heads=8, head_dim=64, vocab=201088, sliding_window=128, sliding_share=0.5),
     )
 }
 
@@ -443,8 +486,21 @@ class PublishedRun:
     does not give it (the schedule was interleaved but the chunk count is not
     published). ``tflops_per_gpu`` as reported, counted as ``flops_counted``
     says: ``'hardware'`` (Megatron-LM's eq. 3, recomputation included) or
-    ``'model'``; ``mfu`` where the source reports it. ``assumed`` lists the fields
-    the source does not state, with the value used."""
+    ``'model'``; ``mfu`` where the source reports it, ``tokens_per_s_per_gpu`` where
+    it reports that. ``assumed`` lists the fields the source does not state, with the
+    value used; ``where`` the table and row of the source.
+
+    Runs of 2025-26 also carry: ``arch``, a named shape of :data:`ARCHITECTURES` or
+    :data:`MOE_ARCHITECTURES`; ``precision`` (``bf16``, ``fp8``, ``mxfp8``, ``nvfp4``);
+    ``ep`` and ``etp`` (expert parallelism folded into ``tp x cp x dp``);
+    ``sequence_parallel`` (TP without it before 2022); ``overlap``, what the stack
+    overlaps (:func:`solutions.steptime.parse_overlap`; the runs of 2021-22 had no
+    TP overlap); ``nvlink`` and ``network`` may be ``None`` (the GPU table's system).
+    ``nic_share``: ``'domain'`` when a collective's traffic is spread over every NIC of the
+    nodes it spans (NCCL's rail-optimised rings), ``'gpu'`` when each GPU's traffic went
+    through its own adapter: DeepSpeed's ZeRO-3 of 2021, whose per-GPU throughput in
+    Narayanan et al.'s Table 2 halves with every doubling of GPUs at a fixed batch, the
+    signature of a gather bound by one 200 Gb/s adapter per GPU."""
 
     name: str
     params: float
@@ -477,6 +533,18 @@ class PublishedRun:
     mfu: Optional[float] = None
     assumed: str = ""
     note: str = ""
+    arch: Optional[str] = None
+    head_dim: Optional[int] = None
+    precision: str = "bf16"
+    ep: int = 1
+    etp: int = 1
+    sequence_parallel: bool = True
+    overlap: str = "default"
+    convention: str = "zero_16"
+    tokens_per_s_per_gpu: Optional[float] = None
+    year: int = 2021
+    where: str = ""
+    nic_share: str = "domain"
 
     @property
     def num_gpus(self) -> int:
@@ -497,13 +565,69 @@ LLAMA3_NETWORK = 50e9
 JEAN_ZAY_NETWORK = 4 * 100e9 / 8 / 8
 
 
+#: What the stacks of 2021-22 overlapped: the pipeline's sends and the data-parallel gradient
+#: reduction (no TP overlap, which Megatron-Core added in 2023; no sequence parallelism).
+_OVERLAP_2021 = "pp,dp"
+
+
 def _megatron(params, heads, hidden, layers, tp, pp, gpus, batch, tflops):
     """A row of Narayanan et al. 2021, Table 1: GPT shapes, 2,048-token sequences,
     51,200-token vocabulary, full recomputation, on Selene's A100s."""
     return PublishedRun(f"Megatron {params:g}B", params * 1e9, layers, hidden, heads, 2048, 51200, "A100 80GB",
                         A100_NVLINK, SELENE_NETWORK, tp, pp, gpus // (tp * pp), batch, 1, "full",
-                        "narayanan2021megatron", tflops_per_gpu=tflops,
-                        assumed="micro-batch 1; non-interleaved 1F1B; no ZeRO")
+                        "narayanan2021megatron", tflops_per_gpu=tflops, sequence_parallel=False, overlap=_OVERLAP_2021,
+                        assumed="micro-batch 1; non-interleaved 1F1B; no ZeRO", where=f"Table 1, {params:g}B row")
+
+
+def _bridge(release, system, arch, n, precision, gbs, mbs, seq, tp, pp, cp, vp, ep, tokens, zero=1, overlap="default",
+            recompute="none"):
+    """A row of the Megatron-Bridge performance summary (NVIDIA 2025-26): ``release`` the NeMo
+    container whose table it is, ``system`` the DGX whose column, the layout (DP is what the
+    GPUs leave: ``n / (tp pp cp)``, EP folded into it), the published tokens/s per GPU."""
+    gpu = {"DGX-H100": "H100 SXM", "DGX-B200": "B200", "DGX-GB200": "GB200", "DGX-GB300": "GB300"}[system]
+    a = MOE_ARCHITECTURES.get(arch) or ARCHITECTURES[arch]
+    params = getattr(a, "total_params", None) or a.params
+    name = f"{arch}, {n} {gpu}, {precision.upper()} ({release})"
+    return PublishedRun(name, params, a.layers, a.d_model, a.heads, seq, a.vocab, gpu, None, None, tp, pp,
+                        n // (tp * pp * cp), gbs, mbs, recompute, "nvidia2025megatronbridge", cp=cp, zero=zero,
+                        schedule="interleaved" if vp > 1 else "1f1b", virtual_stages=vp, mlp="swiglu",
+                        dropout=False, attention="flash", arch=arch, precision=precision, ep=ep,
+                        tokens_per_s_per_gpu=tokens, flops_counted="model", overlap=overlap, year=2025 + (release == "26.02"),
+                        where=f"{release} NeMo container, {system}, row {arch} {precision.upper()}",
+                        assumed="ZeRO-1 (Megatron's distributed optimizer); recomputation as the recipe "
+                                "(none, or 'selective' where it recomputes modules such as norms and MoE "
+                                "activations); MoE routing force-balanced, as the table's notes say")
+
+
+#: (release, system, shape, GPUs, precision, global batch, micro-batch, sequence, TP, PP, CP, VP, EP,
+#: tokens/s per GPU), as printed in the Megatron-Bridge performance summary.
+_BRIDGE_ROWS = (
+    ("25.11", "DGX-H100", "Llama 3 70B", 64, "fp8", 128, 1, 8192, 4, 8, 1, 5, 1, 1602),
+    ("25.11", "DGX-H100", "Llama 3 405B", 1024, "fp8", 512, 1, 8192, 8, 8, 2, 8, 1, 292),
+    ("26.02", "DGX-H100", "Llama 3 405B", 1024, "fp8", 1536, 1, 8192, 8, 8, 2, 8, 1, 311),
+    ("25.11", "DGX-B200", "Llama 3 8B", 8, "fp8", 128, 2, 8192, 1, 1, 1, 1, 1, 30624),
+    ("25.11", "DGX-GB200", "Llama 3 8B", 8, "fp8", 128, 2, 8192, 1, 1, 1, 1, 1, 31508),
+    ("25.11", "DGX-B200", "Llama 3 405B", 128, "fp8", 64, 1, 8192, 4, 8, 2, 8, 1, 661),
+    ("25.11", "DGX-GB200", "Llama 3 405B", 256, "fp8", 1536, 1, 8192, 4, 16, 1, 4, 1, 813),
+    ("25.11", "DGX-GB300", "Llama 3 405B", 256, "fp8", 1536, 1, 8192, 2, 8, 2, 4, 1, 999),
+    ("26.02", "DGX-GB300", "Llama 3 70B", 64, "mxfp8", 256, 1, 8192, 1, 4, 1, 5, 1, 4596),
+    ("26.02", "DGX-GB200", "Llama 3 70B", 64, "mxfp8", 256, 1, 8192, 2, 4, 1, 5, 1, 3613),
+    ("26.02", "DGX-GB300", "Llama 3 70B", 64, "nvfp4", 256, 1, 8192, 1, 4, 1, 5, 1, 6798),
+    ("26.02", "DGX-GB200", "Llama 3 70B", 64, "nvfp4", 256, 1, 8192, 2, 4, 1, 5, 1, 4458),
+    ("25.11", "DGX-GB200", "DeepSeek-V3", 256, "bf16", 4096, 1, 4096, 1, 4, 1, 4, 64, 3139, 1, "default", "selective"),
+    ("25.11", "DGX-GB200", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 8, 1, 4, 32, 4018, 1, "default", "selective"),
+    ("25.11", "DGX-GB300", "DeepSeek-V3", 256, "bf16", 4096, 1, 4096, 1, 2, 1, 4, 32, 3848, 1, "default", "selective"),
+    ("25.11", "DGX-GB200", "Qwen3-235B-A22B", 256, "bf16", 8192, 1, 4096, 1, 8, 1, 3, 32, 4916),
+    ("25.11", "DGX-H100", "Qwen3-235B-A22B", 256, "fp8", 2048, 1, 4096, 2, 8, 1, 4, 32, 1575),
+    ("25.11", "DGX-B200", "Qwen3-235B-A22B", 64, "mxfp8", 1024, 1, 4096, 1, 8, 1, 2, 8, 3269),
+    ("25.11", "DGX-GB200", "Qwen3-30B-A3B", 8, "mxfp8", 512, 4, 4096, 1, 1, 1, 1, 8, 23766),
+    ("25.11", "DGX-GB200", "gpt-oss-120b", 64, "bf16", 1280, 1, 8192, 1, 1, 1, 1, 64, 15876, 1, "default", "selective"),
+    # The 25.11 DGX-H100 row (GBS 512, MBS 4, PP4, GA 2, 5,630) cannot hold together: with PP4 and
+    # DP16, MBS 4 x GA 2 x DP 16 is 128 sequences, not 512. The recipe it points to
+    # (scripts/performance/configs/gpt_oss, H100 BF16) sets MBS 1, and the 26.02 table prints
+    # that layout consistently: its row is the one kept.
+    ("26.02", "DGX-H100", "gpt-oss-120b", 64, "bf16", 1280, 1, 4096, 1, 4, 1, 1, 8, 5993, 1, "default", "selective"),
+)
 
 
 PUBLISHED_RUNS = (
@@ -521,18 +645,22 @@ PUBLISHED_RUNS = (
     # Narayanan et al. 2021, Table 2: GPT-3's shape (174.6B) under ZeRO-3 alone.
     PublishedRun("ZeRO-3 174.6B, 384 GPUs", 174.6e9, 96, 12288, 96, 2048, 51200, "A100 80GB", A100_NVLINK,
                  SELENE_NETWORK, 1, 1, 384, 1536, 4, "full", "narayanan2021megatron", zero=3, tflops_per_gpu=144,
-                 assumed="full recomputation"),
+                 assumed="full recomputation", sequence_parallel=False, overlap=_OVERLAP_2021,
+                 where="Table 2, ZeRO-3 without model parallelism, 174.6B, 384 GPUs", nic_share="gpu"),
     PublishedRun("ZeRO-3 174.6B, 768 GPUs", 174.6e9, 96, 12288, 96, 2048, 51200, "A100 80GB", A100_NVLINK,
                  SELENE_NETWORK, 2, 1, 384, 1536, 2, "full", "narayanan2021megatron", zero=3, tflops_per_gpu=88,
-                 assumed="full recomputation; the model-parallel size 2 taken as TP2"),
+                 assumed="full recomputation; the model-parallel size 2 taken as TP2", sequence_parallel=False,
+                 overlap=_OVERLAP_2021, where="Table 2, ZeRO-3 without model parallelism, 174.6B, 768 GPUs", nic_share="gpu"),
     PublishedRun("ZeRO-3 174.6B, 1536 GPUs", 174.6e9, 96, 12288, 96, 2048, 51200, "A100 80GB", A100_NVLINK,
                  SELENE_NETWORK, 1, 1, 1536, 1536, 1, "full", "narayanan2021megatron", zero=3, tflops_per_gpu=44,
-                 assumed="full recomputation"),
+                 assumed="full recomputation", sequence_parallel=False, overlap=_OVERLAP_2021,
+                 where="Table 2, ZeRO-3 without model parallelism, 174.6B, 1,536 GPUs", nic_share="gpu"),
     # Narayanan et al. 2021, Table 2: the same shapes with tensor and pipeline parallelism
     # (PTD-P: TP8 x PP12 for 174.6B, TP8 x PP35 for 529.6B), micro-batch 1 ...
     *(PublishedRun(f"PTD-P {p_b}B, {n:,} GPUs", p_b * 1e9, layers, hidden, heads, 2048, 51200, "A100 80GB",
                    A100_NVLINK, SELENE_NETWORK, 8, pp, n // (8 * pp), batch, 1, "full", "narayanan2021megatron",
-                   tflops_per_gpu=x, assumed="full recomputation; non-interleaved 1F1B")
+                   tflops_per_gpu=x, assumed="full recomputation; non-interleaved 1F1B", sequence_parallel=False,
+                   overlap=_OVERLAP_2021, where=f"Table 2, PTD-P, {p_b}B, {n:,} GPUs")
       for p_b, layers, hidden, heads, pp, batch, n, x in (
           (174.6, 96, 12288, 96, 12, 1536, 384, 153), (174.6, 96, 12288, 96, 12, 1536, 768, 149),
           (174.6, 96, 12288, 96, 12, 1536, 1536, 141), (529.6, 105, 20480, 128, 35, 2240, 560, 171),
@@ -541,30 +669,51 @@ PUBLISHED_RUNS = (
     *(PublishedRun(f"ZeRO-3 529.6B, {n:,} GPUs", 529.6e9, 105, 20480, 128, 2048, 51200, "A100 80GB", A100_NVLINK,
                    SELENE_NETWORK, tp, 1, n // tp, batch, b, "full", "narayanan2021megatron", zero=3,
                    tflops_per_gpu=x, assumed="full recomputation" + ("; the model-parallel size 2 taken as TP2"
-                                                                      if tp > 1 else ""))
+                                                                      if tp > 1 else ""),
+                   sequence_parallel=False, overlap=_OVERLAP_2021, where=f"Table 2, ZeRO-3, 529.6B, {n:,} GPUs", nic_share="gpu")
       for n, tp, batch, b, x in ((640, 1, 2560, 4, 138), (1120, 2, 2240, 2, 98), (2240, 1, 2240, 1, 48))),
     # Smith et al. 2022, sec. 3 and Table 1: MT-NLG 530B, 8-way TP x 35-way PP per replica,
     # batch 1,920 sequences of 2,048 tokens, on 280, 350 and 420 DGX A100 nodes.
     *(PublishedRun(f"MT-NLG 530B, {8 * 35 * d:,} GPUs", 530e9, 105, 20480, 128, 2048, 51200, "A100 80GB",
                    A100_NVLINK, SELENE_NETWORK, 8, 35, d, 1920, 1, "full", "smith2022mtnlg", tflops_per_gpu=x,
-                   assumed="micro-batch 1; vocabulary padded to 51,200 as in Megatron-LM; non-interleaved 1F1B")
+                   assumed="micro-batch 1; vocabulary padded to 51,200 as in Megatron-LM; non-interleaved 1F1B",
+                   sequence_parallel=False, overlap=_OVERLAP_2021, year=2022,
+                   where=f"sec. 3.3, throughput on {35 * d} DGX A100 nodes")
       for d, x in ((8, 126), (10, 121), (12, 113))),
     # Le Scao et al. 2022 (BLOOM), sec. 3.4: 384 A100 80GB, TP4 x PP12 x DP8, ZeRO-1,
     # 2,048 sequences of 2,048 tokens; "about 150 TFLOPs" per GPU (BigScience 2022).
     PublishedRun("BLOOM 176B", 176.2e9, 70, 14336, 112, 2048, 250_880, "A100 80GB", A100_NVLINK,
                  JEAN_ZAY_NETWORK, 4, 12, 8, 2048, 1, "full", "lescao2022bloom", zero=1, tflops_per_gpu=150,
                  assumed="micro-batch 1; full recomputation; non-interleaved 1F1B",
-                 note="throughput from bigscience2022bloomtraining"),
+                 note="throughput from bigscience2022bloomtraining", sequence_parallel=False, overlap=_OVERLAP_2021,
+                 year=2022, where="sec. 3.4 (layout) and the training chronicle (throughput)"),
     # Dubey et al. 2024, Table 4: Llama 3 405B on H100s, 16M-token batches,
     # BF16 MFU; interleaved 1F1B (sec. 3.3.2), no activation checkpointing at 8K.
     *(PublishedRun(f"Llama 3 405B, {n:,} GPUs{', 128K context' if cp > 1 else ''}", 405e9, 126, 16384, 128, s,
                    128_000, "H100 SXM", H100_NVLINK, LLAMA3_NETWORK, 8, 16, dp, dp * per_dp, 1, "none",
-                   "dubey2024llama3", cp=cp, zero=1, schedule="interleaved", virtual_stages=None, kv_heads=8,
+                   "dubey2024llama3", cp=cp, zero=2, schedule="interleaved", virtual_stages=None, kv_heads=8,
                    ffn_hidden=53248, mlp="swiglu", dropout=False, attention="flash", tflops_per_gpu=tf,
-                   flops_counted="model", mfu=mfu,
-                   assumed="micro-batch 1; ZeRO-1 for the sharded optimizer; chunks per stage not published")
+                   flops_counted="model", mfu=mfu, year=2024, where=f"Table 4, {n:,} GPUs, CP{cp}",
+                   assumed="micro-batch 1; FSDP sharding optimizer state and gradients without resharding the "
+                           "weights after the forward pass (sec. 3.3.2), read as ZeRO-2; chunks per stage not published; "
+                           "the overlaps of a 2024 production stack")
       for n, cp, dp, s, per_dp, tf, mfu in ((8192, 1, 64, 8192, 32, 430, 0.43), (16384, 1, 128, 8192, 16, 400, 0.41),
                                             (16384, 16, 8, 131_072, 16, 380, 0.38))),
+    # NVIDIA's Megatron-Bridge performance tables (NeMo containers 25.11 and 26.02): tokens/s
+    # per GPU as published, with the layout, batch and precision of the row.
+    *(_bridge(*row) for row in _BRIDGE_ROWS),
+    # DeepSeek-V3 (Liu et al. 2024), Table 1: 2,664K H800 GPU-hours of pre-training for
+    # 14.8T tokens, i.e. 14.8e12 / (2.664e6 x 3,600) tokens/s per GPU; 2,048 GPUs, PP16 with
+    # DualPipe, EP64 over 8 nodes, ZeRO-1 over DP128, no TP (sec. 3.2); FP8 (sec. 3.3);
+    # 4K-token sequences and a batch that ramps to 15,360 (sec. 4.2).
+    PublishedRun("DeepSeek-V3, 2,048 H800", 671e9, 61, 7168, 128, 4096, 129280, "H800", None, None, 1, 16, 128,
+                 15360, 1, "selective", "liu2024deepseekv3", zero=1, arch="DeepSeek-V3", precision="fp8", ep=64,
+                 mlp="swiglu", dropout=False, attention="flash", tokens_per_s_per_gpu=14.8e12 / (2.664e6 * 3600),
+                 overlap="default,ep", year=2025, flops_counted="model",
+                 where="Table 1 (pre-training GPU-hours), sec. 3.2-3.3 (layout, FP8), sec. 4.2 (batch)",
+                 assumed="micro-batch 1; the final batch of 15,360 throughout; DualPipe read as 1F1B with the "
+                         "all-to-alls hidden (its point); the RMSNorm and MLA up-projections recomputed (sec. 3.2.3) "
+                         "read as selective recomputation; the multi-token-prediction module not counted"),
 )
 
 #: Narayanan et al. 2021, sec. 5.1 (eq. 4, ``8 T P / (n X)``): their estimates of

@@ -42,7 +42,7 @@ from scipy.optimize import minimize
 
 try:  # pinned in the course's requirements; a bare GPU machine (torch, numpy, scipy) may lack it
     from threadpoolctl import threadpool_limits
-except ImportError:  # tests/test_labs_gpu_path.py imports the labs without it
+except ImportError:  # tests/labs/test_labs_gpu_path.py imports the labs without it
     threadpool_limits = None
 
 from .scaling import FLOPS_PER_PARAM_PER_TOKEN, ChinchillaConstants

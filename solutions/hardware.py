@@ -1,35 +1,207 @@
-"""Accelerators the labs may run on: peak dense FLOP/s per compute dtype, and the precision
-each one trains in best.
+"""Accelerators as data: one table (``solutions/data/gpus.toml``) of dense peaks per
+precision, memory, bandwidths and the system each GPU ships in, every row dated and cited.
 
 Model FLOPs utilisation (Chowdhery et al. 2022, App. B) divides the FLOP/s a run achieves
-by the peak of the arithmetic it actually used. A T4 training in fp32 runs on its CUDA
-cores (about 8 TFLOP/s), not on its fp16 tensor cores (65 TFLOP/s); an A100 training in
-fp32 with PyTorch's defaults (TF32 off for matmuls) runs at 19.5, not at the bf16 312. So
-the table holds one peak per dtype, and none where the GPU has no native support (bf16 on
-a T4 or V100 is emulated).
+by the peak of the arithmetic it used, so the table holds one DENSE peak per precision
+(never the 2:4-sparsity figure that datasheets print first) and none where the chip has no
+native support: a T4 training in bf16 emulates it, an H100 has no FP4.
 
-Peaks are dense (no 2:4 sparsity) as the vendors' datasheets state them; "fp32" is the
-non-tensor FP32 figure. ``device_names`` are the exact strings ``torch.cuda.get_device_name``
-reports: :func:`lookup` matches them exactly (after trimming spaces), so that "Quadro T400"
-is not taken for a T4, nor an "H100 NVL" for an H100 SXM. A GPU not listed gets no peak,
-and the labs say "unknown GPU: MFU not computed".
+What the planner reads (:class:`GPUSpec`):
 
-The 16-bit peaks of the GPUs in :data:`solutions.facts.GPUS` are taken from there (one
-source); the others carry their own citation keys from ``book/references.bib``.
+* ``peak_flops_per_s``: ``fp32`` (vector), ``fp16``, ``bf16``, ``fp8`` and ``fp4``;
+  :data:`PRECISIONS` map the planner's ``--precision`` onto them (MXFP8 runs at the FP8
+  rate, NVFP4 at the FP4 rate) and :meth:`GPUSpec.supports` says which a chip has;
+* ``mamf``: a measured maximum achievable matmul rate where one is published (Bekman's
+  sweep of shapes, ``bekman2024mlengineering``), else the measured share of peak of a
+  sibling (``mamf_like``): :meth:`GPUSpec.ceiling` is the roof the step-time model's
+  matrix products run under;
+* ``memory_bytes``: the total CUDA reports (``torch.cuda.get_device_properties().total_memory``),
+  where a public report gives it; else nvidia-smi's total; else the vendor's figure read as
+  GiB (vendors' HBM "GB" are binary: an "80 GB" H100 shows 81,559 MiB in nvidia-smi and
+  79.11 GiB to CUDA). :data:`ALLOCATOR_RESERVE_BYTES` is kept back for the CUDA context and
+  the communication buffers: :attr:`GPUSpec.usable_memory_bytes`;
+* the scale-up domain (GPUs one NVLink or Infinity Fabric joins, bytes/s per GPU each way)
+  and the scale-out NICs of the reference node, whose sum the node's GPUs share
+  (:attr:`GPUSpec.network_bytes_per_s`: bytes/s per GPU each way).
+
+The labs' side is unchanged: :data:`ACCELERATORS` maps the exact strings
+``torch.cuda.get_device_name`` reports onto the same rows (:func:`lookup`, :func:`peak_flops`),
+so that "Quadro T400" is not taken for a T4, nor an "H100 NVL" for an H100 SXM, and a GPU not
+listed gets no peak ("unknown GPU: MFU not computed").
 """
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from .facts import GPUS
-
-__all__ = ["DTYPES", "Accelerator", "ACCELERATORS", "lookup", "Peak", "peak_flops", "choose_dtype",
-           "UNKNOWN_GPU"]
+__all__ = ["DTYPES", "PRECISIONS", "PRECISION_PEAK", "ALLOCATOR_RESERVE_BYTES", "TABLE_PATH", "GPUSpec",
+           "load_table", "GPU_TABLE", "PLANNABLE", "find_gpu", "Accelerator", "ACCELERATORS", "lookup", "Peak",
+           "peak_flops", "choose_dtype", "UNKNOWN_GPU"]
 
 #: Compute dtypes the labs train in (parameters and optimizer state stay fp32).
 DTYPES = ("fp32", "fp16", "bf16")
+#: The planner's training precisions, and the peak each one runs at.
+PRECISION_PEAK = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "mxfp8": "fp8", "nvfp4": "fp4", "fp32": "fp32"}
+PRECISIONS = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4")
+#: Memory the planner keeps back from what CUDA reports: the CUDA context (about 0.5 GiB on
+#: a Hopper GPU with lazy module loading) and NCCL's buffers. The caching allocator's
+#: fragmentation is not modelled: a plan that fits by less than a few percent may not.
+ALLOCATOR_RESERVE_BYTES = 1 * 2**30
+TABLE_PATH = Path(__file__).with_name("data") / "gpus.toml"
+GIB, MIB = 2**30, 2**20
 
 UNKNOWN_GPU = "unknown GPU: MFU not computed"
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """One accelerator and its reference system (see the module docstring); bytes and
+    FLOP/s throughout, bandwidths per GPU in each direction."""
+
+    name: str
+    peak_flops_per_s: dict = field(hash=False)
+    memory_bytes: float
+    hbm_bytes_per_s: float
+    scale_up_gpus: int
+    scale_up_bytes_per_s: float
+    gpus_per_node: int
+    nics_per_node: int
+    nic_bytes_per_s: float
+    formats: tuple = ("bf16",)
+    mamf: dict = field(default_factory=dict, hash=False)
+    mamf_like: str = ""
+    memory_source: str = ""
+    memory_vendor: str = ""
+    scale_up_name: str = ""
+    vendor: str = ""
+    architecture: str = ""
+    released: str = ""
+    as_of: str = ""
+    cite: tuple = ()
+    aliases: tuple = ()
+    device_names: tuple = ()
+    note: str = ""
+    chapter_note: str = ""
+    lab_only: bool = False
+    exp_per_s: float = 0.0
+
+    @property
+    def exponentials_per_s(self) -> float:
+        """Softmax's exponentials per second (the special-function units), or a quarter of
+        the FP32 vector rate where the table has none."""
+        return self.exp_per_s or self.peak_flops_per_s.get("fp32", 0.0) / 4
+
+    @property
+    def network_bytes_per_s(self) -> float:
+        """Scale-out bytes/s per GPU each way: the node's NICs shared by its GPUs."""
+        return self.nics_per_node * self.nic_bytes_per_s / self.gpus_per_node
+
+    @property
+    def usable_memory_bytes(self) -> float:
+        """What CUDA reports, less :data:`ALLOCATOR_RESERVE_BYTES`."""
+        return self.memory_bytes - ALLOCATOR_RESERVE_BYTES
+
+    def supports(self, precision: str) -> bool:
+        return precision == "fp32" or precision in self.formats
+
+    def peak(self, precision: str = "bf16") -> float:
+        """Dense peak FLOP/s of the matrix products in ``precision`` (a ``ValueError`` in one
+        line, naming what the chip has, where it has not)."""
+        if precision not in PRECISION_PEAK:
+            raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
+        if not self.supports(precision):
+            raise ValueError(f"precision {precision} is not available on the {self.name} "
+                             f"(it has {', '.join(self.formats)})")
+        return self.peak_flops_per_s[PRECISION_PEAK[precision]]
+
+    def ceiling(self, precision: str = "bf16") -> float:
+        """FLOP/s a well-shaped matrix product reaches in ``precision``: the measured maximum
+        where published, else this chip's peak times the measured share of peak of the
+        nearest precision measured on it, or of its sibling ``mamf_like``."""
+        peak = self.peak(precision)
+        key = PRECISION_PEAK[precision]
+        if key in self.mamf:
+            return self.mamf[key]
+        for source in (self, GPU_TABLE.get(self.mamf_like)):
+            if source is None or not source.mamf:
+                continue
+            for k in (key, "fp8" if key == "fp4" else key, "bf16", "fp16"):
+                if k in source.mamf:
+                    return peak * source.mamf[k] / source.peak_flops_per_s[k]
+        return peak
+
+    @property
+    def bf16_peak(self) -> float:
+        """The 16-bit tensor peak (fp16 on chips without bf16): what MFU is quoted against."""
+        return self.peak_flops_per_s.get("bf16") or self.peak_flops_per_s["fp16"]
+
+
+def _memory_bytes(row) -> tuple[float, str]:
+    if "memory_cuda_gib" in row:
+        return row["memory_cuda_gib"] * GIB, "cuda"
+    if "memory_smi_mib" in row:
+        return row["memory_smi_mib"] * MIB, "nvidia-smi"
+    return float(row["memory_vendor"].split()[0]) * GIB, "vendor"
+
+
+def load_table(path: Path = TABLE_PATH) -> dict:
+    """``{name: GPUSpec}`` from the TOML table, checked: every row dated and cited, peaks
+    positive and listed for every format it claims."""
+    rows = tomllib.loads(Path(path).read_text(encoding="utf-8"))["gpu"]
+    table = {}
+    for row in rows:
+        name = row["name"]
+        for key in ("released", "as_of", "cite", "tflops", "memory_vendor", "memory_source", "hbm_tb_s",
+                    "scale_up", "scale_out", "formats"):
+            if not row.get(key):
+                raise ValueError(f"gpu table: row {name!r} lacks {key!r}")
+        peaks = {k: float(v) * 1e12 for k, v in row["tflops"].items()}
+        for fmt in row["formats"]:
+            if peaks.get(PRECISION_PEAK[fmt], 0) <= 0:
+                raise ValueError(f"gpu table: row {name!r} claims {fmt} without a {PRECISION_PEAK[fmt]} peak")
+        mem, _ = _memory_bytes(row)
+        up, out = row["scale_up"], row["scale_out"]
+        table[name] = GPUSpec(
+            name, peaks, mem, row["hbm_tb_s"] * 1e12, int(up["gpus"]), up["gb_s"] * 1e9,
+            int(out["gpus_per_node"]), int(out["nics"]), out["nic_gbps"] * 1e9 / 8, tuple(row["formats"]),
+            {k: float(v) * 1e12 for k, v in row.get("mamf_tflops", {}).items()}, row.get("mamf_like", ""),
+            row["memory_source"], row["memory_vendor"], up.get("name", ""), row.get("vendor", ""),
+            row.get("architecture", ""), row["released"], row["as_of"], tuple(row["cite"]),
+            tuple(row.get("aliases", ())), tuple(row.get("device_names", ())), row.get("note", ""),
+            row.get("chapter_note", ""), bool(row.get("lab_only", False)), float(row.get("exp_per_s", 0.0)))
+    return table
+
+
+GPU_TABLE = load_table()
+#: The GPUs the planner plans clusters of (the labs' older or single-server GPUs left out).
+PLANNABLE = tuple(n for n, g in GPU_TABLE.items() if not g.lab_only)
+
+
+def _key(s: str) -> str:
+    return "".join(s.lower().split())
+
+
+_BY_KEY = {}
+for _g in GPU_TABLE.values():
+    for _n in (_g.name, *_g.aliases):
+        _BY_KEY[_key(_n)] = _g
+
+
+def find_gpu(name) -> GPUSpec:
+    """The row called ``name`` or one of its aliases (case and spaces ignored); a one-line
+    ``ValueError`` that lists the known names otherwise."""
+    if isinstance(name, GPUSpec):
+        return name
+    if isinstance(name, str) and _key(name) in _BY_KEY:
+        return _BY_KEY[_key(name)]
+    raise ValueError(f"gpu must be one of {', '.join(PLANNABLE)} (or an alias such as H100, A100, GB200 NVL72), "
+                     f"got {name!r}")
+
+
+# --------------------------------------------------------------------------
+# The labs: torch's device names onto the same rows
+# --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -43,46 +215,9 @@ class Accelerator:
     note: str = ""
 
 
-def _acc(name, device_names, fp32, fp16, bf16, cite, note=""):
-    peaks = {"fp32": fp32, "fp16": fp16, "bf16": bf16}
-    return Accelerator(name, tuple(device_names), peaks, cite, note)
-
-
-_T4 = GPUS["T4"].peak_flops_per_s            # fp16 tensor, 65 TFLOP/s
-_A100 = GPUS["A100 80GB"].peak_flops_per_s   # bf16 = fp16 dense, 312 TFLOP/s (40 GB and 80 GB alike)
-_H100_SXM = GPUS["H100 SXM"].peak_flops_per_s
-_H100_PCIE = GPUS["H100 PCIe"].peak_flops_per_s
-_H200 = GPUS["H200"].peak_flops_per_s
-
 ACCELERATORS = {
-    a.name: a
-    for a in (
-        _acc("T4", ["Tesla T4"], 8.1e12, _T4, None, "nvidia2018t4",
-             "Turing (compute capability 7.5): fp16 tensor cores, no bf16"),
-        _acc("V100 SXM2", ["Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB"], 15.7e12, 125e12, None,
-             "nvidia2017v100", "Volta (7.0): fp16 tensor cores, no bf16"),
-        _acc("V100 PCIe", ["Tesla V100-PCIE-16GB", "Tesla V100-PCIE-32GB"], 14e12, 112e12, None,
-             "nvidia2017v100", "Volta (7.0): fp16 tensor cores, no bf16"),
-        _acc("L4", ["NVIDIA L4"], 30.3e12, 121e12, 121e12, "nvidia2023l4",
-             "Ada (8.9); the datasheet's 242 TFLOP/s is with 2:4 sparsity"),
-        _acc("A10G", ["NVIDIA A10G"], 35e12, 70e12, 70e12, "baseten2023a10g",
-             "AWS's variant of the A10 (8.6); NVIDIA publishes no datasheet for it"),
-        _acc("A100 SXM", ["NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB"], 19.5e12, _A100, _A100,
-             "nvidia2020a100"),
-        _acc("A100 PCIe", ["NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe"], 19.5e12, _A100, _A100,
-             "nvidia2020a100"),
-        _acc("H100 SXM", ["NVIDIA H100 80GB HBM3"], 67e12, _H100_SXM, _H100_SXM, GPUS["H100 SXM"].cite),
-        _acc("H100 PCIe", ["NVIDIA H100 PCIe"], 51e12, _H100_PCIE, _H100_PCIE, "nvidia2022h100"),
-        _acc("H100 NVL", ["NVIDIA H100 NVL"], 60e12, 835.5e12, 835.5e12, "nvidia2022h100",
-             "half the datasheet's 1,671 TFLOP/s, which is with 2:4 sparsity"),
-        _acc("H200", ["NVIDIA H200"], 67e12, _H200, _H200, "nvidia2024h200"),
-        _acc("H200 NVL", ["NVIDIA H200 NVL"], 60e12, 835.5e12, 835.5e12, "nvidia2024h200",
-             "half the datasheet's 1,671 TFLOP/s, which is with 2:4 sparsity"),
-        _acc("B200", ["NVIDIA B200"], 75e12, 2.25e15, 2.25e15, "nvidia2024b200",
-             "HGX B200 at 1,000 W; half the datasheet's 4.5 PFLOP/s, which is with 2:4 sparsity"),
-        _acc("MI300X", ["AMD Instinct MI300X", "AMD Instinct MI300X VF"], 163.4e12, 1307.4e12, 1307.4e12,
-             "amd2023mi300x", "fp32 is the vector figure; the matrix fp32 figure is the same"),
-    )
+    g.name: Accelerator(g.name, g.device_names, {d: g.peak_flops_per_s.get(d) for d in DTYPES}, g.cite[0], g.note)
+    for g in GPU_TABLE.values() if g.device_names
 }
 
 _BY_DEVICE_NAME = {n: a for a in ACCELERATORS.values() for n in a.device_names}

@@ -99,6 +99,16 @@ BYTE_CONVENTIONS = {
     )
 }
 
+#: What each convention is called in tables and legends (its key is for code).
+CONVENTION_LABELS = {
+    "chapter_12": "the course's count, no master copy",
+    "zero_16": "ZeRO's mixed-precision Adam",
+    "fp32_grads_18": "ZeRO's, with fp32 gradients",
+    "fp32_accum_20": "Megatron-DeepSpeed's, fp32 accumulation",
+    "adam8bit_10": "8-bit Adam",
+    "fp32_adamw_16": "all in fp32 (the labs)",
+}
+
 #: The chapter's bytes per parameter (Exercise 3).
 CHAPTER_BYTES_PER_PARAM = BYTE_CONVENTIONS["chapter_12"].total
 #: ZeRO's mixed-precision Adam count (Rajbhandari et al. 2020, sec. 3.1).

@@ -1,33 +1,42 @@
 """A training planner: from a compute budget, or a model size and token count, and a
 cluster, to a compute-optimal allocation, the fastest parallel layout that fits, its
-memory per GPU, predicted step time, MFU and days to train.
+memory per GPU, predicted step time, throughput, MFU and days to train.
 
     python -m solutions.plan --budget 5.88e23 --gpu H100 --count 1024
     python -m solutions.plan --model 70e9 --tokens 1.4e12 --gpu H100 --count 1024
     python -m solutions.plan --model 405e9 --tokens 15.6e12 --gpu H100 --count 16384 --tp 8 --pp 16 --json
+    python -m solutions.plan --arch DeepSeek-V3 --tokens 14.8e12 --gpu H800 --count 2048 --precision fp8 --ep 64
+    python -m solutions.plan --arch "Llama 3 405B" --tokens 15.6e12 --gpu GB200 --count 256 --precision mxfp8
 
 Every figure comes from the rest of :mod:`solutions`: the allocation from
-:mod:`solutions.scaling`, the step time (compute with recomputation, exposed
-communication per axis, the bubble) from :mod:`solutions.steptime`, which takes
-its bytes from :mod:`solutions.communication` and :mod:`solutions.context`, its
-memory from :mod:`solutions.memory` and :mod:`solutions.efficiency`, and its
-hardware from :mod:`solutions.facts`.
+:mod:`solutions.scaling`, the step time (compute from the shapes each GPU runs, exposed and
+hidden communication per axis, the bubble) from :mod:`solutions.steptime`, the hardware from
+the GPU table of :mod:`solutions.hardware`, the precision recipes from
+:mod:`solutions.precision` and the mixture-of-experts terms from :mod:`solutions.moe_step`.
 
-**The search.** Every layout the cluster allows is predicted: TP within a server
-(a power of two dividing the heads), CP (only for sequences of 32K tokens or more,
-unless set), PP (any degree dividing the GPU count, up to the layer count), DP with ZeRO stage 0-3, the micro-batch (1-8 sequences), the
-recomputation (none, selective, full) and, with pipelining, interleaving (``v`` chunks
-per stage). Layouts whose model state and activations do not fit in the GPU's memory
-are dropped; the fastest predicted step wins. Anything given on the command line is
-kept, and the plan says what was chosen and what was given. ``--mfu`` overrides the
-predicted MFU in the time to train (the layout is still the fastest predicted).
+**The search.** Every layout the cluster allows is predicted: TP within a scale-up domain
+(a power of two dividing the heads), CP (only for sequences of 32K tokens or more, unless
+set), PP (any degree dividing the GPU count, up to the layer count), DP with ZeRO stage 0-3,
+for a mixture of experts EP (a power of two dividing the experts, folded into TP x CP x DP),
+the micro-batch (1-8 sequences), the recomputation (none, selective, full: the lightest
+that fits) and, with pipelining, interleaving (``v`` chunks per stage). Layouts whose model
+state and activations do not fit in the memory CUDA reports (less an allocator reserve)
+are dropped; the fastest predicted step wins. Anything given on the command line is kept,
+and the plan says what was chosen and what was given. ``--mfu`` overrides the predicted MFU
+in the time to train (the layout is still the fastest predicted).
 
-:func:`choose_layout` keeps the rule of thumb of the chapter's first edition
-(DP, then FSDP, then TP + FSDP, then TP + PP + ZeRO-1); the plan predicts it too and
-says how it compares.
+**FSDP.** ZeRO stage 3 is planned with FSDP2's defaults: the weights are gathered again for
+each micro-batch's forward and backward pass (``reshard_after_forward=True``) and every
+micro-batch's gradients are reduce-scattered. Those are defaults, not a property of FSDP:
+``reshard_after_forward=False`` keeps the gathered weights between forward and backward
+(ZeRO-2's memory), and ``set_requires_gradient_sync(False)`` defers the reduction to the last
+micro-batch.
 
-References: hoffmann2022chinchilla, rajbhandari2020zero, korthikanti2022reducing,
-narayanan2021megatron, dubey2024llama3.
+:func:`choose_layout` keeps the rule of thumb of the course's first edition (DP, then FSDP,
+then TP + FSDP, then TP + PP + ZeRO-1); the plan predicts it too and says how it compares.
+
+References: hoffmann2022chinchilla, besiroglu2024chinchilla, rajbhandari2020zero,
+korthikanti2022reducing, narayanan2021megatron, dubey2024llama3, liu2024deepseekv3.
 """
 from __future__ import annotations
 
@@ -39,63 +48,42 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from . import after_chinchilla, facts, memory, scaling, steptime
+from . import after_chinchilla, facts, hardware, memory, moe_step, precision, scaling, steptime
 from ._validate import one_of, positive, positive_integer, terse_argparse_errors
 
 __all__ = [
-    "GPU_ALIASES",
-    "GPUS_PER_SERVER",
-    "STATE_SHARE",
-    "DEFAULT_BATCH_TOKENS",
-    "DEFAULT_CONSTANTS",
-    "RECOMPUTE_MODES",
-    "Plan",
-    "find_gpu",
-    "nearest_architecture",
-    "regime",
-    "choose_layout",
-    "activation_bytes_per_gpu",
-    "state_breakdown_3d",
-    "search_layouts",
-    "make_plan",
-    "format_plan",
-    "plan_json",
-    "main",
+    "GPUS_PER_SERVER", "STATE_SHARE", "DEFAULT_BATCH_TOKENS", "DEFAULT_CONSTANTS", "RECOMPUTE_MODES", "Plan",
+    "find_gpu", "nearest_architecture", "regime", "choose_layout", "state_breakdown_3d", "cluster_for",
+    "search_layouts", "make_plan", "format_plan", "plan_json", "build_parser", "main",
 ]
 
-#: Short names accepted by ``--gpu``, for the entries of :data:`solutions.facts.GPUS`.
-GPU_ALIASES = {"H100": "H100 SXM", "A100": "A100 80GB"}
-#: GPUs per server (DGX/HGX nodes): the reach of NVLink, so the most tensor parallelism gets.
-GPUS_PER_SERVER = 8
+#: GPUs per HGX/DGX server: the reach of NVLink on the course's reference machines.
+GPUS_PER_SERVER = steptime.GPUS_PER_SERVER
 #: The share of a GPU's memory the layout rule lets model state take.
 STATE_SHARE = 0.25
 #: Tokens per optimizer step: Llama 3 405B's batch for most of its training, 16M tokens
 #: (Dubey et al. 2024, sec. 3.4.1; from :data:`solutions.facts.LLAMA3_405B_BATCH_SCHEDULE`).
 DEFAULT_BATCH_TOKENS = facts.LLAMA3_405B_BATCH_SCHEDULE.stages[-1][0]
-#: The constant set the plan's compute-optimal line uses (the others are shown beside it).
-DEFAULT_CONSTANTS = "hoffmann_rounded"
+#: The constant set the plan's compute-optimal line uses: the Epoch AI refit, which section 3
+#: stands behind (the paper's rounded constants are a rounding artefact there: 32.5B at 93
+#: tokens per parameter for Chinchilla's own budget). The other sets are shown beside it.
+DEFAULT_CONSTANTS = "epoch_2024"
 RECOMPUTE_MODES = ("none", "selective", "full")
-_PUBLISHED = ("hoffmann_rounded", "hoffmann_precise", "epoch_2024")
+_PUBLISHED = ("epoch_2024", "hoffmann_rounded", "hoffmann_precise")
+#: The constant sets by the names readers know them by.
+CONSTANT_NAMES = {"epoch_2024": "the Epoch AI refit", "hoffmann_rounded": "Hoffmann et al., rounded",
+                   "hoffmann_precise": "Hoffmann et al., unrounded", "exercise": "Exercise 1's constants"}
 
 
-def find_gpu(name: str) -> facts.GPU:
-    """The :class:`solutions.facts.GPU` called ``name`` (case and spaces ignored; ``H100``
-    means the SXM part, ``A100`` the 80 GB one)."""
-    if not isinstance(name, str):
-        raise ValueError(f"gpu must be a name, one of {sorted(facts.GPUS)}, got {name!r}")
-
-    def key(s):
-        return "".join(s.lower().split())
-
-    wanted = key(GPU_ALIASES.get(name.strip().upper(), name))
-    for gpu_name, gpu in facts.GPUS.items():
-        if key(gpu_name) == wanted:
-            return gpu
-    raise ValueError(f"gpu must be one of {sorted(facts.GPUS)} (or {sorted(GPU_ALIASES)}), got {name!r}")
+def find_gpu(name) -> hardware.GPUSpec:
+    """The GPU of :data:`solutions.hardware.GPU_TABLE` called ``name`` or an alias of it
+    (case and spaces ignored: ``H100`` is the SXM part, ``A100`` the 80 GB one, ``GB200 NVL72``
+    the GB200); a one-line ``ValueError`` listing the known ones otherwise."""
+    return hardware.find_gpu(name)
 
 
 def nearest_architecture(params: float) -> facts.Architecture:
-    """The published shape (:data:`solutions.facts.ARCHITECTURES`) closest in parameter
+    """The published dense shape (:data:`solutions.facts.ARCHITECTURES`) closest in parameter
     count on a log scale; ties go to the first listed. Layers, width, heads and sequence
     length drive activations and tensor-parallel traffic."""
     params = float(positive("model_params", params))
@@ -172,36 +160,9 @@ def choose_layout(params, count, gpu_memory_bytes, convention="zero_16", tp=None
     return t, p, count // (t * p), z, reasons
 
 
-def activation_bytes_per_gpu(arch: facts.Architecture, tp, pp, num_microbatches, recompute="selective",
-                             micro_batch=1):
-    """Activation bytes on the busiest GPU: ``min(pp, m)`` micro-batches in flight (1F1B's
-    first stage; all ``m`` would be GPipe's) times ``ceil(L/pp)`` layers times
-    :func:`solutions.memory.activation_memory_per_layer` (sequence parallelism when
-    ``tp > 1``; ``recompute`` one of :data:`RECOMPUTE_MODES`). With full recomputation one
-    layer's full activations are added back: they exist while that layer is recomputed."""
-    tp = positive_integer("tp", tp)
-    pp = positive_integer("pp", pp)
-    m = positive_integer("num_microbatches", num_microbatches)
-    one_of("recompute", recompute, RECOMPUTE_MODES)
-
-    def per_layer(mode):
-        return memory.activation_memory_per_layer(
-            arch.seq_len, micro_batch, arch.d_model, arch.heads, tp=tp, sequence_parallel=tp > 1,
-            full_recompute=mode == "full", selective_recompute=mode == "selective")
-
-    layers = math.ceil(arch.layers / pp)
-    stored = min(pp, m) * layers * per_layer(recompute)
-    if recompute == "full":
-        stored += per_layer("none")
-    return float(stored)
-
-
 def state_breakdown_3d(model_params, tp, pp, dp, zero_stage=0, convention="zero_16") -> dict:
-    """Model-state bytes per GPU under TP x PP x DP with ZeRO, by component:
-    ``{"weights", "grads", "optimizer"}``. The shard ``P / (tp pp)`` holds each
-    component at the convention's bytes per parameter; ZeRO stage 1 divides the
-    optimizer state by ``dp``, stage 2 also the gradients, stage 3 also the weights
-    (Rajbhandari et al. 2020). The sum is :func:`solutions.memory.memory_per_gpu_3d`."""
+    """Model-state bytes per GPU of a dense model under TP x PP x DP with ZeRO, by component:
+    ``{"weights", "grads", "optimizer"}``; the sum is :func:`solutions.memory.memory_per_gpu_3d`."""
     P = float(positive("model_params", model_params))
     tp = positive_integer("tp", tp)
     pp = positive_integer("pp", pp)
@@ -222,30 +183,41 @@ CP_FROM_SEQ_LEN = 32_768
 #: What the search tries when a degree is not given.
 TP_CHOICES = (1, 2, 4, 8)
 CP_CHOICES = (1, 2, 4, 8, 16, 32)
+EP_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MICRO_BATCH_CHOICES = (1, 2, 4, 8)
 VIRTUAL_STAGE_CHOICES = (1, 2, 4, 8)
 #: How many of the fastest layouts the plan prints.
 TOP = 5
 
 
-def cluster_for(gpu: facts.GPU, network_bytes_per_s=None) -> steptime.Cluster:
-    """NVLink of the GPU's generation (A100 300 GB/s, H100/H200 450 GB/s each way) and,
-    across servers, one 400 Gb/s port per GPU (:data:`solutions.facts.INTERCONNECTS`)
-    unless ``network_bytes_per_s`` is given."""
-    nvlink = facts.A100_NVLINK if steptime.generation(gpu) == "A100" else facts.H100_NVLINK
-    net = facts.INTERCONNECTS["400 Gb/s NIC"].bytes_per_s if network_bytes_per_s is None else network_bytes_per_s
-    return steptime.Cluster(gpu, nvlink, float(positive("network", net)))
+def cluster_for(gpu, network_bytes_per_s=None, nvlink_bytes_per_s=None) -> steptime.Cluster:
+    """The GPU's reference system (:mod:`solutions.hardware`): its scale-up links and one
+    GPU's share of its node's NICs, unless given (bytes/s per GPU and direction)."""
+    if network_bytes_per_s is not None:
+        positive("network", network_bytes_per_s)
+    return steptime.cluster_of(gpu, network_bytes_per_s, nvlink_bytes_per_s)
+
+
+def _ep_choices(shape, t, c, d, ep, etp):
+    if not shape.is_moe:
+        return [1]
+    if ep is not None:
+        return [ep] if (t * c * d) % (ep * etp) == 0 and shape.moe.experts % ep == 0 else []
+    return [e for e in EP_CHOICES if shape.moe.experts % e == 0 and (t * c * d) % (e * etp) == 0]
 
 
 def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, global_batch, convention="zero_16",
                    tp=None, cp=None, pp=None, dp=None, zero=None, micro_batch=None, recompute=None,
-                   virtual_stages=None, schedule=None, attention="flash"):
+                   virtual_stages=None, schedule=None, attention="flash", ep=None, etp=1, precision_name="bf16",
+                   overlap=None, ep_dispatch="deepep"):
     """Every layout of ``count`` GPUs with the given degrees kept, predicted by
     :func:`solutions.steptime.step_time`: ``(fitting, others)``, each a list of
-    ``(StepTime, Layout)`` sorted by predicted step time (``others`` do not fit)."""
+    ``(StepTime, Layout)``, ``fitting`` sorted by predicted step time, ``others`` (which do
+    not fit) by memory. For each layout the lightest recomputation that fits is kept (a
+    heavier one only costs time), unless the recomputation is given."""
     count = positive_integer("count", count)
-    tps = [tp] if tp else [t for t in TP_CHOICES if t <= cluster.gpus_per_server and shape.heads % t == 0
-                           and shape.kv % t == 0 and count % t == 0]
+    tps = [tp] if tp else [t for t in TP_CHOICES if t <= cluster.domain and shape.heads % t == 0
+                           and (shape.kv % t == 0 or t % shape.kv == 0) and count % t == 0]
     if cp:
         cps = [cp]
     elif shape.seq_len >= CP_FROM_SEQ_LEN:
@@ -257,8 +229,8 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
     mbs = [micro_batch] if micro_batch else list(MICRO_BATCH_CHOICES)
     recs = [recompute] if recompute else list(steptime.RECOMPUTE)
     fitting, others = [], []
-    limit = cluster.gpu.memory_gb * 1e9
-    over_min = None
+    limit = cluster.gpu.usable_memory_bytes
+    least = None
     for t in tps:
         for c in cps:
             for p in pps:
@@ -277,23 +249,29 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
                     scheds = [("interleaved" if v > 1 else (schedule or "1f1b"), v) for v in vs]
                     if schedule == "interleaved":
                         scheds = [x for x in scheds if x[0] == "interleaved"] or scheds
-                for z in zeros:
-                    state = memory.memory_per_gpu_3d(shape.n_params, t, p, d * c, z, convention)
-                    for b in mbs:
-                        if global_batch % (d * b):
-                            continue
-                        m = global_batch // (d * b)
-                        for r in recs:
+                for e in _ep_choices(shape, t, c, d, ep, etp):
+                    for z in zeros:
+                        base = steptime.Layout(t, c, p, d, z, 1, "none", "1f1b", 1, attention, e, etp,
+                                               ep_dispatch=ep_dispatch)
+                        state = steptime.state_bytes(shape, base, convention, precision_name)
+                        for b in mbs:
+                            if global_batch % (d * b):
+                                continue
+                            m = global_batch // (d * b)
                             for sch, v in scheds:
                                 if sch == "interleaved" and m % p:
                                     continue
-                                lay = steptime.Layout(t, c, p, d, z, b, r, sch, v, attention)
-                                if state > limit:  # the state alone does not fit: predict only
-                                    if over_min is not None and state > over_min:  # the least hungry, for the report
-                                        continue
-                                    over_min = state
-                                st = steptime.step_time(shape, lay, cluster, global_batch, convention)
-                                (fitting if st.fits else others).append((st, lay))
+                                for r in recs:
+                                    lay = replace(base, micro_batch=b, recompute=r, schedule=sch, virtual_stages=v)
+                                    if state > limit:  # the state alone does not fit: keep the least hungry only
+                                        if least is not None and state >= least:
+                                            break
+                                        least = state
+                                    st = steptime.step_time(shape, lay, cluster, global_batch, convention,
+                                                            precision_name=precision_name, overlap=overlap)
+                                    (fitting if st.fits else others).append((st, lay))
+                                    if st.fits:
+                                        break
     fitting.sort(key=lambda x: x[0].step_s)
     others.sort(key=lambda x: x[0].memory_bytes)
     return fitting, others
@@ -301,7 +279,8 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
 
 def _describe(lay: steptime.Layout) -> str:
     sched = f", {lay.schedule}" + (f" v={lay.virtual_stages}" if lay.virtual_stages > 1 else "") if lay.pp > 1 else ""
-    return (f"TP{lay.tp} x CP{lay.cp} x PP{lay.pp} x DP{lay.dp}, ZeRO-{lay.zero}, micro-batch {lay.micro_batch}, "
+    ep = f", EP{lay.ep}" if lay.ep > 1 else ""
+    return (f"TP{lay.tp} x CP{lay.cp} x PP{lay.pp} x DP{lay.dp}{ep}, ZeRO-{lay.zero}, micro-batch {lay.micro_batch}, "
             f"{'no' if lay.recompute == 'none' else lay.recompute} recomputation{sched}")
 
 
@@ -309,9 +288,9 @@ def _why_slower(st: steptime.StepTime, best: steptime.StepTime) -> str:
     """The breakdown entry that grew most against the winner."""
     diff = {k: st.breakdown_s[k] - best.breakdown_s[k] for k in st.breakdown_s}
     key = max(diff, key=diff.get)
-    names = {"compute": "compute (recomputation, or more layers and the output layer on the busiest stage)", "tp": "exposed TP traffic",
-             "cp": "exposed CP traffic", "pp": "pipeline sends", "dp": "exposed DP/ZeRO traffic",
-             "bubble": "pipeline bubble"}
+    names = {"compute": "compute (recomputation, smaller products, or more layers on the busiest stage)",
+             "tp": "exposed TP traffic", "cp": "exposed CP traffic", "pp": "pipeline sends",
+             "dp": "exposed DP/ZeRO traffic", "ep": "exposed expert all-to-alls", "bubble": "pipeline bubble"}
     return f"{names[key]} +{diff[key]:.2f} s"
 
 
@@ -325,9 +304,9 @@ class Plan:
     budget_given: bool
     optimal: dict  # constant-set name -> (N, D, ratio, loss)
     twenty: tuple  # (N, D) at 20 tokens per parameter
-    gpu: facts.GPU
+    gpu: hardware.GPUSpec
     count: int
-    arch: facts.Architecture | None  # the published shape borrowed, if any
+    arch: object  # the published shape borrowed, if any
     shape: steptime.Shape
     shape_name: str
     regime: str
@@ -348,12 +327,16 @@ class Plan:
     cluster: steptime.Cluster
     advice: tuple = field(default=())
     overtrained: dict | None = None
+    precision: str = "bf16"
+    overlap: frozenset = steptime.DEFAULT_OVERLAP
+    constants: str = DEFAULT_CONSTANTS
 
     # the names of the first edition, kept for callers
     tp = property(lambda self: self.layout.tp)
     cp = property(lambda self: self.layout.cp)
     pp = property(lambda self: self.layout.pp)
     dp = property(lambda self: self.layout.dp)
+    ep = property(lambda self: self.layout.ep)
     zero = property(lambda self: self.layout.zero)
     recompute = property(lambda self: self.layout.recompute)
     micro_batch = property(lambda self: self.layout.micro_batch)
@@ -361,9 +344,13 @@ class Plan:
     activations = property(lambda self: self.step.activation_bytes)
     fits = property(lambda self: self.step.fits)
     predicted_mfu = property(lambda self: self.step.mfu)
-    step_seconds = property(lambda self: self.step.step_s if not self.mfu_given else
-                            self.global_batch * self.shape.seq_len * steptime.model_flops_per_token(self.shape)
-                            / (self.count * self.gpu.peak_flops_per_s * self.mfu))
+
+    @property
+    def step_seconds(self) -> float:
+        if not self.mfu_given:
+            return self.step.step_s
+        return (self.global_batch * self.shape.seq_len * steptime.model_flops_per_token(self.shape)
+                / (self.count * self.gpu.bf16_peak * self.mfu))
 
     @property
     def sequences_per_step(self) -> int:
@@ -379,25 +366,61 @@ class Plan:
         return self.step.memory_bytes
 
 
-def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidden, vocab, model_given):
+def _moe_config(base_cfg, experts, top_k, expert_ffn, shared_experts, dense_layers, moe_layer_freq, imbalance):
+    given = dict(experts=experts, top_k=top_k, expert_ffn=expert_ffn, shared_experts=shared_experts,
+                 dense_layers=dense_layers, layer_freq=moe_layer_freq, imbalance=imbalance)
+    given = {k: v for k, v in given.items() if v is not None}
+    if base_cfg is None:
+        if not given:
+            return None
+        if "experts" not in given or "top_k" not in given:
+            raise ValueError("a mixture of experts needs --experts and --top-k (or --arch naming a MoE model)")
+        given.setdefault("expert_ffn", None)
+        if given["expert_ffn"] is None:
+            raise ValueError("a mixture of experts needs --expert-ffn-hidden (each expert's MLP width)")
+        for name in ("experts", "top_k", "expert_ffn", "layer_freq"):
+            if name in given:
+                positive_integer(name, given[name])
+        return moe_step.MoEConfig(**given)
+    for name in ("experts", "top_k", "expert_ffn", "layer_freq"):
+        if name in given:
+            positive_integer(name, given[name])
+    return replace(base_cfg, **given)
+
+
+def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidden, vocab, model_given, moe_args):
     """The shape: the named or nearest published one, with any field replaced."""
     custom = {k: v for k, v in dict(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                                     ffn_hidden=ffn_hidden, vocab=vocab, seq_len=seq_len).items() if v is not None}
     if arch is not None:
-        one_of("arch", arch, facts.ARCHITECTURES)
-        base = facts.ARCHITECTURES[arch]
+        names = {**facts.ARCHITECTURES, **facts.MOE_ARCHITECTURES}
+        one_of("arch", arch, names)
+        base = names[arch]
     else:
         base = nearest_architecture(N)
     if {"layers", "hidden", "heads"} <= set(custom):
         # a shape of the caller's own: GPT-style unless told otherwise; N from the shape if no model given
         shape = steptime.Shape(custom.pop("layers"), custom.pop("hidden"), custom.pop("heads"),
                                custom.pop("seq_len", base.seq_len), **custom)
+        cfg = _moe_config(None, *moe_args)
+        if cfg is not None:
+            shape = replace(shape, moe=cfg, mlp="swiglu", dropout=False)
         if model_given:
             shape = replace(shape, params=N)
         return shape, None, "given"
-    if "heads" in custom and "head_dim" not in custom and base.head_dim is not None:
+    if "heads" in custom and "head_dim" not in custom and getattr(base, "head_dim", None) is not None:
         custom["head_dim"] = None
-    shape = steptime.shape_of(base, params=N, **custom)
+    if isinstance(base, facts.MoEArchitecture):
+        shape = steptime.shape_of(base, **custom)
+        if model_given:
+            shape = replace(shape, params=N)
+    else:
+        shape = steptime.shape_of(base, params=N, **custom)
+    cfg = _moe_config(shape.moe, *moe_args)
+    if cfg is not None and cfg is not shape.moe:
+        shape = replace(shape, moe=cfg, mlp="swiglu", dropout=False,
+                        params=shape.params if isinstance(base, facts.MoEArchitecture) and not model_given else
+                        (N if model_given else None))
     return shape, base, base.name + ("'s, with " + ", ".join(sorted(custom)) + " given" if custom else "'s")
 
 
@@ -406,31 +429,51 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
               arch=None, inference_tokens=None, cp=None, dp=None, seq_len=None, global_batch=None,
               micro_batch=None, layers=None, hidden=None, heads=None, kv_heads=None, head_dim=None,
               ffn_hidden=None, vocab=None, recompute=None, attention="flash", virtual_stages=None,
-              schedule=None, network=None) -> Plan:
-    """Build a :class:`Plan`. Give ``budget`` (FLOPs; the model is then the
-    compute-optimal one under ``constants``) or both ``model`` and ``tokens``
-    (``model`` may be left out when ``layers``, ``hidden`` and ``heads`` give the
-    shape). Degrees, micro-batch (sequences), recomputation, schedule and shape
-    fields that are given are kept; the rest are searched (:func:`search_layouts`).
-    ``global_batch`` is in sequences (default ``batch_tokens / seq_len``). ``mfu``
-    overrides the predicted MFU in the time to train. With ``inference_tokens``,
-    the plan also names the over-trained alternative that reaches the
-    compute-optimal loss at the lowest lifetime cost (Sardana et al. 2024)."""
+              schedule=None, network=None, precision="bf16", overlap=None, experts=None, top_k=None,
+              expert_ffn=None, shared_experts=None, dense_layers=None, moe_layer_freq=None, imbalance=None,
+              ep=None, etp=None, ep_dispatch="deepep", nvlink=None) -> Plan:
+    """Build a :class:`Plan`. Give ``budget`` (FLOPs; the model is then the compute-optimal
+    one under ``constants``) or ``tokens`` and a model: ``model`` (parameters), or a shape
+    (``layers``, ``hidden``, ``heads``), or ``arch`` naming a published one (dense or MoE).
+    Degrees, micro-batch (sequences), recomputation, schedule and shape fields that are given
+    are kept; the rest are searched (:func:`search_layouts`). ``global_batch`` is in sequences
+    (default ``batch_tokens / seq_len``). ``precision`` is the training recipe
+    (:mod:`solutions.precision`), ``overlap`` what hides behind compute
+    (:func:`solutions.steptime.parse_overlap`). ``experts``, ``top_k``, ``expert_ffn``,
+    ``shared_experts``, ``dense_layers``, ``moe_layer_freq`` and ``imbalance`` make the model a
+    mixture of experts (or change a named MoE); ``ep`` and ``etp`` fix expert parallelism.
+    ``mfu`` overrides the predicted MFU in the time to train. With ``inference_tokens``, the
+    plan also names the over-trained alternative that reaches the compute-optimal loss at the
+    lowest lifetime cost (Sardana et al. 2024)."""
     shape_given = layers is not None and hidden is not None and heads is not None
+    if arch is not None:  # any case: "deepseek-v3" is DeepSeek-V3
+        names = {k.lower(): k for k in (*facts.ARCHITECTURES, *facts.MOE_ARCHITECTURES)}
+        if str(arch).lower() not in names:
+            raise ValueError(f"arch must be one of {sorted(names.values())}, got {arch!r}")
+        arch = names[str(arch).lower()]
+    moe_named = arch in facts.MOE_ARCHITECTURES
+    named = arch is not None and (arch in facts.ARCHITECTURES or moe_named)
     if budget is not None and (model is not None or tokens is not None):
         raise ValueError("give either budget, or model and tokens, not both")
-    if budget is None and (tokens is None or (model is None and not shape_given)):
+    if budget is None and (tokens is None or (model is None and not shape_given and not named)):
         raise ValueError("give a budget, or both model and tokens")
+    moe_args = (experts, top_k, expert_ffn, shared_experts, dense_layers, moe_layer_freq, imbalance)
+    if budget is not None and (moe_named or any(a is not None for a in moe_args)):
+        raise ValueError("give --model (or --arch) and --tokens for a mixture of experts: the compute-optimal "
+                         "split of a budget is for dense models")
     one_of("constants", constants, scaling.CONSTANT_SETS)
     g = find_gpu(gpu)
     count = int(positive_integer("count", count))
+    one_of("precision", precision, hardware.PRECISIONS)
+    g.peak(precision)  # one line if the GPU lacks it
+    ov = steptime.parse_overlap(overlap)
     if mfu is not None:
         mfu = float(positive("mfu", mfu))
         if mfu > 1:
             raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
     memory.get_convention(convention)
     batch_tokens = int(positive_integer("batch_tokens", batch_tokens))
-    for name, v in dict(tp=tp, pp=pp, cp=cp, dp=dp, seq_len=seq_len, global_batch=global_batch,
+    for name, v in dict(tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, etp=etp, seq_len=seq_len, global_batch=global_batch,
                         micro_batch=micro_batch, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
                         head_dim=head_dim, ffn_hidden=ffn_hidden, vocab=vocab, virtual_stages=virtual_stages).items():
         if v is not None:
@@ -440,10 +483,11 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     if recompute is not None:
         one_of("recompute", recompute, steptime.RECOMPUTE)
     one_of("attention", attention, steptime.ATTENTION)
+    one_of("ep_dispatch", ep_dispatch, moe_step.DISPATCHERS)
     if schedule is not None:
         one_of("schedule", schedule, steptime.SCHEDULES)
-    if tp is not None and tp > GPUS_PER_SERVER:
-        raise ValueError(f"tp must be at most the {GPUS_PER_SERVER} GPUs of a server (NVLink), got tp={tp}")
+    if tp is not None and tp > g.scale_up_gpus:
+        raise ValueError(f"tp must be at most the {g.scale_up_gpus} GPUs of the {g.name}'s NVLink domain, got tp={tp}")
 
     if budget is not None:
         C = float(positive("budget", budget))
@@ -452,10 +496,19 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
         D = float(positive("tokens", tokens))
         if model is not None:
             N = float(positive("model", model))
+        elif named:
+            N = (facts.MOE_ARCHITECTURES.get(arch) or facts.ARCHITECTURES[arch])
+            N = getattr(N, "total_params", None) or N.params
         else:
             N = steptime.Shape(layers, hidden, heads, seq_len or 2048, vocab or 51200, kv_heads, head_dim,
                                ffn_hidden).n_params
-        C = float(scaling.training_flops(N, D))
+        C = None
+    shape, base, shape_name = _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidden, vocab,
+                                     model is not None or budget is not None, moe_args)
+    N = shape.n_params
+    if C is None:
+        # 6 N D, with the parameters a token uses (a mixture of experts' active ones)
+        C = float(scaling.training_flops(shape.active_params, D))
     optimal = {name: scaling.compute_optimal_closed_form(C, scaling.CONSTANT_SETS[name]) for name in
                dict.fromkeys((constants, *_PUBLISHED))}
     twenty = scaling.twenty_tokens_allocation(C)
@@ -467,22 +520,31 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
         overtrained = {"tokens": float(inference_tokens), "N": N_i, "D": D_i, "loss": loss, "lifetime": lifetime,
                        "baseline": float(after_chinchilla.lifetime_flops(N_opt, D_opt, inference_tokens))}
 
-    shape, base, shape_name = _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidden, vocab,
-                                     model is not None or budget is not None)
-    N = shape.n_params
     if tp is not None and shape.heads % tp:
         raise ValueError(f"tp must divide the number of attention heads ({shape.heads}), got tp={tp}")
     if cp is not None and shape.seq_len % cp:
         raise ValueError(f"cp must divide seq_len ({shape.seq_len}), got cp={cp}")
+    etp = etp or 1
+    if ep is not None and not shape.is_moe and ep > 1:
+        raise ValueError(f"ep > 1 needs experts (--experts, or --arch naming a mixture of experts), got ep={ep}")
+    if ep is not None and shape.is_moe and shape.moe.experts % ep:
+        raise ValueError(f"ep must divide the number of experts: {shape.moe.experts} experts are not divisible "
+                         f"by ep={ep}")
     fixed = 1
     for v in (tp, cp, pp, dp):
         fixed *= v or 1
-    if count % fixed or (tp and cp and pp and dp and fixed != count):
-        raise ValueError(f"tp * cp * pp * dp must divide count (and equal it when all four are given): "
-                         f"tp={tp} x cp={cp} x pp={pp} x dp={dp} against count={count}")
+    if tp and pp and dp and (cp or 1) * tp * pp * dp != count:
+        raise ValueError(f"tp x cp x pp x dp must equal count (EP is carved out of tp x cp x dp, not multiplied "
+                         f"onto it): tp={tp} x cp={cp or 1} x pp={pp} x dp={dp} = {(cp or 1) * tp * pp * dp} "
+                         f"against count={count}")
+    if count % fixed:
+        raise ValueError(f"tp * cp * pp * dp must divide count: tp={tp} x cp={cp} x pp={pp} x dp={dp} against "
+                         f"count={count}")
+    if ep and tp and dp and (cp or shape.seq_len < CP_FROM_SEQ_LEN):
+        moe_step.check_expert_layout(shape.moe, ep, etp, tp, cp or 1, dp)
     gb = global_batch if global_batch is not None else max(1, batch_tokens // shape.seq_len)
-    cluster = cluster_for(g, network)
-    given = tuple(k for k, v in dict(tp=tp, cp=cp, pp=pp, dp=dp, zero=zero, micro_batch=micro_batch,
+    cluster = cluster_for(g, network, nvlink)
+    given = tuple(k for k, v in dict(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, zero=zero, micro_batch=micro_batch,
                                      recompute=recompute, virtual_stages=virtual_stages,
                                      schedule=schedule).items() if v is not None)
     reasons = []
@@ -492,10 +554,11 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
         reasons.append(f"global batch {gb:,} sequences of {shape.seq_len:,} tokens (about {batch_tokens / 2**20:.0f}M "
                        "tokens, Llama 3's batch; --global-batch sets it)")
     fitting, others = search_layouts(shape, cluster, count, gb, convention, tp, cp, pp, dp, zero, micro_batch,
-                                     recompute, virtual_stages, schedule, attention)
+                                     recompute, virtual_stages, schedule, attention, ep, etp, precision, ov,
+                                     ep_dispatch)
     if not fitting and not others:
         raise ValueError(f"no layout of {count} GPUs divides the global batch of {gb} sequences with the given "
-                         f"degrees (tp={tp}, cp={cp}, pp={pp}, dp={dp}, micro_batch={micro_batch}); "
+                         f"degrees (tp={tp}, cp={cp}, pp={pp}, dp={dp}, ep={ep}, micro_batch={micro_batch}); "
                          "change --global-batch or --micro-batch")
     st, lay = fitting[0] if fitting else others[0]
     if fitting:
@@ -504,10 +567,10 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
         reasons.append("no layout fits in memory: this is the one that needs the least")
     reasons += [f"{k}={getattr(lay, k)} set by hand" for k in given if k != "schedule"]
 
-    # why the other families of layouts lose: the best of each (tp, cp, pp, zero) after the winner's
-    losers, seen = [], {(lay.tp, lay.cp, lay.pp, lay.zero)}
+    # why the other families of layouts lose: the best of each (tp, cp, pp, ep, zero) after the winner's
+    losers, seen = [], {(lay.tp, lay.cp, lay.pp, lay.ep, lay.zero)}
     for s2, l2 in fitting[1:]:
-        key = (l2.tp, l2.cp, l2.pp, l2.zero)
+        key = (l2.tp, l2.cp, l2.pp, l2.ep, l2.zero)
         if key in seen:
             continue
         seen.add(key)
@@ -516,27 +579,29 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
             break
     if others:
         o = others[0]
-        losers.append(f"{len(others):,} layouts do not fit in {g.memory_gb:g} GB; the least hungry, "
-                      f"{_describe(o[1])}, needs {o[0].memory_bytes / 1e9:,.0f} GB")
+        losers.append(f"{len(others):,} layouts do not fit in {g.usable_memory_bytes / 2**30:,.1f} GiB; the least "
+                      f"hungry, {_describe(o[1])}, needs {o[0].memory_bytes / 2**30:,.1f} GiB")
     rule = None
-    try:
-        t_r, p_r, d_r, z_r, _ = choose_layout(N, count, g.memory_gb * 1e9, convention)
-        if gb % d_r == 0 and shape.heads % t_r == 0:
-            lay_r = steptime.Layout(t_r, 1, p_r, d_r, z_r, 1, "full" if p_r > 1 or z_r else "selective")
-            for r in steptime.RECOMPUTE:  # the lightest recomputation that fits, as the rule's planner did
-                lay_r = replace(lay_r, recompute=r)
-                st_r = steptime.step_time(shape, lay_r, cluster, gb, convention)
-                if st_r.fits:
-                    break
-            rule = (st_r, lay_r)
-    except ValueError:
-        rule = None
+    if not shape.is_moe:
+        try:
+            t_r, p_r, d_r, z_r, _ = choose_layout(N, count, g.usable_memory_bytes, convention)
+            if gb % d_r == 0 and shape.heads % t_r == 0 and t_r <= g.scale_up_gpus:
+                lay_r = steptime.Layout(t_r, 1, p_r, d_r, z_r, 1, "none")
+                for r in steptime.RECOMPUTE:  # the lightest recomputation that fits, as the rule's planner did
+                    lay_r = replace(lay_r, recompute=r)
+                    st_r = steptime.step_time(shape, lay_r, cluster, gb, convention, precision_name=precision,
+                                              overlap=ov)
+                    if st_r.fits:
+                        break
+                rule = (st_r, lay_r)
+        except ValueError:
+            rule = None
 
     steps = max(1, math.ceil(D / (gb * shape.seq_len)))
     used_mfu = st.mfu if mfu is None else mfu
-    days = (C / (count * g.peak_flops_per_s * used_mfu) / 86400 if mfu is not None
+    days = (C / (count * g.bf16_peak * used_mfu) / 86400 if mfu is not None
             else steptime.days_to_train(D, st.tokens_per_s))
-    state = state_breakdown_3d(N, lay.tp, lay.pp, lay.dp * lay.cp, lay.zero, convention)
+    state = steptime.state_breakdown(shape, lay, convention, precision)
 
     advice = []
     if not st.fits:
@@ -546,19 +611,20 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
             advice.append(f"raise the ZeRO stage (now {lay.zero}) to shard more of the state over DP={lay.dp}")
         if lay.recompute != "full":
             advice.append("recompute activations (--recompute full)")
-        advice.append(f"use GPUs with more memory (H200: {facts.GPUS['H200'].memory_gb:g} GB) or more GPUs")
+        advice.append("use GPUs with more memory (H200: 141 GB, B300: 288 GB) or more GPUs")
         advice.append("shorten the sequence or shard it (context parallelism, --cp)")
     exposed = sum(v for k, v in st.breakdown_s.items() if k not in ("compute", "bubble"))
     if exposed > 0.25 * st.breakdown_s["compute"]:
-        advice.append("exposed communication is over a quarter of compute: grow the micro-batch or the batch, "
-                      "keep TP inside a server, or use ZeRO-1 instead of ZeRO-3")
+        advice.append("exposed communication is over a quarter of compute: overlap it (--overlap), grow the "
+                      "micro-batch or the batch, keep TP and EP inside a scale-up domain, or use ZeRO-1 instead of ZeRO-3")
     if lay.pp > 1 and st.breakdown_s["bubble"] > 0.1 * st.step_s:
         advice.append(f"the pipeline bubble is {st.breakdown_s['bubble'] / st.step_s:.0%} of the step: more "
                       "micro-batches per step, or interleaved stages (--virtual-stages)")
 
     return Plan(N, D, C, budget is not None, optimal, twenty, g, count, base, shape, shape_name, regime(N), lay,
                 convention, tuple(reasons), state, st, gb, steps, used_mfu, mfu is not None, days, given,
-                tuple(fitting[1:TOP]), tuple(losers), rule, cluster, tuple(advice), overtrained)
+                tuple(fitting[1:TOP]), tuple(losers), rule, cluster, tuple(advice), overtrained, precision, ov,
+                constants)
 
 
 def _count(x: float) -> str:
@@ -568,8 +634,8 @@ def _count(x: float) -> str:
     return f"{x:.3g}"
 
 
-def _gb(x: float) -> str:
-    return f"{x / 1e9:,.1f} GB"
+def _gib(x: float) -> str:
+    return f"{x / 2**30:,.1f} GiB"
 
 
 def _time(s: float) -> str:
@@ -578,18 +644,21 @@ def _time(s: float) -> str:
     return f"{s * 1e3:,.1f} ms"
 
 
-_AXES = ("tp", "cp", "pp", "dp")
+_AXES = steptime.OVERLAP_AXES
 
 
 def format_plan(plan: Plan) -> str:
     """The plan as the numbered lines ``python -m solutions.plan`` prints."""
     lines = ["== compute"]
-    given = "budget" if plan.budget_given else "6 N D"
+    given = "budget" if plan.budget_given else "6 N D" + (" (active N)" if plan.shape.is_moe else "")
     lines.append(f"1. training compute        {plan.flops:.3g} FLOPs ({given}); model {_count(plan.params)} "
-                 f"parameters on {_count(plan.tokens)} tokens ({plan.tokens / plan.params:.1f} tokens/param)")
-    lines.append("2. compute-optimal at this budget (closed form of L = E + A/N^a + B/D^b):")
+                 f"parameters" + (f" ({_count(plan.shape.active_params)} active)" if plan.shape.is_moe else "")
+                 + f" on {_count(plan.tokens)} tokens ({plan.tokens / plan.params:.1f} tokens/param)")
+    lines.append(f"2. compute-optimal at this budget (closed form of L = E + A/N^a + B/D^b; default "
+                 f"{CONSTANT_NAMES[DEFAULT_CONSTANTS]}, the set section 3 stands behind; --constants):")
     for name, (N, D, r, L) in plan.optimal.items():
-        lines.append(f"     {name:<17} N={_count(N):>7}  D={_count(D):>7}  {r:6.1f} tokens/param  loss {L:.3f}")
+        mark = " (used)" if name == plan.constants else ""
+        lines.append(f"     {name:<17} N={_count(N):>7}  D={_count(D):>7}  {r:6.1f} tokens/param  loss {L:.3f}{mark}")
     lines.append(f"     {'20 tokens/param':<17} N={_count(plan.twenty[0]):>7}  D={_count(plan.twenty[1]):>7}")
     if plan.overtrained:
         o = plan.overtrained
@@ -597,39 +666,61 @@ def format_plan(plan: Plan) -> str:
                      f"({o['D'] / o['N']:.0f} tokens/param) reaches the same loss {o['loss']:.3f} for "
                      f"{o['lifetime']:.3g} FLOPs of training + inference, against {o['baseline']:.3g} "
                      f"({1 - o['lifetime'] / o['baseline']:.0%} less)")
-    sh, lay, st = plan.shape, plan.layout, plan.step
+    sh, lay, st, g = plan.shape, plan.layout, plan.step, plan.gpu
     attn = f"{sh.heads} heads x {sh.head_size}" + (f", {sh.kv} K/V heads" if sh.kv != sh.heads else "")
+    moe = ""
+    if sh.is_moe:
+        m = sh.moe
+        moe = (f"; {sh.moe_layers} MoE layers of {m.experts} experts ({m.expert_ffn:,} wide), top-{m.top_k}"
+               + (f" + {m.shared_experts} shared" if m.shared_experts else "")
+               + (f", imbalance x{m.imbalance:g}" if m.imbalance != 1 else ""))
+    ep = f" (EP{lay.ep} x ETP{lay.etp} folded into TP x CP x DP, {lay.ep_dispatch} dispatch)" if lay.ep > 1 else ""
     lines += ["== layout",
               f"3. shape                    {plan.shape_name}: {sh.layers} layers, d_model {sh.hidden:,}, {attn}, "
-              f"{sh.mlp} MLP, sequences of {sh.seq_len:,}",
+              f"{sh.mlp} MLP, sequences of {sh.seq_len:,}{moe}",
               f"4. layout                   TP{lay.tp} x CP{lay.cp} x PP{lay.pp} x DP{lay.dp} = {plan.count:,} "
-              f"{plan.gpu.name}, ZeRO stage {lay.zero}, micro-batch {lay.micro_batch}, "
+              f"{g.name}{ep}, ZeRO stage {lay.zero}, micro-batch {lay.micro_batch}, "
               f"{'no' if lay.recompute == 'none' else lay.recompute} recomputation, "
               f"{lay.schedule}" + (f" (v={lay.virtual_stages})" if lay.virtual_stages > 1 else "")
-              + f", {lay.attention} attention"]
+              + f", {lay.attention} attention, {plan.precision.upper()}"]
     lines += [f"     why: {r}" for r in plan.reasons]
     conv = memory.get_convention(plan.convention)
-    lines += ["== memory per GPU",
-              f"5. model state ({conv.total:g} B/param, {plan.convention})  weights {_gb(plan.state['weights'])}, "
-              f"gradients {_gb(plan.state['grads'])}, optimizer {_gb(plan.state['optimizer'])}",
-              f"6. activations              {_gb(st.activation_bytes)} ({'no' if lay.recompute == 'none' else lay.recompute} recomputation, "
-              f"{lay.attention} attention, busiest pipeline stage)",
-              f"7. total                    {_gb(st.memory_bytes)} of {plan.gpu.memory_gb:g} GB: "
-              + ("fits" if st.fits else "DOES NOT FIT")]
-    b = st.breakdown_s
-    comm = ", ".join(f"{a.upper()} {_time(b[a])} ({st.bytes[a] / 1e9:,.2f} GB on {st.links[a]})"
-                     for a in _AXES if st.bytes[a] > 0) or "none"
+    rec = precision.recipe(plan.precision)
+    margin = st.margin_bytes
+    verdict = (f"fits, {_gib(margin)} to spare" if st.fits else f"DOES NOT FIT: {_gib(-margin)} over")
+    lines += ["== memory per GPU (GiB = 2^30 bytes)",
+              f"5. model state ({conv.total:g} B/param, {plan.convention}"
+              + (f", +{rec.weight_copy_bytes:.3g} B/param of {plan.precision.upper()} weight copies" if rec.weight_copy_bytes else "")
+              + f")  weights {_gib(plan.state['weights'])}, gradients {_gib(plan.state['grads'])}, "
+              f"optimizer {_gib(plan.state['optimizer'])}",
+              f"6. activations              {_gib(st.activation_bytes)} ({'no' if lay.recompute == 'none' else lay.recompute} "
+              f"recomputation, {lay.attention} attention, busiest pipeline stage)",
+              f"7. total                    {_gib(st.memory_bytes)} of {_gib(st.usable_bytes)} usable "
+              f"({_gib(g.memory_bytes)} as CUDA reports the {g.memory_vendor} less a "
+              f"{hardware.ALLOCATOR_RESERVE_BYTES / 2**30:g} GiB reserve for the CUDA context and NCCL): {verdict}"]
+    b, hid = st.breakdown_s, st.hidden_s
+    comm = ", ".join(f"{a.upper()} {_time(b[a])} exposed + {_time(hid.get(a, 0.0))} hidden ({st.bytes[a] / 1e9:,.2f} GB "
+                     f"on {st.links[a]})" for a in _AXES if st.bytes.get(a, 0) > 0) or "none"
+    net_gbs = plan.cluster.network / 1e9
+    ov = ", ".join(sorted(plan.overlap)) or "nothing"
     lines += ["== step (predicted)",
               f"8. batch                    {plan.global_batch:,} sequences = "
               f"{plan.global_batch * sh.seq_len / 1e6:.1f}M tokens per step; {st.microbatches} micro-batch(es) "
               f"per replica; {plan.steps:,} steps",
               f"9. compute                  {_time(b['compute'])}: {steptime.hardware_flops_per_token(sh, lay.recompute):.3g} "
               f"hardware FLOPs/token against {steptime.model_flops_per_token(sh):.3g} model, at {st.efficiency:.0%} "
-              f"of the {plan.gpu.peak_flops_per_s / 1e12:g} TFLOP/s peak",
-              f"10. exposed communication {comm}",
+              f"of the {g.bf16_peak / 1e12:,.0f} TFLOP/s BF16 peak (linear layers in {plan.precision.upper()}: "
+              f"{g.peak(plan.precision) / 1e12:,.0f} TFLOP/s peak, {g.ceiling(plan.precision) / 1e12:,.0f} measured ceiling)",
+              f"10. communication           {comm}; overlapped: {ov} (--overlap); NVLink at "
+              f"{steptime.network.NVLINK_EFFICIENCY:.0%} of {plan.cluster.nvlink / 1e9:,.0f} GB/s, network at "
+              f"{steptime.CALIBRATION.network:.0%} of {net_gbs:,.1f} GB/s per GPU (calibrated), a group's NICs "
+              f"summed over its members in each node",
               f"11. pipeline bubble         {_time(b['bubble'])} ({plan.bubble:.1%} of the step)",
-              f"12. step                    {_time(st.step_s)}: {st.tokens_per_s:,.0f} tokens/s, MFU {st.mfu:.1%}, "
-              f"hardware FLOPs utilisation {st.hfu:.1%}",
+              f"12. step                    {_time(st.step_s)}: {st.tokens_per_s:,.0f} tokens/s, "
+              f"{st.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, {st.flops_per_s_per_gpu / 1e12:,.0f} TFLOP/s/GPU (model); "
+              f"MFU {st.mfu:.1%} of the BF16 peak (as torchtitan and NVIDIA report)"
+              + (f", {st.mfu_precision:.1%} of the {plan.precision.upper()} peak" if plan.precision not in ("bf16", "fp16") else "")
+              + f"; hardware FLOPs utilisation {st.hfu:.1%}",
               "== time",
               f"13. days to train           {plan.days:,.1f} days on {plan.count:,} GPUs at {plan.mfu:.1%} MFU "
               + ("(given with --mfu) " if plan.mfu_given else "(predicted) ")
@@ -652,12 +743,17 @@ def format_plan(plan: Plan) -> str:
 
 def _layout_json(lay: steptime.Layout) -> dict:
     return {k: getattr(lay, k) for k in ("tp", "cp", "pp", "dp", "zero", "virtual_stages", "micro_batch",
-                                         "recompute", "schedule", "attention")}
+                                         "recompute", "schedule", "attention", "ep", "etp", "ep_dispatch")}
 
 
 def plan_json(plan: Plan) -> dict:
     """The plan as one JSON-ready dict (the keys of the planner's contract, and more)."""
     st = plan.step
+    g = plan.gpu
+    shape = {"name": plan.shape_name, **{k: v for k, v in asdict(plan.shape).items() if k != "moe"},
+             "head_size": plan.shape.head_size, "attention_width": plan.shape.attention_width,
+             "active_params": plan.shape.active_params,
+             "moe": asdict(plan.shape.moe) if plan.shape.moe is not None else None}
     return {
         "predicted_mfu": st.mfu,
         "hardware_flops_utilization": st.hfu,
@@ -666,24 +762,34 @@ def plan_json(plan: Plan) -> dict:
         "days": plan.days,
         "mfu_used": plan.mfu,
         "mfu_given": plan.mfu_given,
+        "mfu_bf16_peak": st.mfu,
+        "mfu_precision_peak": st.mfu_precision,
+        "tokens_per_s_per_gpu": st.tokens_per_s_per_gpu,
+        "tflops_per_gpu": st.flops_per_s_per_gpu / 1e12,
+        "precision": plan.precision,
+        "overlap": sorted(plan.overlap),
         "memory_per_gpu_bytes": st.memory_bytes,
         "memory": {"state_bytes": st.state_bytes, "activation_bytes": st.activation_bytes,
-                   "gpu_bytes": plan.gpu.memory_gb * 1e9, "fits": st.fits, **{f"{k}_bytes": v for k, v in plan.state.items()}},
+                   "gpu_bytes": g.memory_bytes, "usable_bytes": st.usable_bytes,
+                   "reserve_bytes": hardware.ALLOCATOR_RESERVE_BYTES, "margin_bytes": st.margin_bytes,
+                   "memory_source": g.memory_source, "fits": st.fits,
+                   **{f"{k}_bytes": v for k, v in plan.state.items()}},
         "layout": _layout_json(plan.layout),
         "given": list(plan.given),
         "breakdown_s": dict(st.breakdown_s),
+        "hidden_s": dict(st.hidden_s),
         "bytes_per_step": dict(st.bytes),
         "links": dict(st.links),
         "params": plan.params,
         "tokens": plan.tokens,
         "flops": plan.flops,
-        "gpu": plan.gpu.name,
+        "constants": plan.constants,
+        "gpu": g.name,
         "count": plan.count,
         "global_batch": plan.global_batch,
         "microbatches": st.microbatches,
         "steps": plan.steps,
-        "shape": {"name": plan.shape_name, **{k: v for k, v in asdict(plan.shape).items()},
-                  "head_size": plan.shape.head_size, "attention_width": plan.shape.attention_width},
+        "shape": shape,
         "alternatives": [{"step_time_s": s.step_s, "predicted_mfu": s.mfu, "layout": _layout_json(l)}
                          for s, l in plan.alternatives],
         "why_others_lose": list(plan.losers),
@@ -696,16 +802,21 @@ PROG = "python -m solutions.plan"
 
 def build_parser() -> argparse.ArgumentParser:
     p = terse_argparse_errors(argparse.ArgumentParser(
-        prog=PROG, description="Plan a training run: allocation, layout, memory, predicted step time, MFU "
-                               "and days, from solutions/."))
+        prog=PROG, description="Plan a training run: allocation, layout, memory, predicted step time, "
+                               "throughput, MFU and days, from solutions/."))
     p.add_argument("--budget", type=float, help="compute budget in FLOPs (then the model is compute-optimal)")
     p.add_argument("--model", type=float, help="parameters, e.g. 70e9")
     p.add_argument("--tokens", type=float, help="training tokens, e.g. 1.4e12")
-    p.add_argument("--gpu", default="H100", help=f"one of {sorted(facts.GPUS)} or {sorted(GPU_ALIASES)}")
+    p.add_argument("--gpu", default="H100", help=f"one of {', '.join(hardware.PLANNABLE)} (or an alias)")
     p.add_argument("--count", type=int, default=8, help="number of GPUs")
+    p.add_argument("--precision", default="bf16", help=f"training precision, one of {list(hardware.PRECISIONS)}")
+    p.add_argument("--overlap", default="default",
+                   help="what hides behind compute: 'default' (tp, cp, pp, dp, as Megatron-Core's recommended "
+                        "settings), 'none', 'all', or axes such as 'tp,dp,ep'")
     p.add_argument("--mfu", type=float, help="override the predicted MFU in the time to train, in (0, 1]")
     for name, what in (("tp", "tensor-parallel"), ("cp", "context-parallel"), ("pp", "pipeline-parallel"),
-                       ("dp", "data-parallel")):
+                       ("dp", "data-parallel"), ("ep", "expert-parallel (carved out of tp x cp x dp)"),
+                       ("etp", "experts' tensor-parallel")):
         p.add_argument(f"--{name}", type=int, help=f"{what} degree (default: searched)")
     p.add_argument("--zero", type=int, help="ZeRO stage 0-3 (default: searched)")
     p.add_argument("--virtual-stages", type=int, help="model chunks per pipeline stage (interleaved 1F1B)")
@@ -720,16 +831,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--head-dim", type=int, help="head size (default hidden / heads)")
     p.add_argument("--ffn-hidden", type=int)
     p.add_argument("--vocab", type=int)
+    p.add_argument("--experts", type=int, help="routed experts per MoE layer")
+    p.add_argument("--top-k", type=int, help="experts per token")
+    p.add_argument("--expert-ffn-hidden", type=int, help="each expert's MLP width")
+    p.add_argument("--shared-experts", type=int, help="always-used experts per MoE layer")
+    p.add_argument("--dense-layers", type=int, help="leading layers with a plain MLP")
+    p.add_argument("--moe-layer-freq", type=int, help="one MoE layer every this many layers (after the dense ones)")
+    p.add_argument("--imbalance", type=float, help="busiest GPU's expert load over the mean (default 1)")
+    p.add_argument("--ep-dispatch", default="deepep", help=f"token dispatch, one of {list(moe_step.DISPATCHERS)}")
     p.add_argument("--recompute", help=f"one of {list(steptime.RECOMPUTE)} (default: searched)")
     p.add_argument("--attention", default="flash", help=f"one of {list(steptime.ATTENTION)}")
-    p.add_argument("--network-gbps", type=float, help="network bandwidth per GPU across servers, Gb/s (default 400)")
+    p.add_argument("--network-gbps", type=float,
+                   help="network bandwidth per GPU across nodes, Gb/s (default: the GPU's reference node)")
     p.add_argument("--convention", default="zero_16", help=f"bytes per parameter, one of {sorted(memory.BYTE_CONVENTIONS)}")
     p.add_argument("--constants", default=DEFAULT_CONSTANTS, help=f"one of {sorted(scaling.CONSTANT_SETS)}")
     p.add_argument("--batch-tokens", type=int, default=DEFAULT_BATCH_TOKENS,
                    help="tokens per optimizer step when --global-batch is not given")
     p.add_argument("--inference-tokens", type=float,
                    help="tokens the trained model will serve: also plan the over-trained model that is cheapest over its lifetime")
-    p.add_argument("--arch", help=f"shape to assume, one of {sorted(facts.ARCHITECTURES)} (default: nearest in size)")
+    p.add_argument("--arch", help=f"shape to assume, one of {sorted(facts.ARCHITECTURES) + sorted(facts.MOE_ARCHITECTURES)} "
+                                  "(default: the dense one nearest in size)")
     p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     return p
 
@@ -748,7 +869,10 @@ def main(argv=None) -> int:
                          hidden=args.hidden, heads=args.heads, kv_heads=args.kv_heads, head_dim=args.head_dim,
                          ffn_hidden=args.ffn_hidden, vocab=args.vocab, recompute=args.recompute,
                          attention=args.attention, virtual_stages=args.virtual_stages, schedule=args.schedule,
-                         network=net)
+                         network=net, precision=args.precision, overlap=args.overlap, experts=args.experts,
+                         top_k=args.top_k, expert_ffn=args.expert_ffn_hidden, shared_experts=args.shared_experts,
+                         dense_layers=args.dense_layers, moe_layer_freq=args.moe_layer_freq,
+                         imbalance=args.imbalance, ep=args.ep, etp=args.etp, ep_dispatch=args.ep_dispatch)
     except ValueError as exc:
         print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2

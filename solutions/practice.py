@@ -3,7 +3,7 @@
 Every function here is one problem: it fixes the problem's inputs (a model, a cluster, a
 budget) as keyword defaults and returns a dict holding those inputs and the answers, computed
 with the course's own formulas (nothing is re-derived here). The section notebooks glue the
-inputs into the question and the answers into its hidden solution; ``tests/test_practice.py``
+inputs into the question and the answers into its hidden solution; ``tests/solutions/test_practice.py``
 checks each answer against an independent calculation.
 
 Units follow the course: model-state memory in GB = 1e9 bytes, bandwidth in bytes/s, time in
@@ -202,14 +202,19 @@ def s07_zero1(params=70e9, num_gpus=64):
                 zero3_gb=memory.zero_memory_per_gpu(params, 3, num_gpus) / GB)
 
 
-def s07_traffic_ratio(params=7e9, num_gpus=8, bytes_per_value=2):
-    """FSDP's traffic per step (all-gather forward, all-gather backward, reduce-scatter of the
-    gradients) against DDP's one all-reduce, bytes sent per GPU."""
+def s07_traffic_ratio(params=7e9, num_gpus=8, bytes_per_value=2, microbatches=8):
+    """FSDP's traffic per forward and backward pass (all-gather forward, all-gather backward,
+    reduce-scatter of the gradients) against DDP's one all-reduce, bytes sent per GPU; and per
+    optimizer step with ``microbatches`` micro-batches of gradient accumulation, where FSDP2's
+    defaults repeat all three for every micro-batch while DDP (``no_sync``) all-reduces once
+    (Rajbhandari et al. 2020, sec. 7; PyTorch's ``fully_shard``)."""
     size = params * bytes_per_value
     fsdp = (2 * communication.allgather_bytes_per_rank(size, num_gpus)
             + communication.reduce_scatter_bytes_per_rank(size, num_gpus))
     ddp = communication.allreduce_bytes_per_rank(size, num_gpus)
-    return dict(params=params, num_gpus=num_gpus, fsdp_gb=fsdp / GB, ddp_gb=ddp / GB, ratio=fsdp / ddp)
+    return dict(params=params, num_gpus=num_gpus, fsdp_gb=fsdp / GB, ddp_gb=ddp / GB, ratio=fsdp / ddp,
+                microbatches=microbatches, fsdp_step_gb=microbatches * fsdp / GB,
+                ratio_step=microbatches * fsdp / ddp)
 
 
 # --- Section 8: when to use what ---------------------------------------------------------------

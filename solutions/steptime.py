@@ -1,129 +1,110 @@
-"""A step-time model for training a dense transformer on a GPU cluster: compute
-(with recomputation), exposed communication per parallel axis, and the pipeline
-bubble, from which follow tokens/s, MFU, hardware-FLOPs utilisation and days.
+"""A step-time model for training a transformer (dense or mixture of experts) on a GPU
+cluster: compute from the shapes each GPU runs, communication per parallel axis with what
+hides behind compute and what does not, and the pipeline bubble; from them tokens/s, MFU,
+hardware-FLOPs utilisation, memory and days.
 
-The model, equation by equation (one GPU of the busiest pipeline stage; ``b``
-sequences of ``s`` tokens per micro-batch, ``m`` micro-batches per step,
-layout ``tp x cp x pp x dp``, ``v`` model chunks per pipeline stage):
+The model, equation by equation (one GPU of the busiest pipeline stage; ``b`` sequences of
+``s`` tokens per micro-batch, ``m`` micro-batches per step, layout ``tp x cp x pp x dp``
+with ``ep`` (and ``etp``) folded into ``tp x cp x dp``, ``v`` model chunks per stage):
 
-(S1) **Model FLOPs per token** ``6 N + 12 L s a d_head`` (Kaplan et al. 2020
-     sec. 2.1; Chowdhery et al. 2022 App. B), with the attention width
-     ``heads x head size``, which is not ``d_model`` for every model (PaLM:
-     48 x 256 = 12,288 against ``d_model`` 18,432).
-(S2) **Hardware FLOPs per token** add what recomputation redoes
-     (Korthikanti et al. 2022, sec. 5; Narayanan et al. 2021 eq. 3):
-     selective recomputation one forward of the attention core,
-     ``4 L s a d_head``; full recomputation one forward of every layer,
-     ``2 (N - V h) + 4 L s a d_head`` (the output layer is not recomputed).
-     With full recomputation and ``d_head = h / a`` this is eq. 3,
-     ``96 B s L h^2 (1 + s / 6h + V / 16 L h)`` per iteration.
-(S3) **Compute time** of one micro-batch on one GPU: its hardware FLOPs
-     (``ceil(L / pp)`` layers, plus the output layer, of ``b s / cp`` tokens,
-     split ``tp`` ways) at ``eta x peak``, where the achievable fraction
-     ``eta = e_max h / (h + w0)`` grows with the model width ``h``: the
-     memory-bound work of a layer (norms, activations, softmax, dropout) is
-     ``O(s h)`` per token against the GEMMs' ``O(h^2)``, and both split
-     alike under TP. (A width per GPU, ``h / tp``, fits the published runs
-     worse: Megatron's 1.7B run without TP and its 530B run with TP8 have GEMMs
-     of nearly the same width per GPU and 8 points of utilisation between them.)
-     ``e_max`` and ``w0`` are calibrated per GPU generation
-     (:data:`CALIBRATION`); collectives across servers reach
-     :data:`NETWORK_EFFICIENCY` of the line rate.
-(S4) **Tensor parallelism**: ``4`` ring all-reduces of ``b s h / cp`` elements
-     per layer per micro-batch (Narayanan et al. 2021 sec. 3.2;
-     :func:`solutions.communication.tensor_parallel_bytes_per_layer`), ``6``
-     with full recomputation (the recomputed forward repeats its two);
-     on NVLink inside a server, never overlapped.
-(S5) **Context parallelism**: K and V gathered forward, their gradients
-     reduce-scattered backward (:func:`solutions.context.context_parallel_bytes_per_layer`),
-     overlapped with the attention core of the same layer; the excess is exposed.
-(S6) **Pipeline**: each micro-batch sends ``b s h / (cp tp)`` activations forward
-     and as many gradients backward per stage boundary (the scatter/gather of
-     Narayanan et al. sec. 4.1). Steady-state sends overlap compute; the fill and
-     the drain cross ``v (p - 1)`` boundaries each on the critical path.
-(S7) **Data parallelism / ZeRO** on a shard of ``P / (tp pp)`` parameters, ring
-     factors of :mod:`solutions.communication`:
-     stages 0-1: one gradient all-reduce (or reduce-scatter + all-gather)
-     per step; stage 2: a gradient reduce-scatter every micro-batch, one weight
-     all-gather per step; stage 3 (FSDP): a weight all-gather for the forward, another for
-     the backward and a gradient reduce-scatter, *every micro-batch*
-     (Rajbhandari et al. 2020 sec. 7 count one pass; FSDP repeats them per
-     micro-batch unless gradient synchronisation is deferred).
-     Overlap: the gradient reduction overlaps the last micro-batch's backward;
-     ZeRO-3's per-micro-batch traffic is prefetched behind that micro-batch's
-     compute; what exceeds the compute it hides behind is exposed; the post-step
-     weight all-gather of stages 1-2 is exposed.
-(S8) **Bubble** of the schedule (:func:`pipeline_bubble_time`): GPipe and
-     1F1B ``(p - 1) / v`` micro-batch times (Narayanan et al. sec. 2.2),
-     ZB-H1 and ZB-H2 per Qi et al. (2024, Table 2).
-(S9) **Step** = ``m x`` compute + bubble + exposed TP + CP + PP + DP;
-     tokens/s = ``global batch x s / step``; MFU = tokens/s x (S1) / (GPUs x
-     peak); HFU likewise with (S2); days = tokens / (tokens/s) / 86,400.
+(S1) **Model FLOPs per token** ``6 N_active + 6 L s a (d_qk + d_v)`` (Kaplan et al. 2020
+     sec. 2.1; Chowdhery et al. 2022 App. B): PaLM's count, which charges the attention of
+     every key (no causal discount) and, for a mixture of experts, the parameters a token
+     uses. With ``d_qk = d_v = d_head`` it is ``6 N + 12 L s a d_head``; the attention width
+     ``a d_head`` is not ``d_model`` for every model (PaLM: 48 x 256 against 18,432).
+(S2) **Hardware FLOPs per token** add what recomputation redoes (Korthikanti et al. 2022;
+     Narayanan et al. 2021 eq. 3): selective, the attention core ``4 L s a d``; full, one
+     forward of every layer. MFU uses (S1), HFU (S2), both against the dense BF16 peak (as
+     torchtitan and NVIDIA report), and MFU also against the peak of the chosen precision.
+(S3) **Compute** of one micro-batch: :mod:`solutions.layer_time`, per layer, the matrix
+     products with the shapes after the TP split (roofline with the GPU's measured matmul
+     ceiling, :mod:`solutions.hardware`), FlashAttention's causal core, and elementwise
+     bytes; ``ceil(L / pp)`` layers and the output layer. Three calibrated constants (the
+     products' exposed memory traffic, the elementwise bytes' multiplier, attention's share
+     of the ceiling) and the network's efficiency are fitted on the course's table of
+     published runs only (:mod:`solutions.calibration`): :data:`CALIBRATION`.
+(S4) **Collectives**: :mod:`solutions.network` (which link, NICs shared per node, NCCL's
+     ring latency and bus bandwidth). Axes are laid out as Megatron-Core does, TP innermost,
+     then CP, DP (with EP folded in), PP outermost.
+(S5) **Tensor parallelism** with sequence parallelism: an all-gather before and a
+     reduce-scatter after each of the two blocks, forward and backward, ``8 b s h (t-1)/t``
+     elements per layer (Korthikanti et al. 2022; the same volume as Megatron's four
+     all-reduces), repeated by a recomputed forward. Overlapped (``'tp'`` in ``overlap``),
+     it hides behind the layer's matrix products (Megatron-Core's ``--tp-comm-overlap``);
+     what exceeds them is exposed.
+(S6) **Context parallelism**: K and V gathered forward, their gradients reduce-scattered
+     backward (:func:`solutions.context.context_parallel_bytes_per_layer`), behind the
+     attention core of the same layer.
+(S7) **Pipeline**: ``b s h / (cp tp)`` activations forward and as many gradients backward
+     per micro-batch and stage boundary (Narayanan et al. sec. 4.1); the fill and the drain
+     cross ``2 v (p - 1)`` boundaries on the critical path; the steady-state sends hide
+     behind compute when overlapped.
+(S8) **Data parallelism / ZeRO** over the ``dp x cp`` ranks that share the weights:
+     stages 0-2 reduce the gradients once per step (stage 2 every micro-batch), stages 1-2
+     gather the updated weights once; stage 3 (FSDP) gathers the weights for each
+     micro-batch's forward and again for its backward and reduce-scatters every
+     micro-batch's gradients: FSDP2's defaults (``reshard_after_forward=True``, gradient
+     sync every micro-batch), which the planner assumes (``defer_grad_sync`` reduces once).
+     Overlapped, the gradient reduction hides behind the last micro-batch's backward, the
+     weight gather behind the next step's first forward (``--overlap-grad-reduce``,
+     ``--overlap-param-gather``), ZeRO-3's per-micro-batch traffic behind that micro-batch.
+     A mixture of experts reduces its experts' gradients over the expert-data-parallel
+     ranks instead (:func:`solutions.moe_step.state_shards`).
+(S9) **Expert parallelism**: four all-to-alls per MoE layer and micro-batch (dispatch and
+     combine, forward and backward) of the token copies that leave the GPU, over NVLink
+     inside a scale-up domain and the NICs beyond it (:func:`solutions.network.all_to_all_time`),
+     scaled by the load imbalance; exposed unless ``'ep'`` is in ``overlap`` (DualPipe-style
+     overlap hides it behind the layer's compute).
+(S10) **Bubble** of the schedule (:func:`pipeline_bubble_time`): GPipe and 1F1B
+     ``(p - 1) / v`` micro-batch times (Narayanan et al. sec. 2.2), ZB-H1 and ZB-H2 per Qi
+     et al. (2024, Table 2).
+(S11) **Step** = ``m x`` compute + bubble + exposed TP + CP + PP + DP + EP; tokens/s =
+     ``global batch x s / step``; days = tokens / (tokens/s) / 86,400.
+(S12) **Small models on CPUs** (the labs, :func:`cpu_cluster`): compute at the measured
+     matmul rate times ``h / (h + w0)``, a fixed cost ``c`` per layer and micro-batch, a
+     latency ``alpha`` per message (Hockney 1994) and, for the collectives gloo implements
+     its own way, their own measured constants (:class:`CPUCalibration`); nothing overlaps,
+     since a rank's communication runs on the core that computes.
 
-(S10) **Small models** (the labs' CPU runs, :func:`cpu_cluster`): a fixed cost per
-     layer and micro-batch, ``c``, for the work that does not grow with the matrices
-     (each operation's dispatch, on a GPU its kernel launch), added to (S3) for every layer
-     of the stage and its output layer; a latency ``alpha`` per message (a ring step, a
-     point-to-point send; Hockney 1994, ``alpha + n / beta``), counted per axis; and
-     ``overlap=False`` where a rank's communication runs on the core that computes, so that
-     nothing hides behind compute. All three are zero (or on) for the GPU clusters.
-
-Links: NVLink for an axis whose group fits inside one server (8 GPUs), else the
-cluster's network, per GPU and direction (:data:`solutions.facts.INTERCONNECTS`).
-The optimizer step and load imbalance between stages are not modelled.
-
-CPU calibration (:func:`calibrate_cpu`, used by ``labs/predict_vs_measure.py``): five
-constants for one machine. Three are measured by micro-benchmarks: the per-core matmul
-rate (the ``peak``; ``e_max = 1``), and gloo's ``alpha`` and bandwidth from Lab 1's
-ring all-reduce at two sizes. Two are set by the one-process runs of the labs' GPT
-(several widths, no communication): (S3)'s ``w0`` and (S10)'s ``c``, by least squares.
-Every parallel run (DDP, FSDP with several micro-batches, TP, PP) is held out.
+What is hidden and what is exposed is reported apart per axis (``StepTime.hidden_s`` and
+``breakdown_s``). :data:`DEFAULT_OVERLAP` is what the production stacks' recommended
+settings hide (Megatron-Core's ``--tp-comm-overlap``, ``--overlap-grad-reduce``,
+``--overlap-param-gather`` and overlapped pipeline sends; context parallelism's ring
+overlaps by construction); expert-parallel all-to-alls are exposed unless asked for.
+The optimizer step, stragglers and failures are not modelled.
 
 References: kaplan2020scaling, chowdhery2022palm, korthikanti2022reducing,
 narayanan2021megatron, rajbhandari2020zero, zhao2023fsdp, qi2023zerobubble,
-dao2022flashattention, liu2023ring, dubey2024llama3, hockney1994communication.
+dao2022flashattention, liu2023ring, dubey2024llama3, liu2024deepseekv3, hockney1994communication.
 """
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Optional
 
-from . import communication, compute, context, efficiency, facts, memory
+import numpy as np
+
+from . import communication, context, efficiency, facts, hardware, memory, moe_step, network, precision
 from ._validate import one_of, positive, positive_integer
+from .layer_time import Terms, coefficients, layer_terms, output_terms
 
 __all__ = [
-    "RECOMPUTE",
-    "SCHEDULES",
-    "ATTENTION",
-    "GPUS_PER_SERVER",
-    "Shape",
-    "shape_of",
-    "gpt_params",
-    "Layout",
-    "Cluster",
-    "Calibration",
-    "CALIBRATION",
-    "NETWORK_EFFICIENCY",
-    "SETTING_RUNS",
-    "PUBLISHED_BOUNDS",
-    "model_flops_per_token",
-    "hardware_flops_per_token",
-    "gemm_efficiency",
-    "pipeline_bubble_time",
-    "activation_bytes",
-    "state_bytes",
-    "StepTime",
-    "step_time",
-    "days_to_train",
-    "cpu_cluster",
-    "calibrate_cpu",
+    "RECOMPUTE", "SCHEDULES", "ATTENTION", "OVERLAP_AXES", "DEFAULT_OVERLAP", "GPUS_PER_SERVER",
+    "Shape", "shape_of", "gpt_params", "Layout", "Cluster", "Calibration", "CPUCalibration", "CALIBRATION",
+    "model_flops_per_token", "hardware_flops_per_token", "pipeline_bubble_time", "activation_bytes",
+    "state_bytes", "state_breakdown", "StepTime", "step_time", "days_to_train", "parse_overlap", "cpu_cluster",
+    "calibrate_cpu", "cluster_of", "PUBLISHED_BOUNDS", "run_shape", "run_cluster", "run_layout", "published_tokens_per_s",
+    "published_mfu", "predict_run",
 ]
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1", "zb-h2")
 ATTENTION = ("flash", "standard")
+OVERLAP_AXES = ("tp", "cp", "pp", "dp", "ep")
+#: What the production stacks' recommended settings overlap with compute (see the docstring).
+DEFAULT_OVERLAP = frozenset({"tp", "cp", "pp", "dp"})
 #: GPUs one NVLink domain joins in an HGX/DGX server (:data:`solutions.facts.NVLINK_DOMAINS`).
 GPUS_PER_SERVER = facts.NVLINK_DOMAINS["HGX H100"]["gpus"]
 
@@ -139,10 +120,13 @@ def gpt_params(layers, hidden, vocab, seq_len):
 
 @dataclass(frozen=True)
 class Shape:
-    """A dense transformer: ``head_dim`` defaults to ``hidden / heads``,
-    ``kv_heads`` to ``heads``, ``ffn_hidden`` to ``4 hidden``; ``params`` to
-    Narayanan et al.'s eq. 2 (:func:`gpt_params`). ``dropout`` as trained
-    (GPT-3-era models had it, Llama 3 does not)."""
+    """A transformer: ``head_dim`` defaults to ``hidden / heads``, ``kv_heads`` to ``heads``,
+    ``ffn_hidden`` (the dense MLP) to ``4 hidden``; ``params`` to Narayanan et al.'s eq. 2
+    (:func:`gpt_params`) for a dense GeLU model, else counted from the shape
+    (:func:`solutions.moe_step.transformer_params`). ``dropout`` as trained. ``moe`` makes it
+    a mixture of experts (:class:`solutions.moe_step.MoEConfig`); ``q_lora``, ``kv_lora``,
+    ``qk_rope``, ``v_head_dim`` describe multi-head latent attention (DeepSeek-V3);
+    ``sliding_window`` and ``sliding_share`` banded attention on a share of the layers."""
 
     layers: int
     hidden: int
@@ -155,11 +139,18 @@ class Shape:
     mlp: str = "gelu"
     params: Optional[float] = None
     dropout: bool = True
+    moe: Optional[moe_step.MoEConfig] = None
+    q_lora: Optional[int] = None
+    kv_lora: Optional[int] = None
+    qk_rope: int = 0
+    v_head_dim: Optional[int] = None
+    sliding_window: Optional[int] = None
+    sliding_share: float = 0.0
 
     def __post_init__(self):
         for name in ("layers", "hidden", "heads", "seq_len", "vocab"):
             positive_integer(name, getattr(self, name))
-        for name in ("kv_heads", "head_dim", "ffn_hidden"):
+        for name in ("kv_heads", "head_dim", "ffn_hidden", "q_lora", "kv_lora", "v_head_dim", "sliding_window"):
             if getattr(self, name) is not None:
                 positive_integer(name, getattr(self, name))
         one_of("mlp", self.mlp, efficiency.MLP_KINDS)
@@ -169,6 +160,8 @@ class Shape:
             raise ValueError(f"kv_heads must divide heads, got heads={self.heads}, kv_heads={self.kv}")
         if self.params is not None:
             positive("params", self.params)
+        if self.moe is not None and self.moe.dense_layers >= self.layers:
+            raise ValueError(f"dense_layers must be fewer than the layers ({self.layers}), got {self.moe.dense_layers}")
 
     @property
     def kv(self) -> int:
@@ -177,6 +170,15 @@ class Shape:
     @property
     def head_size(self) -> int:
         return self.hidden // self.heads if self.head_dim is None else self.head_dim
+
+    @property
+    def qk_dim(self) -> int:
+        """Query/key width per head (multi-head latent attention adds its rotary part)."""
+        return self.head_size + (self.qk_rope if self.kv_lora else 0)
+
+    @property
+    def v_dim(self) -> int:
+        return self.v_head_dim or self.head_size
 
     @property
     def attention_width(self) -> int:
@@ -189,26 +191,102 @@ class Shape:
         return self.kv * self.head_size
 
     @property
+    def ffn(self) -> int:
+        return self.ffn_hidden or 4 * self.hidden
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
+
+    @property
+    def moe_layers(self) -> int:
+        return moe_step.moe_layer_count(self.layers, self.moe) if self.moe else 0
+
+    def _counts(self) -> moe_step.Counts:
+        return _shape_counts(self)
+
+    def _count_params(self) -> moe_step.Counts:
+        mla = None
+        if self.kv_lora:
+            mla = {"q_lora": self.q_lora, "kv_lora": self.kv_lora, "qk_nope": self.head_size,
+                   "qk_rope": self.qk_rope, "v_head": self.v_dim}
+        return moe_step.transformer_params(self.layers, self.hidden, self.heads, self.kv, self.head_size, self.ffn,
+                                           self.vocab, self.mlp, self.moe, mla)
+
+    @property
     def n_params(self) -> float:
+        """Parameters stored."""
         if self.params is not None:
             return float(self.params)
-        return gpt_params(self.layers, self.hidden, self.vocab, self.seq_len)
+        if self.mlp == "gelu" and self.moe is None and not self.kv_lora:
+            return gpt_params(self.layers, self.hidden, self.vocab, self.seq_len)
+        return self._counts().total
+
+    @property
+    def active_params(self) -> float:
+        """Parameters a token uses: all of a dense model's; a MoE model's less the experts
+        it skips (counted from the shape, scaled to ``params`` when that is given)."""
+        if self.moe is None:
+            return self.n_params
+        c = self._counts()
+        return c.active * (self.n_params / c.total)
+
+    @property
+    def expert_params(self) -> float:
+        if self.moe is None:
+            return 0.0
+        c = self._counts()
+        return c.expert * (self.n_params / c.total)
+
+    def context(self, layer_share_sliding: bool) -> float:
+        """Keys a query sees on average under the causal mask (window on sliding layers)."""
+        s = self.seq_len
+        if layer_share_sliding and self.sliding_window and self.sliding_window < s:
+            w = self.sliding_window
+            return w - w * w / (2.0 * s)
+        return s / 2.0
+
+    @property
+    def mean_context(self) -> float:
+        share = self.sliding_share if self.sliding_window else 0.0
+        return share * self.context(True) + (1 - share) * self.context(False)
+
+    @property
+    def attention_context(self) -> float:
+        """Keys per query PaLM's count charges (no causal discount), averaged over layers."""
+        s = self.seq_len
+        share = self.sliding_share if self.sliding_window else 0.0
+        return share * min(s, self.sliding_window or s) + (1 - share) * s
 
 
-def shape_of(arch: facts.Architecture, **overrides) -> Shape:
-    """A :class:`Shape` from a published :class:`solutions.facts.Architecture`
-    (its ``params``, head size, K/V heads and MLP); ``overrides`` replace fields."""
-    shape = Shape(arch.layers, arch.d_model, arch.heads, arch.seq_len, vocab=arch.vocab or 51200,
-                  kv_heads=arch.kv_heads, head_dim=arch.head_dim, ffn_hidden=arch.ffn_hidden,
-                  mlp=arch.mlp, params=arch.params, dropout=arch.dropout)
+def shape_of(arch, **overrides) -> Shape:
+    """A :class:`Shape` from a published :class:`solutions.facts.Architecture` or
+    :class:`solutions.facts.MoEArchitecture`; ``overrides`` replace fields."""
+    if isinstance(arch, facts.MoEArchitecture):
+        mla = dict(arch.mla) if arch.mla else {}
+        cfg = moe_step.MoEConfig(arch.experts, arch.top_k, arch.expert_ffn, arch.shared_experts, arch.dense_layers,
+                                 arch.layer_freq, node_limit=arch.node_limit)
+        shape = Shape(arch.layers, arch.d_model, arch.heads, arch.seq_len, vocab=arch.vocab or 51200,
+                      kv_heads=arch.kv_heads if not mla else None, head_dim=arch.head_dim,
+                      ffn_hidden=arch.ffn_hidden, mlp="swiglu", params=arch.total_params, dropout=False, moe=cfg,
+                      q_lora=mla.get("q_lora"), kv_lora=mla.get("kv_lora"), qk_rope=mla.get("qk_rope", 0),
+                      v_head_dim=mla.get("v_head"), sliding_window=arch.sliding_window,
+                      sliding_share=arch.sliding_share)
+    else:
+        shape = Shape(arch.layers, arch.d_model, arch.heads, arch.seq_len, vocab=arch.vocab or 51200,
+                      kv_heads=arch.kv_heads, head_dim=arch.head_dim, ffn_hidden=arch.ffn_hidden,
+                      mlp=arch.mlp, params=arch.params, dropout=arch.dropout)
     return replace(shape, **overrides) if overrides else shape
 
 
 @dataclass(frozen=True)
 class Layout:
-    """How a run is split: degrees, ZeRO stage, micro-batch (sequences),
-    recomputation, schedule and model chunks per stage (``virtual_stages``,
-    more than 1 only for ``schedule='interleaved'``)."""
+    """How a run is split: degrees, ZeRO stage, micro-batch (sequences), recomputation,
+    schedule and model chunks per stage (``virtual_stages``, more than 1 only for
+    ``schedule='interleaved'``); ``ep`` and ``etp`` (expert parallelism and the experts'
+    tensor parallelism, folded into ``tp x cp x dp``) and how tokens reach the experts
+    (``ep_dispatch``, :data:`solutions.moe_step.DISPATCHERS`); ``sequence_parallel`` with TP
+    (on since Megatron-LM 2022; the runs of 2021 had none)."""
 
     tp: int = 1
     cp: int = 1
@@ -220,9 +298,14 @@ class Layout:
     schedule: str = "1f1b"
     virtual_stages: int = 1
     attention: str = "flash"
+    ep: int = 1
+    etp: int = 1
+    sequence_parallel: bool = True
+    ep_dispatch: str = "deepep"
 
     def __post_init__(self):
-        for name in ("tp", "cp", "pp", "dp", "micro_batch", "virtual_stages"):
+        one_of("ep_dispatch", self.ep_dispatch, moe_step.DISPATCHERS)
+        for name in ("tp", "cp", "pp", "dp", "micro_batch", "virtual_stages", "ep", "etp"):
             positive_integer(name, getattr(self, name))
         one_of("zero", self.zero, memory.ZERO_STAGES)
         one_of("recompute", self.recompute, RECOMPUTE)
@@ -238,61 +321,114 @@ class Layout:
 
 @dataclass(frozen=True)
 class Cluster:
-    """GPUs and links: ``nvlink`` and ``network`` in bytes/s per GPU and direction."""
+    """GPUs and links: ``nvlink`` and ``network`` in bytes/s per GPU and direction (the
+    network figure is one GPU's share of its node's NICs). ``gpu`` is a
+    :class:`solutions.hardware.GPUSpec` (a :class:`solutions.facts.GPU` is looked up);
+    ``gpus_per_server`` the scale-up domain (default the GPU's). ``latency_s`` (seconds per
+    message) makes it a CPU cluster (S12), with ``collectives`` the measured
+    ``{op: (seconds per message, bytes/s)}`` of the collectives that differ from the ring and
+    ``fsdp_unit_s`` the measured seconds of FSDP2's own work per unit and micro-batch."""
 
-    gpu: facts.GPU
+    gpu: object
     nvlink: float
     network: float
-    gpus_per_server: int = GPUS_PER_SERVER
-    #: (S10): seconds per message on every link, and whether communication can overlap compute.
-    latency_s: float = 0.0
+    gpus_per_server: Optional[int] = None
+    latency_s: Optional[float] = None
     overlap: bool = True
+    collectives: tuple = ()
+    #: ``'domain'``: a group's traffic spreads over every NIC of the domains it spans (NCCL's
+    #: rail-optimised rings); ``'gpu'``: each GPU's traffic through its own NIC.
+    nic_share: str = "domain"
+    #: CPU only: seconds FSDP2 spends per unit and micro-batch on its own work, apart from the
+    #: collectives' time on the wire (hooks, copy-in and copy-out of the flat buffers, sharded
+    #: gradients accumulated as DTensors). On a GPU that host work runs ahead of the kernels; on
+    #: a CPU the same core does it between the layers' compute.
+    fsdp_unit_s: float = 0.0
+
+    def __post_init__(self):
+        if not isinstance(self.gpu, hardware.GPUSpec):
+            object.__setattr__(self, "gpu", hardware.find_gpu(self.gpu.name))
+        if self.gpus_per_server is None:
+            object.__setattr__(self, "gpus_per_server", self.gpu.scale_up_gpus)
+
+    @property
+    def domain(self) -> int:
+        return self.gpus_per_server
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.latency_s is not None
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """The two fitted constants of (S3) for one GPU generation, and the runs that set them."""
+    """The fitted constants of (S3)-(S4) (:mod:`solutions.calibration`), shared by every GPU:
+    the share of a product's memory traffic left exposed (``gemm_traffic``), the multiplier
+    on counted elementwise bytes (``elementwise``), FlashAttention's share of the BF16
+    matmul ceiling (``attention``), the network's share of its line rate (``network``), and
+    the runs that set them; the fixed seconds per layer and per local expert of a MoE layer
+    (per micro-batch, forward and backward)."""
+
+    gemm_traffic: float
+    elementwise: float
+    attention: float
+    network: float
+    set_by: tuple = ()
+    layer_s: float = 0.0
+    expert_s: float = 0.0
+    #: seconds of compute lost per second of communication hidden behind it: NCCL's kernels
+    #: take streaming multiprocessors from the computation they overlap.
+    contention: float = 0.0
+
+    def coefficients(self):
+        return coefficients(self.gemm_traffic, self.elementwise, self.attention, self.layer_s, self.expert_s)
+
+
+@dataclass(frozen=True)
+class CPUCalibration:
+    """(S12)'s constants for one CPU machine: ``e_max h / (h + w0)`` of the measured matmul
+    rate, and the fixed seconds per layer and micro-batch (forward and backward)."""
 
     e_max: float
     w0: float
     set_by: tuple
-    #: (S10): fixed seconds per layer and micro-batch (forward and backward together).
     layer_overhead_s: float = 0.0
 
 
-#: (S3)'s constants. A100: fitted to the two ends of Narayanan et al. 2021
-#: Table 1 (the 1.7B and 1T runs), solving predicted = published for both.
-#: H100: ``w0`` carried over from the A100 (the tile shapes of the GEMM kernels
-#: are alike), ``e_max`` set by Llama 3 405B on 16,384 GPUs (Dubey et al. 2024
-#: Table 4). :data:`solutions.facts.PUBLISHED_RUNS` keeps the runs;
-#: ``tests/test_steptime.py`` re-derives these numbers from them with :func:`calibrate`.
-CALIBRATION = {
-    "A100": Calibration(0.673, 977.0, ("Megatron 1.7B", "Megatron 1008B")),
-    "H100": Calibration(0.620, 977.0, ("Llama 3 405B, 16,384 GPUs",)),
-}
+#: (S3)-(S4)'s constants, fitted by :func:`solutions.calibration.fit` on every run of
+#: :data:`solutions.facts.PUBLISHED_RUNS` (``tests/solutions/test_steptime.py`` re-derives them): the
+#: products' exposed memory traffic (2.23x their minimal bytes), the elementwise multiplier
+#: (not fitted: the bytes are counted and move at the HBM's bandwidth), FlashAttention at
+#: 53% of the BF16 matmul ceiling, the network at 73% of its line rate, 0.26 ms per local
+#: expert of a MoE layer and micro-batch, and 0.38 s of compute lost per second of
+#: communication hidden behind it.
+CALIBRATION = Calibration(gemm_traffic=2.204, elementwise=1.0, attention=0.5272, network=0.7333,
+                          set_by=("every run of solutions.facts.PUBLISHED_RUNS",), layer_s=0.0, expert_s=2.597e-4,
+                          contention=0.3775)
+#: What the model promises on the course's table (relative error of tokens/s per GPU): the
+#: median over every run and over the leave-one-out predictions, the worst case, and the band
+#: the book draws. ``tests/solutions/test_steptime.py`` holds the model to them.
+PUBLISHED_BOUNDS = {"median": 0.10, "loo_median": 0.12, "worst": 0.40, "band": 0.20}
 
 
-#: The share of the network's line rate that collectives across servers reach
-#: (NCCL rings over many nodes); set by the most communication-bound run of the
-#: table, ZeRO-3 on 1,536 A100s (Narayanan et al. 2021, Table 2).
-NETWORK_EFFICIENCY = 0.63
-
-
-#: The rows of :data:`solutions.facts.PUBLISHED_RUNS` that set a constant; the others are held out.
-SETTING_RUNS = frozenset({*CALIBRATION["A100"].set_by, *CALIBRATION["H100"].set_by, "ZeRO-3 174.6B, 1536 GPUs"})
-#: What the model promises on the held-out rows (relative error of the MFU): the median and the
-#: worst case that ``tests/test_steptime.py`` asserts, and the band the book draws.
-PUBLISHED_BOUNDS = {"median": 0.15, "worst": 0.35, "band": 0.15}
-
-
-def generation(gpu: facts.GPU) -> str:
-    """``'A100'`` or ``'H100'`` (the H200 has the H100's compute): which :data:`CALIBRATION` applies."""
-    name = gpu.name.upper()
-    if name.startswith("A100"):
-        return "A100"
-    if name.startswith("H100") or name.startswith("H200"):
-        return "H100"
-    raise ValueError(f"no calibration for {gpu.name!r}; calibrated GPUs: A100, H100, H200")
+def parse_overlap(overlap) -> frozenset:
+    """``None`` or ``'default'``: :data:`DEFAULT_OVERLAP`; ``'none'``; ``'all'``; or axes
+    separated by commas (``'tp,dp,ep'``); or an iterable of axes."""
+    if overlap is None or overlap == "default":
+        return DEFAULT_OVERLAP
+    if isinstance(overlap, str):
+        if overlap == "none":
+            return frozenset()
+        if overlap == "all":
+            return frozenset(OVERLAP_AXES)
+        overlap = [a.strip() for a in overlap.split(",") if a.strip()]
+    axes = frozenset(overlap)
+    if "default" in axes:
+        axes = (axes - {"default"}) | DEFAULT_OVERLAP
+    bad = sorted(axes - set(OVERLAP_AXES))
+    if bad:
+        raise ValueError(f"overlap must be 'default', 'none', 'all' or axes among {list(OVERLAP_AXES)}, got {bad}")
+    return axes
 
 
 # --------------------------------------------------------------------------
@@ -300,34 +436,26 @@ def generation(gpu: facts.GPU) -> str:
 # --------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=512)
 def model_flops_per_token(shape: Shape) -> float:
-    """(S1): ``6 N + 12 L s a d_head`` (Chowdhery et al. 2022, App. B), by
-    :func:`solutions.compute.flops_per_token`."""
-    return float(compute.flops_per_token(shape.n_params, shape.layers, shape.seq_len, shape.hidden,
-                                         attention_width=shape.attention_width))
+    """(S1): ``6 N_active + 6 L s a (d_qk + d_v)`` (PaLM's count; ``12 L s a d`` when the
+    head sizes agree)."""
+    return float(6.0 * shape.active_params
+                 + 6.0 * shape.layers * shape.attention_context * shape.heads * (shape.qk_dim + shape.v_dim))
 
 
 def hardware_flops_per_token(shape: Shape, recompute: str = "none") -> float:
-    """(S2): model FLOPs plus the recomputed forward: selective ``4 L s a d_head``
-    (the attention core), full ``2 (N - V h) + 4 L s a d_head``."""
+    """(S2): model FLOPs plus the recomputed forward: selective ``2 L s a (d_qk + d_v)``
+    (the attention core), full ``2 (N_active - V h)`` and the core."""
     one_of("recompute", recompute, RECOMPUTE)
-    core = 4.0 * shape.layers * shape.seq_len * shape.attention_width
+    core = 2.0 * shape.layers * shape.attention_context * shape.heads * (shape.qk_dim + shape.v_dim)
     extra = {"none": 0.0, "selective": core,
-             "full": 2.0 * (shape.n_params - shape.vocab * shape.hidden) + core}[recompute]
+             "full": 2.0 * (shape.active_params - shape.vocab * shape.hidden) + core}[recompute]
     return model_flops_per_token(shape) + extra
 
 
-def gemm_efficiency(hidden, tp, calibration: Calibration) -> float:
-    """(S3): ``e_max h / (h + w0)``; ``tp`` is accepted and does not enter
-    (TP's cost is its communication, (S4))."""
-    positive_integer("tp", tp)
-    w = positive("hidden", hidden)
-    return calibration.e_max * w / (w + calibration.w0)
-
-
 # --------------------------------------------------------------------------
-# (S8): bubble
+# (S10): bubble
 # --------------------------------------------------------------------------
 
 
@@ -372,31 +500,6 @@ def _in_flight(p, m, schedule, v):
     return min(p, m)
 
 
-def activation_bytes(shape: Shape, lay: Layout, m: int) -> float:
-    """Activation bytes on the busiest GPU: its layers times the
-    micro-batches in flight (:func:`_layer_microbatches`) times :func:`solutions.efficiency.activation_bytes_per_layer`
-    (FlashAttention stores no scores; sequence parallelism when ``tp > 1``;
-    ``s / cp`` tokens). Selective recomputation drops the stored scores of
-    standard attention; full recomputation keeps each layer's input only,
-    ``2 s b h / (tp cp)``, plus one layer's full activations while it is recomputed."""
-    def full_layer(attention):
-        return efficiency.activation_bytes_per_layer(
-            shape.seq_len, lay.micro_batch, shape.hidden, shape.heads, ffn_hidden=shape.ffn_hidden,
-            mlp=shape.mlp, attention=attention, kv_heads=shape.kv, dropout=shape.dropout, tp=lay.tp,
-            sequence_parallel=lay.tp > 1, cp=lay.cp)
-
-    flight = _in_flight(lay.pp, m, lay.schedule, lay.virtual_stages)
-    layer_micro = _layer_microbatches(shape.layers, lay.pp, flight)
-    if lay.recompute == "full":
-        per_layer = 2.0 * shape.seq_len * lay.micro_batch * shape.hidden / (lay.tp * lay.cp)
-        return float(layer_micro * per_layer + full_layer(lay.attention))
-    attention = "flash" if lay.recompute == "selective" and lay.attention == "standard" else lay.attention
-    stored = full_layer(attention)
-    if lay.recompute == "selective" and lay.attention == "standard":
-        stored -= 4.0 * shape.heads * shape.seq_len * lay.micro_batch / lay.tp / lay.cp  # no LSE either
-    return float(layer_micro * stored)
-
-
 def _layer_microbatches(layers, pp, flight):
     """Layers x micro-batches stashed on the stage that holds most: the first
     stage holds ``flight`` micro-batches, the next one fewer. When ``pp`` does
@@ -409,11 +512,102 @@ def _layer_microbatches(layers, pp, flight):
     return max((layers // pp) * flight, full * max(flight - 1, 1))
 
 
-def state_bytes(shape: Shape, lay: Layout, convention="zero_16") -> float:
-    """Model-state bytes per GPU: :func:`solutions.memory.memory_per_gpu_3d` with
-    ZeRO sharding over the ``dp x cp`` ranks that hold the same weights (as
-    Megatron's distributed optimizer does)."""
-    return float(memory.memory_per_gpu_3d(shape.n_params, lay.tp, lay.pp, lay.dp * lay.cp, lay.zero, convention))
+def activation_bytes(shape: Shape, lay: Layout, m: int, precision_name: str = "bf16") -> float:
+    """Activation bytes on the busiest GPU: its layers times the micro-batches in flight times
+    :func:`solutions.efficiency.activation_bytes_per_layer` (FlashAttention stores no scores;
+    sequence parallelism with TP; ``s / cp`` tokens). A MoE layer stores its experts' inputs
+    and activations for the ``k`` copies of each token (an MLP ``k f_e + shared f_e`` wide) and
+    the dispatched copies (``2 k h`` bytes per token), on the sequence-parallel shard.
+
+    In FP8 or FP4 the inputs of the linear layers are kept for the backward pass as the
+    quantised copies the products used (Transformer Engine does; DeepSeek-V3 sec. 3.3.4):
+    ``e`` bytes instead of 2 for the norms' outputs, the projection's input and the second MLP
+    product's input. Selective recomputation drops what is cheap to recompute: standard
+    attention's scores (Korthikanti et al. 2022) and, with FlashAttention, the norms' outputs
+    and the MLP's activation output (Megatron-Core's ``layernorm`` and ``mlp``/``moe_act``
+    modules). Full recomputation keeps each layer's input only, plus one layer's activations
+    while it is recomputed."""
+    flight = _in_flight(lay.pp, m, lay.schedule, lay.virtual_stages)
+    layer_micro = _layer_microbatches(shape.layers, lay.pp, flight)
+    key = (lay.tp, lay.cp, lay.micro_batch, lay.recompute, lay.attention, lay.sequence_parallel)
+    per, extra = _activation_per_layer(shape, key, precision_name)
+    return float(layer_micro * per + extra)
+
+
+@lru_cache(maxsize=8192)
+def _activation_per_layer(shape: Shape, key: tuple, precision_name: str) -> tuple:
+    """``(bytes per layer and micro-batch in flight, bytes once)`` of :func:`activation_bytes`."""
+    tp, cp, b, recompute, attention, sp = key
+    lay = Layout(tp=tp, cp=cp, micro_batch=b, recompute=recompute, attention=attention, sequence_parallel=sp)
+    rec = precision.recipe(precision_name) if precision_name in precision.RECIPES else precision.RECIPES["bf16"]
+    low = 0.0 if rec.name in ("bf16", "fp16") else (2.0 - rec.gemm_bytes) * (1.0 - rec.bf16_share)
+    split = lay.tp * lay.cp
+    tokens = shape.seq_len * lay.micro_batch
+
+    def mlp_widths(moe_layer):
+        if moe_layer:
+            cfg = shape.moe
+            acts = cfg.top_k * cfg.expert_ffn * cfg.imbalance + cfg.shared_experts * cfg.expert_ffn
+            return acts, cfg.top_k * shape.hidden * cfg.imbalance
+        return shape.ffn, 0.0
+
+    def full_layer(attention, moe_layer):
+        ffn, copies = mlp_widths(moe_layer)
+        base = efficiency.activation_bytes_per_layer(
+            shape.seq_len, lay.micro_batch, shape.hidden, shape.heads, ffn_hidden=ffn,
+            mlp=shape.mlp, attention=attention, kv_heads=shape.kv, dropout=shape.dropout, tp=lay.tp,
+            sequence_parallel=lay.tp > 1 and lay.sequence_parallel, cp=lay.cp)
+        return base + 2.0 * copies * tokens / split
+
+    moe_share = shape.moe_layers / shape.layers
+    if lay.recompute == "full":
+        return 2.0 * tokens * shape.hidden / split, full_layer(lay.attention, shape.is_moe)
+    attention = "flash" if lay.recompute == "selective" and lay.attention == "standard" else lay.attention
+
+    def stored(moe_layer):
+        x = full_layer(attention, moe_layer)
+        ffn, copies = mlp_widths(moe_layer)
+        gemm_inputs = (2 * shape.hidden + shape.attention_width + ffn + copies) * tokens / split
+        x -= low * gemm_inputs
+        if lay.recompute == "selective" and lay.attention == "standard":
+            x -= 4.0 * shape.heads * shape.seq_len * lay.micro_batch / split  # no LSE either
+        elif lay.recompute == "selective":
+            x -= (2.0 - low) * (2 * shape.hidden + ffn) * tokens / split
+        return max(x, 2.0 * tokens * shape.hidden / split)
+
+    per = stored(False) if moe_share < 1 else 0.0
+    if moe_share:
+        per = (1 - moe_share) * per + moe_share * stored(True)
+    return per, 0.0
+
+
+def state_breakdown(shape: Shape, lay: Layout, convention="zero_16", precision_name="bf16") -> dict:
+    """Model-state bytes per GPU by component (``weights``, ``grads``, ``optimizer``): the
+    dense part split over TP x PP and ZeRO-sharded over the ``dp x cp`` ranks that hold it
+    (as Megatron's distributed optimizer does); a MoE model's routed experts split over
+    PP x EP x ETP and sharded over the expert-data-parallel ranks; plus the precision's
+    quantised copies of the weights (:data:`solutions.precision.RECIPES`), sharded like them."""
+    conv = memory.get_convention(convention)
+    rec = precision.recipe(precision_name)
+    conv = memory.ByteConvention(conv.name, conv.weights + rec.weight_copy_bytes, conv.grads, conv.optimizer,
+                                 conv.description, conv.cite)
+    parts = {"weights": 0.0, "grads": 0.0, "optimizer": 0.0}
+    (dense, d_deg), (expert, e_deg) = moe_step.state_shards(shape.n_params - shape.expert_params,
+                                                            shape.expert_params, lay.tp, lay.pp, lay.cp, lay.dp,
+                                                            lay.ep, lay.etp)
+    for params, degree in ((dense, d_deg), (expert, e_deg)):
+        if params <= 0:
+            continue
+        w, g, o = memory._sharded_state(params, lay.zero, degree, conv)
+        parts["weights"] += float(w)
+        parts["grads"] += float(g)
+        parts["optimizer"] += float(o)
+    return parts
+
+
+def state_bytes(shape: Shape, lay: Layout, convention="zero_16", precision_name="bf16") -> float:
+    """Model-state bytes per GPU (:func:`state_breakdown`, summed)."""
+    return sum(state_breakdown(shape, lay, convention, precision_name).values())
 
 
 # --------------------------------------------------------------------------
@@ -423,9 +617,10 @@ def state_bytes(shape: Shape, lay: Layout, convention="zero_16") -> float:
 
 @dataclass(frozen=True)
 class StepTime:
-    """Seconds per optimizer step and what they are made of (``breakdown_s``:
-    ``compute``, ``tp``, ``cp``, ``pp``, ``dp``, ``bubble``), traffic per GPU
-    per step (``bytes``), throughput and utilisation, memory per GPU."""
+    """Seconds per optimizer step and what they are made of (``breakdown_s``: ``compute``,
+    the exposed ``tp``, ``cp``, ``pp``, ``dp``, ``ep`` and the ``bubble``; ``hidden_s``: the
+    communication that overlapped compute, per axis), traffic per GPU per step (``bytes``),
+    throughput and utilisation, memory per GPU (``usable_bytes``: what the plan may use)."""
 
     step_s: float
     breakdown_s: dict
@@ -439,29 +634,34 @@ class StepTime:
     fits: bool
     efficiency: float
     links: dict = field(default_factory=dict)
-    #: (S10): messages per GPU per step on each axis (ring steps, point-to-point sends).
     messages: dict = field(default_factory=dict)
+    hidden_s: dict = field(default_factory=dict)
+    usable_bytes: float = math.inf
+    mfu_precision: float = 0.0
+    precision: str = "bf16"
+    flops_per_s_per_gpu: float = 0.0
+    gpus: int = 1
 
     @property
     def memory_bytes(self) -> float:
         return self.state_bytes + self.activation_bytes
 
+    @property
+    def margin_bytes(self) -> float:
+        """Usable memory left over (negative: by how much it does not fit)."""
+        return self.usable_bytes - self.memory_bytes
 
-def _link(group_span, cluster: Cluster, network_efficiency):
-    """NVLink when the axis's group fits in one server, else the network at
-    ``network_efficiency`` of its line rate."""
-    if group_span <= cluster.gpus_per_server:
-        return "nvlink", cluster.nvlink
-    return "network", cluster.network * network_efficiency
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.tokens_per_s / self.gpus
+
+    @property
+    def comm_s(self) -> dict:
+        """Seconds of communication per axis, exposed and hidden together."""
+        return {k: self.breakdown_s.get(k, 0.0) + self.hidden_s.get(k, 0.0) for k in OVERLAP_AXES}
 
 
-def step_time(shape: Shape, lay: Layout, cluster: Cluster, global_batch: int, convention="zero_16",
-              calibration: Calibration | None = None, bytes_per_element=2, defer_grad_sync=False,
-              network_efficiency: float | None = None) -> StepTime:
-    """(S1)-(S9) for one optimizer step of ``global_batch`` sequences.
-
-    ``defer_grad_sync``: ZeRO-3 reduce-scatters the gradients once per step
-    instead of every micro-batch (FSDP2's ``set_requires_gradient_sync(False)``)."""
+def _validate(shape, lay, global_batch):
     global_batch = positive_integer("global_batch", global_batch)
     if shape.seq_len % lay.cp:
         raise ValueError(f"cp must divide seq_len, got cp={lay.cp}, seq_len={shape.seq_len}")
@@ -470,139 +670,317 @@ def step_time(shape: Shape, lay: Layout, cluster: Cluster, global_batch: int, co
                          f"micro_batch={lay.micro_batch}, global_batch={global_batch}")
     if lay.tp > shape.heads or shape.heads % lay.tp:
         raise ValueError(f"tp must divide the number of heads ({shape.heads}), got tp={lay.tp}")
-    layers_here = math.ceil(shape.layers / lay.pp)
-    if lay.virtual_stages > 1 and layers_here % lay.virtual_stages:
-        raise ValueError(f"virtual_stages must divide the layers per stage ({layers_here}), got {lay.virtual_stages}")
-    cal = calibration or CALIBRATION[generation(cluster.gpu)]
-    net = NETWORK_EFFICIENCY if network_efficiency is None else network_efficiency
+    if lay.virtual_stages > math.ceil(shape.layers / lay.pp):
+        raise ValueError(f"virtual_stages must be at most the layers per stage ({math.ceil(shape.layers / lay.pp)}), "
+                         f"got {lay.virtual_stages}")
+    if shape.moe is not None:
+        moe_step.check_expert_layout(shape.moe, lay.ep, lay.etp, lay.tp, lay.cp, lay.dp)
+    elif lay.ep > 1:
+        raise ValueError(f"ep > 1 needs experts (a mixture-of-experts shape), got ep={lay.ep}")
+    return global_batch
+
+
+@lru_cache(maxsize=256)
+def _shape_counts(shape) -> moe_step.Counts:
+    return shape._count_params()
+
+
+def _compute_terms(shape: Shape, lay: Layout, gpu: hardware.GPUSpec, precision_name: str) -> tuple:
+    """``(micro-batch Terms, per-layer Terms)`` of the busiest stage (its ``ceil(L / pp)``
+    layers, MoE and dense in the model's proportion, and the output layer); cached on what
+    they depend on (not dp, ZeRO or the schedule, which a layout search varies most)."""
+    key = (lay.tp, lay.cp, lay.pp, lay.micro_batch, lay.recompute, lay.attention, lay.ep, lay.etp,
+           lay.sequence_parallel)
+    return _terms_by_key(shape, key, gpu, precision_name)
+
+
+@lru_cache(maxsize=8192)
+def _terms_by_key(shape: Shape, key: tuple, gpu: hardware.GPUSpec, precision_name: str) -> tuple:
+    tp, cp, pp, b, recompute, attention, ep, etp, sp = key
+    lay = Layout(tp=tp, cp=cp, pp=pp, micro_batch=b, recompute=recompute, attention=attention, ep=ep, etp=etp,
+                 sequence_parallel=sp)
+    rec = precision.recipe(precision_name)
+    here = math.ceil(shape.layers / lay.pp)
+    dense_t = layer_terms(shape, lay, gpu, rec, moe_layer=False)
+    total = Terms.zero()
+    moe_share = shape.moe_layers / shape.layers
+    per_layer = dense_t
+    if moe_share:
+        moe_t = layer_terms(shape, lay, gpu, rec, moe_layer=True)
+        per_layer = dense_t * (1 - moe_share) + moe_t * moe_share
+    total = per_layer * here + output_terms(shape, lay, gpu, rec)
+    return total, per_layer
+
+
+def _collective(cluster: Cluster, op: str, size, n, stride, net_eff, messages_per_call=None):
+    """``(seconds, link name, messages)`` of one collective of ``size`` bytes among ``n``
+    ranks ``stride`` apart (GPU: NCCL's model; CPU: the measured constants)."""
+    if n <= 1 or size <= 0:
+        return 0.0, "none", 0
+    if cluster.is_cpu:
+        own = dict(cluster.collectives).get(op)
+        alpha, beta, algo = (own if own else (cluster.latency_s, cluster.nvlink, op))
+        steps = (2 if algo == "all_reduce" else 1) * (n - 1)
+        wire = network.bus_factor(algo, n) * size
+        return steps * alpha + wire / beta, "loopback", steps
+    link = network.link_for(n, stride, cluster.domain, cluster.nvlink, cluster.network, cluster.nic_share)
+    steps = (2 if op == "all_reduce" else 1) * (n - 1)
+    return network.ring_time(op, size, n, link, net_eff), link.kind, steps
+
+
+def step_time(shape: Shape, lay: Layout, cluster: Cluster, global_batch: int, convention="zero_16",
+              calibration=None, bytes_per_element=2, defer_grad_sync=False, network_efficiency=None,
+              precision_name="bf16", overlap=None) -> StepTime:
+    """(S1)-(S11) for one optimizer step of ``global_batch`` sequences (S12 on a CPU cluster).
+
+    ``precision_name``: ``'bf16'``, ``'fp16'``, ``'fp8'``, ``'mxfp8'`` or ``'nvfp4'``
+    (:mod:`solutions.precision`); ``overlap``: what hides behind compute
+    (:func:`parse_overlap`); ``defer_grad_sync``: ZeRO-3 reduce-scatters the gradients once
+    per step instead of every micro-batch (FSDP2's ``set_requires_gradient_sync(False)``)."""
+    global_batch = _validate(shape, lay, global_batch)
+    gpu = cluster.gpu
+    cpu = cluster.is_cpu
+    if cpu:
+        precision_name = "fp32"
+        rec = precision.RECIPES["bf16"]
+    else:
+        rec = precision.recipe(precision_name)
+        gpu.peak(precision_name)  # one line if the GPU lacks it
+    axes = frozenset() if (cpu or not cluster.overlap) else parse_overlap(overlap)
     m = global_batch // (lay.dp * lay.micro_batch)
     b, s, h, nb = lay.micro_batch, shape.seq_len, shape.hidden, bytes_per_element
-    P = shape.n_params
+    here = math.ceil(shape.layers / lay.pp)
+    moe_here = shape.moe_layers / shape.layers * here
 
-    # (S2)-(S3): one micro-batch on one GPU of the busiest stage.
-    tokens_mb = b * s / lay.cp
-    layer_hw = (hardware_flops_per_token(shape, lay.recompute) - 6.0 * shape.vocab * shape.hidden) / shape.layers
-    flops_mb = (layers_here * layer_hw + 6.0 * shape.vocab * shape.hidden) * tokens_mb / lay.tp
-    eta = gemm_efficiency(h, lay.tp, cal)
-    rate = eta * cluster.gpu.peak_flops_per_s
-    t_mb = flops_mb / rate + (layers_here + 1) * cal.layer_overhead_s
-    t_fwd = t_mb / (4.0 if lay.recompute == "full" else 3.0)
-    t_bwd = t_mb - t_fwd
+    # (S3) compute of one micro-batch
+    if cpu:
+        cal = calibration if isinstance(calibration, CPUCalibration) else CPUCalibration(1.0, 0.0, ())
+        tokens_mb = b * s / lay.cp
+        layer_hw = (hardware_flops_per_token(shape, lay.recompute) - 6.0 * shape.vocab * shape.hidden) / shape.layers
+        flops_mb = (here * layer_hw + 6.0 * shape.vocab * shape.hidden) * tokens_mb / lay.tp
+        eta = cal.e_max * h / (h + cal.w0)
+        t_mb = flops_mb / (eta * gpu.peak_flops_per_s["fp32"]) + (here + 1) * cal.layer_overhead_s
+        t_fwd = t_mb / (4.0 if lay.recompute == "full" else 3.0)
+        t_bwd = t_mb - t_fwd
+        gemm_layer = attn_layer = layer_all = 0.0
+        net = 1.0
+    else:
+        cal = calibration if isinstance(calibration, Calibration) else CALIBRATION
+        net = cal.network if network_efficiency is None else network_efficiency
+        coeffs = cal.coefficients()
+        total, per_layer = _compute_terms(shape, lay, gpu, precision_name)
+        t_fwd, t_bwd = total.seconds(coeffs)
+        t_mb = t_fwd + t_bwd
+        gemm_layer = float(coeffs[:2] @ per_layer.a[:2].sum(axis=1))
+        attn_layer = float(coeffs[3] * per_layer.a[3].sum())
+        layer_all = sum(per_layer.seconds(coeffs))
+        eta = float(total.a[0].sum() / t_mb) if t_mb else 0.0
 
-    links, nbytes, exposed, messages = {}, {}, {}, {}
-    alpha, hides = cluster.latency_s, cluster.overlap
+    links, nbytes, exposed, hidden, messages = {}, {}, {}, {}, {}
 
-    def hidden(seconds, behind):
-        """What of ``seconds`` of communication stays exposed behind ``behind`` of compute."""
-        return max(0.0, seconds - behind) if hides else seconds
-    # (S4) tensor parallelism
-    tp_name, tp_bw = _link(lay.tp, cluster, net)
-    links["tp"] = tp_name
-    per_layer = communication.tensor_parallel_bytes_per_layer(b, s // lay.cp, h, lay.tp, nb) if lay.tp > 1 else 0.0
-    tp_calls = (1.5 if lay.recompute == "full" else 1.0) * layers_here * m
-    nbytes["tp"] = per_layer * tp_calls
-    messages["tp"] = 4 * 2 * (lay.tp - 1) * tp_calls  # 4 ring all-reduces of 2 (t - 1) steps
-    exposed["tp"] = nbytes["tp"] / tp_bw + messages["tp"] * alpha
-    # (S5) context parallelism, overlapped with the attention core
-    cp_name, cp_bw = _link(lay.tp * lay.cp, cluster, net)
-    links["cp"] = cp_name
+    def account(axis, seconds, window):
+        """Split ``seconds`` of ``axis`` traffic into hidden (behind ``window`` of compute,
+        when the axis overlaps) and exposed."""
+        if axis in axes and window > 0:
+            h_ = min(seconds, window)
+            return seconds - h_, h_
+        return seconds, 0.0
+
+    # (S5) tensor parallelism (sequence parallel: all-gathers and reduce-scatters; else all-reduces)
+    calls = 1.5 if lay.recompute == "full" else 1.0
+    if lay.tp > 1:
+        act = b * s * h * nb / lay.cp
+        op = "all_gather" if lay.sequence_parallel else "all_reduce"
+        per_coll, tp_link, steps = _collective(cluster, op, act, lay.tp, 1, net)
+        if lay.sequence_parallel:
+            rs, _, steps_rs = _collective(cluster, "reduce_scatter", act, lay.tp, 1, net)
+            layer_s = 4 * per_coll + 4 * rs  # 2 AG + 2 RS forward, as many backward
+            layer_msgs = 4 * steps + 4 * steps_rs
+        else:
+            layer_s = 4 * per_coll
+            layer_msgs = 4 * steps
+        nbytes["tp"] = communication.tensor_parallel_bytes_per_layer(b, s // lay.cp, h, lay.tp, nb) * calls * here * m
+        messages["tp"] = layer_msgs * calls * here * m
+        e, hd = account("tp", layer_s * calls, gemm_layer)
+        exposed["tp"], hidden["tp"] = e * here * m, hd * here * m
+        links["tp"] = tp_link
+    else:
+        nbytes["tp"] = exposed["tp"] = hidden["tp"] = messages["tp"] = 0.0
+        links["tp"] = "none"
+    # (S6) context parallelism
     if lay.cp > 1:
-        cp_layer = context.context_parallel_bytes_per_layer(b, s, shape.kv_width // lay.tp or 1, lay.cp, nb)
-        core = 12.0 * s * shape.attention_width * tokens_mb / lay.tp / rate / 2  # causal: half the blocks
-        nbytes["cp"] = cp_layer * layers_here * m
-        messages["cp"] = 2 * (lay.cp - 1) * layers_here * m  # a ring pass forward, one backward
-        exposed["cp"] = hidden(cp_layer / cp_bw + 2 * (lay.cp - 1) * alpha, core) * layers_here * m
+        cp_layer = context.context_parallel_bytes_per_layer(b, s, max(1, shape.kv_width // lay.tp), lay.cp, nb)
+        kv_all = cp_layer / 2 * lay.cp / (lay.cp - 1)  # the gathered K and V of the whole sequence
+        t_cp, links["cp"], steps = _collective(cluster, "all_gather", kv_all, lay.cp, lay.tp, net)
+        t_cp *= 2  # gathered forward, their gradients reduce-scattered backward
+        nbytes["cp"] = cp_layer * here * m
+        messages["cp"] = 2 * steps * here * m
+        e, hd = account("cp", t_cp, attn_layer)
+        exposed["cp"], hidden["cp"] = e * here * m, hd * here * m
     else:
-        nbytes["cp"] = exposed["cp"] = messages["cp"] = 0.0
-    # (S6) pipeline sends
-    pp_name, pp_bw = _link(lay.gpus, cluster, net)
-    links["pp"] = pp_name
-    send = b * s * h * nb / (lay.cp * lay.tp)
-    nbytes["pp"] = 2 * send * m * lay.virtual_stages if lay.pp > 1 else 0.0
-    messages["pp"] = 2 * m * lay.virtual_stages if lay.pp > 1 else 0.0
-    crossings = 2 * lay.virtual_stages * (lay.pp - 1)  # the fill and the drain
-    exposed["pp"] = crossings * (send / pp_bw + alpha)
-    if not hides and lay.pp > 1:  # and every steady-state send of this stage as well
-        exposed["pp"] += nbytes["pp"] / pp_bw + messages["pp"] * alpha
-    # (S7) data parallelism / ZeRO over the dp x cp ranks that share the weights
-    d = lay.dp * lay.cp
-    dp_name, dp_bw = _link(lay.tp * lay.cp * lay.dp, cluster, net)
-    links["dp"] = dp_name
-    shard = P / (lay.tp * lay.pp) * nb
-    ring = (d - 1) / d
-    units = layers_here + 1  # ZeRO-3 gathers layer by layer (and the output layer)
-    if d == 1:
-        nbytes["dp"] = exposed["dp"] = messages["dp"] = 0.0
-    elif lay.zero == 3:
-        passes = 2 if defer_grad_sync else 3
-        per_mb = passes * shard * ring
-        nbytes["dp"] = per_mb * m + (shard * ring if defer_grad_sync else 0.0)
-        msgs_mb = passes * (d - 1) * units
-        messages["dp"] = msgs_mb * m + ((d - 1) * units if defer_grad_sync else 0)
-        exposed["dp"] = m * hidden(per_mb / dp_bw + msgs_mb * alpha, t_mb)
-        if defer_grad_sync:
-            exposed["dp"] += hidden(shard * ring / dp_bw + (d - 1) * units * alpha, t_bwd)
+        nbytes["cp"] = exposed["cp"] = hidden["cp"] = messages["cp"] = 0.0
+        links["cp"] = "none"
+    # (S7) pipeline sends
+    if lay.pp > 1:
+        send = b * s * h * nb / (lay.cp * lay.tp)
+        if cpu:
+            one = send / cluster.nvlink + cluster.latency_s
+            links["pp"] = "loopback"
+        else:
+            link = network.link_for(lay.pp, lay.tp * lay.cp * lay.dp, cluster.domain, cluster.nvlink,
+                                    cluster.network, cluster.nic_share)
+            one = send / network.bus_bandwidth(link, net) + network.NCCL_LATENCY_S["Simple"]["base"]
+            links["pp"] = link.kind
+        crossings = 2 * lay.virtual_stages * (lay.pp - 1)
+        steady = 2 * m * lay.virtual_stages * one
+        nbytes["pp"] = 2 * send * m * lay.virtual_stages
+        messages["pp"] = 2 * m * lay.virtual_stages
+        e, hd = account("pp", steady, m * t_mb)
+        exposed["pp"] = crossings * one + e
+        hidden["pp"] = hd
     else:
-        k = m if lay.zero == 2 else 1
-        reduce = shard * ring * k * (2 if lay.zero == 0 else 1)
-        gather = shard * ring if lay.zero in (1, 2) else 0.0
-        reduce_msgs = (d - 1) * k * (2 if lay.zero == 0 else 1)  # one bucket per reduction
-        gather_msgs = (d - 1) if lay.zero in (1, 2) else 0
-        nbytes["dp"] = reduce + gather
-        messages["dp"] = reduce_msgs + gather_msgs
-        hide = t_bwd * k
-        exposed["dp"] = hidden(reduce / dp_bw + reduce_msgs * alpha, hide) + gather / dp_bw + gather_msgs * alpha
-    # (S8) bubble
+        nbytes["pp"] = exposed["pp"] = hidden["pp"] = messages["pp"] = 0.0
+        links["pp"] = "none"
+    # (S8) data parallelism / ZeRO: the dense part over dp x cp, the experts over their EDP ranks
+    nbytes["dp"] = exposed["dp"] = hidden["dp"] = messages["dp"] = 0.0
+    links["dp"] = "none"
+    (dense_p, d_deg), (expert_p, e_deg) = moe_step.state_shards(shape.n_params - shape.expert_params,
+                                                                shape.expert_params, lay.tp, lay.pp, lay.cp, lay.dp,
+                                                                lay.ep, lay.etp)
+    gather_nb = rec.param_gather_bytes if not cpu else nb
+    units = here + (2 if cpu else 1)  # ZeRO-3 gathers unit by unit: the layers (and embedding, output layer)
+    for params, degree, stride in ((dense_p, d_deg, lay.tp), (expert_p, e_deg, lay.ep * lay.etp)):
+        if params <= 0 or degree == 1:
+            continue
+        shard = params * nb
+        gshard = params * gather_nb
+        ring = (degree - 1) / degree
+        if lay.zero == 3:
+            ag, links["dp"], st_ag = _collective(cluster, "all_gather", gshard / units, degree, stride, net)
+            rs, _, st_rs = _collective(cluster, "reduce_scatter", shard / units, degree, stride, net)
+            passes_ag, rs_per_mb = 2, (0 if defer_grad_sync else 1)
+            per_mb = (passes_ag * ag + rs_per_mb * rs) * units
+            nbytes["dp"] += (passes_ag * gshard + rs_per_mb * shard) * ring * m \
+                + (shard * ring if defer_grad_sync else 0.0)
+            messages["dp"] += (passes_ag * st_ag + rs_per_mb * st_rs) * units * m \
+                + (st_rs * units if defer_grad_sync else 0)
+            e, hd = account("dp", per_mb, t_mb)
+            exposed["dp"] += m * e + (m * units * cluster.fsdp_unit_s if cpu else 0.0)
+            hidden["dp"] += m * hd
+            if defer_grad_sync:
+                e, hd = account("dp", rs * units, t_bwd)
+                exposed["dp"] += e
+                hidden["dp"] += hd
+        else:
+            k = m if lay.zero == 2 else 1
+            if lay.zero == 0:
+                red, links["dp"], st_red = _collective(cluster, "all_reduce", shard, degree, stride, net)
+                red_bytes = 2 * shard * ring
+            else:
+                red, links["dp"], st_red = _collective(cluster, "reduce_scatter", shard, degree, stride, net)
+                red_bytes = shard * ring
+            gat, st_gat, gat_bytes = 0.0, 0, 0.0
+            if lay.zero in (1, 2):
+                gat, _, st_gat = _collective(cluster, "all_gather", gshard, degree, stride, net)
+                gat_bytes = gshard * ring
+            nbytes["dp"] += red_bytes * k + gat_bytes
+            messages["dp"] += st_red * k + st_gat
+            e1, h1 = account("dp", red * k, t_bwd * k)
+            e2, h2 = account("dp", gat, t_fwd)
+            exposed["dp"] += e1 + e2
+            hidden["dp"] += h1 + h2
+    # (S9) expert parallelism
+    nbytes["ep"] = exposed["ep"] = hidden["ep"] = messages["ep"] = 0.0
+    links["ep"] = "none"
+    if shape.is_moe and lay.ep > 1:
+        tokens = b * s / (lay.cp * lay.tp)
+        dispatch = rec.dispatch_bytes if not cpu else nb
+        if cpu:
+            per_layer = moe_step.all_to_all_bytes(tokens, h, shape.moe, lay.ep, dispatch, nb)
+            t_layer = per_layer / cluster.nvlink + 4 * (lay.ep - 1) * cluster.latency_s
+            links["ep"] = "loopback"
+        else:
+            local = min(lay.ep, max(1, cluster.domain // lay.etp))
+            intra, inter = moe_step.dispatch_split(tokens, h, shape.moe, lay.ep, local, dispatch, nb, lay.ep_dispatch)
+            per_layer = intra + inter
+            t_net = inter / (cluster.network * net) if inter else 0.0
+            lat = network.NCCL_LATENCY_S["Simple"]
+            t_layer = max(intra / (cluster.nvlink * network.NVLINK_EFFICIENCY), t_net) \
+                + 4 * (lat["base"] + (lat["network"] if inter else lat["nvlink"]))
+            links["ep"] = "nvlink" if not inter else "network"
+        nbytes["ep"] = per_layer * moe_here * m
+        messages["ep"] = 4 * (lay.ep - 1) * moe_here * m
+        e, hd = account("ep", t_layer, layer_all)
+        exposed["ep"], hidden["ep"] = e * moe_here * m, hd * moe_here * m
+    # (S10) bubble
     bubble = pipeline_bubble_time(lay.pp, m, lay.schedule, t_fwd, t_bwd, lay.virtual_stages)
 
     compute_s = m * t_mb
-    breakdown = {"compute": compute_s, **exposed, "bubble": bubble}
+    if not cpu:  # the SMs NCCL takes from the compute it overlaps
+        compute_s += cal.contention * sum(hidden.values())
+    breakdown = {"compute": compute_s, **{a: exposed[a] for a in OVERLAP_AXES}, "bubble": bubble}
     step = sum(breakdown.values())
     tokens = global_batch * s
     tps = tokens / step
-    peak_all = lay.gpus * cluster.gpu.peak_flops_per_s
-    st = state_bytes(shape, lay, convention)
-    act = activation_bytes(shape, lay, m)
-    return StepTime(step, breakdown, nbytes, tps, tps * model_flops_per_token(shape) / peak_all,
-                    tps * hardware_flops_per_token(shape, lay.recompute) / peak_all, m, st, act,
-                    st + act <= cluster.gpu.memory_gb * 1e9, eta, links, messages)
+    peak16 = gpu.bf16_peak if not cpu else gpu.peak_flops_per_s["fp32"]
+    peak_p = gpu.peak(precision_name) if not cpu else peak16
+    flops = model_flops_per_token(shape)
+    st_b = state_bytes(shape, lay, convention, "bf16" if cpu else precision_name)
+    act = activation_bytes(shape, lay, m, "bf16" if cpu else precision_name)
+    usable = gpu.usable_memory_bytes if not cpu else math.inf
+    return StepTime(step, breakdown, nbytes, tps, tps * flops / (lay.gpus * peak16),
+                    tps * hardware_flops_per_token(shape, lay.recompute) / (lay.gpus * peak16), m, st_b, act,
+                    st_b + act <= usable, eta, links, messages, hidden, usable, tps * flops / (lay.gpus * peak_p),
+                    precision_name, tps * flops / lay.gpus, lay.gpus)
 
 
 # --------------------------------------------------------------------------
-# (S10): a CPU machine, calibrated (the labs' own runs)
+# (S12): a CPU machine, calibrated (the labs' own runs)
 # --------------------------------------------------------------------------
 
 
-def cpu_cluster(matmul_flops_per_s, bandwidth, latency_s, cores, memory_gb=1.0) -> Cluster:
+def cpu_cluster(matmul_flops_per_s, bandwidth, latency_s, cores, memory_gb=1.0, collectives=None,
+                fsdp_unit_s=0.0) -> Cluster:
     """One CPU core per rank as the "GPU": ``matmul_flops_per_s`` is its peak, gloo's
     ``bandwidth`` (bytes/s per rank and direction) and ``latency_s`` per message on every
     link, and no overlap: a rank's communication (gloo copies, the labs' rings) runs on the
-    core that computes. ``cores`` is checked, not used: more ranks than cores is the
-    user's choice (and the labs warn about it)."""
-    core = facts.GPU("CPU core", positive("matmul_flops_per_s", matmul_flops_per_s), "fp32 matmul",
-                     positive("memory_gb", memory_gb), "measured")
+    core that computes. ``collectives`` maps an op (``'all_gather'``, ``'reduce_scatter'``)
+    to ``(latency_s, bandwidth, algorithm)`` measured for gloo's own implementation of it,
+    ``algorithm`` the ring whose bytes it moves (gloo's reduce-scatter all-reduces the whole
+    input, PyTorch PR #118911: ``'all_reduce'``). ``fsdp_unit_s``: FSDP2's own seconds per unit
+    and micro-batch (charged to ``dp`` for ZeRO-3; measured by Lab 7 on a one-rank group, where
+    no byte moves). ``cores`` is checked, not used."""
+    rate = positive("matmul_flops_per_s", matmul_flops_per_s)
     bw = positive("bandwidth", bandwidth)
     if not latency_s >= 0:
         raise ValueError(f"latency_s must be >= 0, got {latency_s!r}")
     positive_integer("cores", cores)
+    core = hardware.GPUSpec("CPU core", {"fp32": rate}, positive("memory_gb", memory_gb) * 1e9, bw, 2**31, bw,
+                            2**31, 1, bw, ("fp32",), memory_source="measured")
+    own = []
+    for op, (alpha, beta, algo) in (collectives or {}).items():
+        one_of("op", op, network.COLLECTIVES)
+        one_of("algorithm", algo, network.COLLECTIVES)
+        own.append((op, (float(alpha), float(positive("bandwidth", beta)), algo)))
     # Every rank is on this one machine, so every group is "inside the server": one link.
-    return Cluster(core, bw, bw, 2**31, float(latency_s), overlap=False)
+    if not fsdp_unit_s >= 0:
+        raise ValueError(f"fsdp_unit_s must be >= 0, got {fsdp_unit_s!r}")
+    return Cluster(core, bw, bw, 2**31, float(latency_s), overlap=False, collectives=tuple(own),
+                   fsdp_unit_s=float(fsdp_unit_s))
 
 
-def calibrate_cpu(cluster: Cluster, runs) -> Calibration:
-    """(S3)'s ``w0`` and (S10)'s ``c`` (``e_max = 1``: the peak is the measured matmul
-    rate) from measured runs ``(shape, layout, global_batch, seconds)``. The step is linear
-    in both, ``t = A (1 + w0 / h) + B + (L' + 1) m c``, with ``A`` the compute at the peak
-    and ``B`` the rest: two runs of different widths solve it exactly; more are fitted by
-    least squares on the relative error (each run weighted by ``1 / t``)."""
-    import numpy as np
-
+def calibrate_cpu(cluster: Cluster, runs) -> CPUCalibration:
+    """(S12)'s ``w0`` and ``c`` (``e_max = 1``: the peak is the measured matmul rate) from
+    measured runs ``(shape, layout, global_batch, seconds)``. The step is linear in both,
+    ``t = A (1 + w0 / h) + B + (L' + 1) m c``, with ``A`` the compute at the peak and ``B`` the
+    rest: two runs of different widths solve it exactly; more are fitted by least squares
+    on the relative error (each run weighted by ``1 / t``)."""
     if len(runs) < 2:
         raise ValueError(f"calibrate_cpu needs at least two runs, got {len(runs)}")
     rows, rhs = [], []
     for shape, lay, batch, seconds in runs:
         t = positive("seconds", seconds)
-        base = step_time(shape, lay, cluster, batch, calibration=Calibration(1.0, 0.0, ()))
+        base = step_time(shape, lay, cluster, batch, calibration=CPUCalibration(1.0, 0.0, ()))
         units = (math.ceil(shape.layers / lay.pp) + 1) * base.microbatches
         rows.append([base.breakdown_s["compute"] / shape.hidden / t, units / t])
         rhs.append((t - base.step_s) / t)
@@ -612,11 +990,11 @@ def calibrate_cpu(cluster: Cluster, runs) -> Calibration:
     (w0, c), *_ = np.linalg.lstsq(a, np.array(rhs), rcond=None)
     names = tuple(f"{shape.layers} layers of width {shape.hidden}, {lay.micro_batch} x {batch // lay.micro_batch}"
                   for shape, lay, batch, _ in runs)
-    return Calibration(1.0, float(w0), names, float(c))
+    return CPUCalibration(1.0, float(w0), names, float(c))
 
 
 def days_to_train(tokens, tokens_per_s) -> float:
-    """(S9): ``tokens / (tokens/s) / 86,400``."""
+    """(S11): ``tokens / (tokens/s) / 86,400``."""
     return float(positive("tokens", tokens) / positive("tokens_per_s", tokens_per_s) / 86400)
 
 
@@ -625,68 +1003,70 @@ def days_to_train(tokens, tokens_per_s) -> float:
 # --------------------------------------------------------------------------
 
 
+def cluster_of(gpu, network_bytes_per_s=None, nvlink_bytes_per_s=None) -> Cluster:
+    """The reference cluster of ``gpu`` (a name or :class:`solutions.hardware.GPUSpec`): its
+    scale-up links and one GPU's share of its node's NICs, unless given."""
+    spec = hardware.find_gpu(gpu)
+    return Cluster(spec, nvlink_bytes_per_s or spec.scale_up_bytes_per_s,
+                   network_bytes_per_s or spec.network_bytes_per_s)
+
+
 def run_shape(run: facts.PublishedRun) -> Shape:
-    """The run's :class:`Shape`; GPT-style (GeLU) models take eq. 2's parameter count."""
-    return Shape(run.layers, run.hidden, run.heads, run.seq_len, run.vocab, run.kv_heads, None, run.ffn_hidden,
-                 run.mlp, None if run.mlp == "gelu" else run.params, run.dropout)
+    """The run's :class:`Shape`: a named architecture of :data:`solutions.facts.MOE_ARCHITECTURES`
+    or :data:`solutions.facts.ARCHITECTURES` (``run.arch``) at the run's sequence length, or
+    the run's own fields (GPT-style models take eq. 2's parameter count)."""
+    if run.arch:
+        arch = facts.MOE_ARCHITECTURES.get(run.arch) or facts.ARCHITECTURES[run.arch]
+        return shape_of(arch, seq_len=run.seq_len)
+    return Shape(run.layers, run.hidden, run.heads, run.seq_len, run.vocab, run.kv_heads, run.head_dim,
+                 run.ffn_hidden, run.mlp, None if run.mlp == "gelu" else run.params, run.dropout)
 
 
 def run_cluster(run: facts.PublishedRun) -> Cluster:
-    return Cluster(facts.GPUS[run.gpu], run.nvlink, run.network)
+    return replace(cluster_of(run.gpu, run.network, run.nvlink), nic_share=run.nic_share)
 
 
 def run_layout(run: facts.PublishedRun, virtual_stages=1) -> Layout:
     v = run.virtual_stages if run.virtual_stages is not None else virtual_stages
     return Layout(run.tp, run.cp, run.pp, run.dp, run.zero, run.micro_batch, run.recompute,
-                  run.schedule if v > 1 or run.schedule != "interleaved" else "1f1b", v, run.attention)
+                  run.schedule if v > 1 or run.schedule != "interleaved" else "1f1b", v, run.attention,
+                  run.ep, run.etp, run.sequence_parallel)
 
 
-def published_mfu(run: facts.PublishedRun) -> float:
-    """The run's MFU as published, or from its TFLOP/s per GPU: tokens/s =
-    ``n X / (FLOPs per token as counted)``, MFU = tokens/s x (S1) / (n peak)."""
-    if run.mfu is not None:
-        return run.mfu
+def published_tokens_per_s(run: facts.PublishedRun) -> float:
+    """Tokens/s per GPU as published, or from the published TFLOP/s per GPU or MFU, counted
+    as the source counts them (``run.flops_counted``: Megatron-LM's eq. 3 with recomputation,
+    ``'hardware'``; PaLM's model FLOPs, ``'model'``)."""
+    if run.tokens_per_s_per_gpu is not None:
+        return run.tokens_per_s_per_gpu
     shape = run_shape(run)
     counted = hardware_flops_per_token(shape, run.recompute) if run.flops_counted == "hardware" \
         else model_flops_per_token(shape)
-    return run.tflops_per_gpu * 1e12 / counted * model_flops_per_token(shape) / facts.GPUS[run.gpu].peak_flops_per_s
+    if run.tflops_per_gpu is not None:
+        return run.tflops_per_gpu * 1e12 / counted
+    return run.mfu * hardware.find_gpu(run.gpu).bf16_peak / model_flops_per_token(shape)
+
+
+def published_mfu(run: facts.PublishedRun) -> float:
+    """The run's MFU (PaLM's count, against the BF16 peak) from its published throughput."""
+    return published_tokens_per_s(run) * model_flops_per_token(run_shape(run)) / hardware.find_gpu(run.gpu).bf16_peak
 
 
 def predict_run(run: facts.PublishedRun, calibration: Calibration | None = None,
                 network_efficiency: float | None = None) -> tuple:
-    """``(StepTime, Layout)`` for the run; where its chunks per stage are not
-    published, the ``v`` (dividing the layers per stage, at most 8) that the
-    model predicts fastest."""
+    """``(StepTime, Layout)`` for the run; where its chunks per stage are not published, the
+    ``v`` (dividing the layers per stage, at most 8) that the model predicts fastest."""
     shape, cluster = run_shape(run), run_cluster(run)
     options = [1]
     if run.virtual_stages is None and run.pp > 1:
-        per_stage = math.ceil(run.layers / run.pp)
+        per_stage = math.ceil(shape.layers / run.pp)
         options = [v for v in (1, 2, 4, 8) if per_stage % v == 0]
     best = None
     for v in options:
         lay = run_layout(run, v)
         st = step_time(shape, lay, cluster, run.global_batch, calibration=calibration,
-                       network_efficiency=network_efficiency)
+                       network_efficiency=network_efficiency, precision_name=run.precision,
+                       overlap=run.overlap, convention=run.convention)
         if best is None or st.step_s < best[0].step_s:
             best = (st, lay)
     return best
-
-
-def calibrate(rows, w0=None) -> Calibration:
-    """(S3)'s constants from published runs: with ``w0`` given, the ``e_max``
-    that matches the first row's MFU; otherwise ``(e_max, w0)`` matching two rows."""
-    from scipy.optimize import brentq
-
-    def err(row, e, w):
-        return predict_run(row, Calibration(e, w, ()))[0].mfu - published_mfu(row)
-
-    names = tuple(r.name for r in rows)
-    if w0 is not None:
-        return Calibration(brentq(lambda e: err(rows[0], e, w0), 0.05, 1.5, xtol=1e-6), w0, names)
-    a, b = rows
-
-    def e_for(w):
-        return brentq(lambda e: err(a, e, w), 0.05, 20.0, xtol=1e-7)
-
-    w = brentq(lambda w: err(b, e_for(w), w), 1.0, 50000.0, xtol=1e-3)
-    return Calibration(e_for(w), w, names)

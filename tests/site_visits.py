@@ -1,5 +1,5 @@
-"""One visit per page of the built book and width, shared by tests/test_site.py and
-tests/test_site_reader.py: each page of the table of contents is opened once at a phone's width
+"""One visit per page of the built book and width, shared by tests/book/test_site.py and
+tests/book/test_site_reader.py: each page of the table of contents is opened once at a phone's width
 (390 px) and once at a desktop's (1280 px), and everything both files check is read in that visit.
 
 The visits are split between two headless Chromiums (the second on a thread of its own), page
@@ -54,18 +54,36 @@ _EMPTY_TOGGLES_JS = """() => Array.from(document.querySelectorAll('article div.c
   })
   .map(cell => (cell.querySelector('pre') || cell).textContent.trim().split('\\n')[0].slice(0, 70))"""
 
-# Display equations whose typeset width exceeds the width of the column that holds them.
+# Display equations whose typeset width exceeds the box MathJax draws them in: the column, less
+# the equation number beside a numbered equation (a wider one hides its end in a scroll box).
 _WIDE_EQUATIONS_JS = """() => Array.from(document.querySelectorAll('article mjx-container[display="true"]'))
   .map(box => {
-    const svg = box.querySelector('svg');
-    const column = (box.closest('div.math') || box).parentElement;
-    const style = getComputedStyle(column);
-    const room = column.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    const math = box.querySelector('svg, mjx-math');  // MathJax's SVG or CommonHTML output
+    const style = getComputedStyle(box);
+    const room = box.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
     return [(box.closest('[id]') || {}).id || box.textContent.slice(0, 40),
-            Math.round(svg ? svg.getBoundingClientRect().width : box.scrollWidth), Math.round(room)];
+            Math.round(math ? math.getBoundingClientRect().width : box.scrollWidth), Math.round(room)];
   })
   .filter(([, width, room]) => width > room + 1)
   .map(([id, width, room]) => `${id}: ${width}px in a ${room}px column`)"""
+
+# Cell outputs wider than their own box, at the desktop's width: a table or printout whose right
+# part is cut off or hidden behind a scroll bar.
+_CUT_OFF_JS = """() => Array.from(document.querySelectorAll(
+    'article .cell_output pre, article .cell_output .output, article .cell_output table, ' +
+    'article .cell_output .pst-scrollable-table-container'))
+  .filter(el => el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1)
+  .filter(el => !el.parentElement.closest('.cell_output pre, .cell_output table'))
+  .map(el => `${el.tagName.toLowerCase()} ${el.scrollWidth}px in ${el.clientWidth}px: ` +
+             el.textContent.trim().replace(/\\s+/g, ' ').slice(0, 50))"""
+
+# The theme's icons are drawn by book/_static/course-icons.css: an icon class without a rule
+# there shows nothing.
+_BLANK_ICONS_JS = """() => Array.from(document.querySelectorAll('[class*="fa-"]'))
+  .filter(el => el.getClientRects().length && el.getBoundingClientRect().width > 0)
+  .filter(el => ['mask-image', '-webkit-mask-image'].every(p => {
+      const v = getComputedStyle(el).getPropertyValue(p); return !v || v === 'none'; }))
+  .map(el => el.className)"""
 
 _FIGURES_JS = """() => Array.from(document.querySelectorAll('article .cell_output img, article figure img'))
   .filter(img => img.clientWidth > 0)
@@ -107,6 +125,8 @@ def _visit(page, server: str, path: str, width: int) -> dict:
         "article": page.evaluate("() => (document.querySelector('article') || document.body).textContent"),
         "equations": page.evaluate(_WIDE_EQUATIONS_JS),
         "figures": [(urljoin(url, src), shown) for src, shown in page.evaluate(_FIGURES_JS)],
+        "cut_off": page.evaluate(_CUT_OFF_JS),
+        "blank_icons": page.evaluate(_BLANK_ICONS_JS),
         "axe": None,  # not run at this width
     }
     # The page's own errors, before axe-core runs: axe fetches the stylesheets again itself

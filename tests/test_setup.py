@@ -140,13 +140,40 @@ def _config():
     return yaml.safe_load((ROOT / "_config.yml").read_text())
 
 
+def _course_site():
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    return importlib.import_module("course_site")
+
+
+def test_the_placeholder_address_is_told_from_a_real_one():
+    from types import SimpleNamespace
+
+    site = _course_site()
+    placeholder = SimpleNamespace(html_theme_options={"repository_url": site.PLACEHOLDER_REPOSITORY + "/"})
+    real = SimpleNamespace(html_theme_options={"repository_url": "https://github.com/someone/course"})
+    assert site.repository_is_placeholder(placeholder) and not site.repository_is_placeholder(real)
+
+
 def test_binder_buttons_open_the_page_s_own_notebook():
-    """Every notebook page's Binder button opens that page's .ipynb in the course repository."""
+    """Every notebook page's Binder button opens that page's .ipynb in the course repository;
+    while the address is the placeholder, no page offers to launch anything, and each lab says
+    where its Colab and Kaggle buttons will be (book/_ext/course_site.py, item 9)."""
     site = ROOT / "_build" / "html"
     if not (site / "index.html").exists():
         message = "the book is not built (run `make book`)"
         pytest.fail(message) if IN_CI else pytest.skip(message)
     config = _config()
+    if config["repository"]["url"].rstrip("/") == _course_site().PLACEHOLDER_REPOSITORY:
+        pages = sorted(site.glob("*/*.html"))
+        launching = [p.name for p in pages
+                     if re.search(r'href="https://(mybinder\.org|colab\.research\.google\.com|kaggle\.com)/', p.read_text())]
+        assert not launching, f"pages that launch from a repository that does not exist yet: {launching}"
+        noted = [p.name for p in pages if 'class="launch-unpublished"' in p.read_text()]
+        assert len(noted) >= 5, f"only {noted} say where their launch buttons will be"
+        return
     owner_repo = urlparse(config["repository"]["url"]).path.strip("/")
     branch = config["repository"].get("branch", "main")
     checked = 0

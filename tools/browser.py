@@ -1,8 +1,8 @@
 """What every look at the built book shares: the pages of the table of contents, a local
 HTTP server over a folder, and a headless Chromium driven by Playwright.
 
-Used by the browser tests (``tests/test_site.py``, ``tests/test_book_explorers.py``,
-``tests/test_autograde_class.py``) and by ``tools/screenshots.py``. Chromium is Debian's
+Used by the browser tests (``tests/book/test_site.py``, ``tests/book/test_book_explorers.py``,
+``tests/autograde/test_autograde_class.py``) and by ``tools/screenshots.py``. Chromium is Debian's
 (``apt-get install chromium``) or the one ``CHROMIUM=/path`` names; the flags keep it from
 reaching for the network, which this course's tests never need.
 """

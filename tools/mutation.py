@@ -55,18 +55,18 @@ class Mutation:
 
 
 # Test selections: the files whose job it is to catch a bug in each module.
-SCALING = ("tests/test_solutions_scaling.py", "tests/test_solutions_facts_quoted.py", "tests/test_solutions_misc.py",
+SCALING = ("tests/solutions/test_solutions_scaling.py", "tests/solutions/test_solutions_facts_quoted.py", "tests/solutions/test_solutions_misc.py",
            "tests/grading")
-MEMORY = ("tests/test_solutions_memory.py", "tests/test_solutions_facts_quoted.py", "tests/grading")
-COMMUNICATION = ("tests/test_solutions_communication.py", "tests/test_solutions_facts_quoted.py", "tests/grading")
-PIPELINE = ("tests/test_solutions_pipeline.py",)
-COMPUTE = ("tests/test_solutions_misc.py", "tests/test_solutions_facts_quoted.py")
-VALIDATE = ("tests/test_solutions_misc.py", "tests/test_solutions_memory.py", "tests/grading")
+MEMORY = ("tests/solutions/test_solutions_memory.py", "tests/solutions/test_solutions_facts_quoted.py", "tests/grading")
+COMMUNICATION = ("tests/solutions/test_solutions_communication.py", "tests/solutions/test_solutions_facts_quoted.py", "tests/grading")
+PIPELINE = ("tests/solutions/test_solutions_pipeline.py",)
+COMPUTE = ("tests/solutions/test_solutions_misc.py", "tests/solutions/test_solutions_facts_quoted.py")
+VALIDATE = ("tests/solutions/test_solutions_misc.py", "tests/solutions/test_solutions_memory.py", "tests/grading")
 # The labs start real processes (tens of seconds a run): stop at the first failing test (-x),
 # so the table names the first test that caught the mutation, not every one.
-LAB_COLLECTIVES = ("tests/test_labs.py", "-x", "-k", "collectives or ring")
-LAB_DDP = ("tests/test_labs.py", "-x", "-k", "ddp and not killed")
-LAB_FSDP = ("tests/test_labs.py", "-x", "-k", "fsdp")
+LAB_COLLECTIVES = ("tests/labs/test_labs.py", "-x", "-k", "collectives or ring")
+LAB_DDP = ("tests/labs/test_labs.py", "-x", "-k", "ddp and not killed")
+LAB_FSDP = ("tests/labs/test_labs.py", "-x", "-k", "fsdp")
 
 M = Mutation
 MUTATIONS: tuple[Mutation, ...] = (
@@ -198,8 +198,8 @@ MUTATIONS: tuple[Mutation, ...] = (
       "tp_bw = bw_intra if tp < gpn else bw_inter",
       COMMUNICATION, "TP over a whole node (tp == gpus_per_node) leaves NVLink"),
     M("pp-two-stages-send-both", "solutions/communication.py",
-      "elif pp == 2:\n        pp_sends = 1",
-      "elif pp == 2:\n        pp_sends = 2",
+      "0 if pp == 1 else 1 if pp == 2 else 2",
+      "0 if pp == 1 else 2 if pp == 2 else 2",
       COMMUNICATION, "two pipeline stages each send activations and gradients"),
     M("zero3-no-extra-gather", "solutions/communication.py",
       "(3.0 if stage == 3 else 2.0)",
@@ -235,8 +235,8 @@ MUTATIONS: tuple[Mutation, ...] = (
       "return group * p + within % p, chunk",
       PIPELINE, "interleaved 1F1B runs the backward passes' chunks in forward order"),
     M("interleaved-chunk-time", "solutions/pipeline.py",
-      "dur = t_fwd / v",
-      "dur = t_fwd",
+      "t_fwd / scale",
+      "t_fwd",
       PIPELINE, "an interleaved chunk's forward pass takes the whole stage's time"),
     # -- solutions/compute.py ---------------------------------------------------------------
     M("attention-flops-6", "solutions/compute.py",
@@ -314,7 +314,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("lab-collective-counter-4-bytes", "labs/training.py",
       "return x.numel() * x.element_size()",
       "return x.numel() * 4",
-      ("tests/test_labs_counter.py",), "the collective counter counts 4 bytes per element whatever the dtype"),
+      ("tests/labs/test_labs_counter.py",), "the collective counter counts 4 bytes per element whatever the dtype"),
 )
 
 

@@ -1,10 +1,13 @@
 """Small site fixes for the book, kept in one local Sphinx extension.
 
-1. Serve MathJax 3 from the built site instead of a CDN. Sphinx points ``mathjax_path`` at a
-   CDN by default, so a book built or read offline shows raw TeX. The
-   ``django-static-mathjax`` wheel ships MathJax 3's browser bundles; we copy the
-   self-contained SVG bundle (no web fonts to fetch) into ``_static/mathjax`` and load it from
-   there. Readers online and offline get the same typeset maths.
+1. Serve MathJax 3 from the built site instead of a CDN, and only the parts a page needs.
+   Sphinx points ``mathjax_path`` at a CDN by default, so a book built or read offline shows
+   raw TeX. The ``django-static-mathjax`` wheel ships MathJax 3's components; we copy the
+   loader (``startup.js``) and its core, the TeX input, the CommonHTML output with its web
+   fonts (a page fetches only the fonts its maths uses), the TeX extensions that ``autoload``
+   fetches when a page uses one, and the assistive MathML that screen readers read, into
+   ``_static/mathjax`` (:data:`MATHJAX_COMPONENTS`). A page with maths downloads about a
+   third of what the all-in-one SVG bundle weighed (``benchmarks/page_weight.py``).
 2. Emit each inline script once. With Jupyter Book 1.0.4, sphinx-thebe's configuration script
    (``const THEBE_JS_URL = ...``) is registered twice, and the second ``const`` throws in the
    browser on every page.
@@ -35,6 +38,19 @@
    column, its text half again as large as the prose, while an SVG figure is shown at its
    size in inches (96 CSS px an inch). Each PNG figure that carries coursefig's record gets
    that width too (``max-width: 100%`` still shrinks it to a phone's column).
+8. No icon font and no icon script: pydata-sphinx-theme loads Font Awesome's JavaScript (1.5 MB)
+   on every page, which turns each ``<i class="fa-...">`` into an SVG, and its style sheet
+   would fetch two icon fonts. The script tag is taken out of every page
+   (:func:`_drop_icon_script`), and ``book/_static/course-icons.css`` draws the few icons the
+   theme uses with small SVGs of the course's own, as CSS masks in the text colour.
+9. Offer no launch, repository or issues button while ``repository.url`` in ``_config.yml``
+   is still the placeholder (:data:`PLACEHOLDER_REPOSITORY`): those buttons, and the labs'
+   "Open in Colab" and "Open in Kaggle" badges, would lead to a repository that does not
+   exist yet. Each badge is replaced by a line that says where the buttons will be and how to
+   run the notebook meanwhile. Setting the real address brings all of them back.
+10. Number each lab's figures and tables by lab (Fig. L2.1 is Lab 2's first figure) rather
+   than with one counter for every page outside the numbered sections; the other unnumbered
+   pages keep one counter between them (:func:`_number_lab_figures`).
 """
 from __future__ import annotations
 
@@ -53,26 +69,48 @@ if str(ROOT) not in sys.path:  # instructor.student_notebook, for the public edi
 
 EDITIONS = ("public", "instructor")
 
-BUNDLE = "tex-svg-full.js"
+#: MathJax 3 components copied into the site (paths under the wheel's ``es5`` folder). The
+#: loader fetches ``MATHJAX_LOAD`` itself; ``autoload`` fetches an extension when a page uses it.
+MATHJAX_COMPONENTS = ("startup.js", "core.js", "input/tex.js", "input/tex/extensions", "output/chtml.js",
+                      "output/chtml/fonts/tex.js", "output/chtml/fonts/woff-v2", "a11y/assistive-mml.js")
+MATHJAX_LOAD = ["input/tex", "output/chtml", "a11y/assistive-mml"]
 
 
-def _bundle_path() -> Path:
+def _mathjax_root() -> Path:
     import mathjax  # the django-static-mathjax distribution installs this package
 
-    path = Path(mathjax.__file__).parent / "static" / "mathjax" / "es5" / BUNDLE
-    if not path.is_file():
-        raise RuntimeError(f"MathJax bundle {BUNDLE} not found in {path.parent}")
-    return path
+    root = Path(mathjax.__file__).parent / "static" / "mathjax" / "es5"
+    missing = [c for c in MATHJAX_COMPONENTS if not (root / c).exists()]
+    if missing:
+        raise RuntimeError(f"MathJax components {missing} not found in {root}")
+    return root
+
+
+#: ``repository.url`` in ``_config.yml`` until the course has a public home (item 9).
+PLACEHOLDER_REPOSITORY = "https://github.com/llm-course/scaling-distributed-training"
+#: Where launch badges point (a notebook on Colab or Kaggle, fetched from the repository).
+LAUNCH_SITES = ("https://colab.research.google.com/", "https://kaggle.com/kernels/welcome")
+
+
+def repository_is_placeholder(config) -> bool:
+    url = (config.html_theme_options or {}).get("repository_url") or ""
+    return not url or url.rstrip("/") == PLACEHOLDER_REPOSITORY
 
 
 def _configure(app, config):
-    config.mathjax_path = f"mathjax/{BUNDLE}"
+    config.mathjax_path = "mathjax/startup.js"
+    config.mathjax3_config = {**(config.mathjax3_config or {}), "loader": {"load": MATHJAX_LOAD}}
     config.html_context.setdefault("default_mode", "auto")
     config.course_edition = os.environ.get("COURSE_EDITION") or config.course_edition
     if config.course_edition not in EDITIONS:
         raise ConfigError(f"course_edition (or COURSE_EDITION) must be one of {', '.join(EDITIONS)}, "
                           f"not {config.course_edition!r}")
     config.html_context["course_edition"] = config.course_edition
+    if repository_is_placeholder(config):  # item 9: nothing to launch from yet
+        options = dict(config.html_theme_options or {})
+        options.update(launch_buttons={}, use_repository_button=False, use_issues_button=False,
+                       use_edit_page_button=False)
+        config.html_theme_options = options
     static = str(Path(__file__).resolve().parents[1] / "_static")
     if static not in config.html_static_path:
         config.html_static_path.append(static)
@@ -172,6 +210,58 @@ def _png_figure_widths(app, doctree, docname):
             image["width"] = f"{round(natural / dpi * 96)}px"
 
 
+def _unpublished_badges(app, doctree, docname):
+    """Replace each paragraph of launch badges by a line saying they come with the repository
+    (item 9), while ``repository.url`` is the placeholder."""
+    if not repository_is_placeholder(app.config):
+        return
+    for paragraph in list(doctree.findall(nodes.paragraph)):
+        links = [r for r in paragraph.findall(nodes.reference) if r.get("refuri", "").startswith(LAUNCH_SITES)]
+        words = any(t.astext().strip() for t in paragraph.findall(nodes.Text))
+        if not links or words:  # badges only: images inside links, no words
+            continue
+        note = nodes.paragraph(classes=["launch-unpublished"])
+        note += nodes.Text("Buttons to open this notebook on Colab or Kaggle appear here once the course's "
+                           "repository is published. Until then, run it from your own copy of the course: ")
+        howto = "labs/00-running-the-labs"
+        if docname != howto and howto in app.env.found_docs:
+            note += nodes.reference("", "Running the labs", internal=True,
+                                    refuri=app.builder.get_relative_uri(docname, howto))
+            note += nodes.Text(" says how.")
+        else:
+            note += nodes.Text("this page says how.")
+        paragraph.replace_self(note)
+
+
+LAB_DOC = re.compile(r"^labs/(\d+)-")
+
+
+def _number_lab_figures(app, env):
+    """Item 10: figures (and tables, code listings) of ``labs/NN-*`` are numbered per lab, as
+    ("L2", 1) -> "Fig. L2.1"; the other pages outside the numbered sections share one counter.
+    Runs after Sphinx has numbered everything (``env-get-updated``) and renumbers only what has
+    no section number, in the order Sphinx found it."""
+    changed = set()
+    for figtype in {t for per_doc in env.toc_fignumbers.values() for t in per_doc}:
+        found = sorted((number, docname, figure)
+                       for docname, per_doc in env.toc_fignumbers.items()
+                       for figure, number in per_doc.get(figtype, {}).items()
+                       if len(number) == 1)
+        shared, per_lab = 0, {}
+        for old, docname, figure in found:
+            lab = LAB_DOC.match(docname)
+            if lab:
+                per_lab[docname] = per_lab.get(docname, 0) + 1
+                number = (f"L{int(lab.group(1))}", per_lab[docname])
+            else:
+                shared += 1
+                number = (shared,)
+            if number != old:
+                env.toc_fignumbers[docname][figtype][figure] = number
+                changed.add(docname)
+    return sorted(changed)  # to be written again: Sphinx compared its own numbers, not these
+
+
 def _dedupe_scripts(app, pagename, templatename, context, doctree):
     seen, unique = set(), []
     for script in context.get("script_files", []):
@@ -194,26 +284,51 @@ def _list_items(app, pagename, templatename, context, doctree):
         context["body"] = body.replace('role="doc-biblioentry"', 'role="listitem"')
 
 
-def _copy_bundle(app, exception):
+def _copy_mathjax(app, exception):
     if exception is not None or app.builder.format != "html":
         return
-    target = Path(app.outdir) / "_static" / "mathjax" / BUNDLE
-    source = _bundle_path()
-    if not target.exists() or target.stat().st_size != source.stat().st_size:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
+    root, target = _mathjax_root(), Path(app.outdir) / "_static" / "mathjax"
+    for component in MATHJAX_COMPONENTS:
+        source = root / component
+        for path in sorted(source.rglob("*")) if source.is_dir() else [source]:
+            copy = target / path.relative_to(root)
+            if path.is_file() and (not copy.exists() or copy.stat().st_size != path.stat().st_size):
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, copy)
+    stale = target / "tex-svg-full.js"  # the all-in-one bundle of earlier builds
+    if stale.exists():
+        stale.unlink()
+
+
+#: The theme's ``<script>`` for Font Awesome (pydata-sphinx-theme's webpack-macros.html).
+ICON_SCRIPT = re.compile(r'\s*<script defer src="[^"]*_static/scripts/fontawesome\.js[^"]*"></script>')
+
+
+def _drop_icon_script(app, exception):
+    """Take Font Awesome's script out of every page written (item 8 of the module's list)."""
+    if exception is not None or app.builder.format != "html":
+        return
+    for page in Path(app.outdir).rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        lean = ICON_SCRIPT.sub("", text)
+        if lean != text:
+            page.write_text(lean, encoding="utf-8")
 
 
 def setup(app):
-    _bundle_path()  # fail early, with a clear message, when the wheel is missing
+    _mathjax_root()  # fail early, with a clear message, when the wheel is missing
     app.add_config_value("course_edition", "public", "env", [str])
     app.connect("config-inited", _configure, priority=900)
     app.connect("doctree-read", _apply_edition)
     app.connect("doctree-resolved", _png_figure_widths)
+    app.connect("doctree-resolved", _unpublished_badges)
+    app.connect("env-get-updated", _number_lab_figures, priority=900)
     app.add_css_file("course.css")
+    app.add_css_file("course-icons.css")
     app.add_js_file("course.js", defer="defer")
     app.connect("html-page-context", _dedupe_scripts, priority=1)
     app.connect("html-page-context", _list_items, priority=2)
-    app.connect("build-finished", _copy_bundle)
+    app.connect("build-finished", _copy_mathjax)
+    app.connect("build-finished", _drop_icon_script)
     app.connect("build-finished", _student_sources)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

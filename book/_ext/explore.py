@@ -1,8 +1,10 @@
 """Interactive explorers for the book: the numbers come from ``solutions/`` at build time.
 
-The ``explorer`` directive (``{explorer} chinchilla``, ``memory``, ``pipeline`` or ``collectives`` in a MyST
-page) calls the course's tested functions over a grid of inputs and writes the results into
-the page as JSON. A small script, ``book/_static/explore/explore.js``, draws the controls and
+The ``explorer`` directive (``{explorer} chinchilla``, ``memory``, ``pipeline``, ``collectives`` or
+``fsdp``, ``planner`` in a MyST page; a section's page may carry one too) calls the course's tested functions over a grid of inputs and writes
+the results into the page as JSON. The planner's table is too large to ride in its page: it is
+written to ``_static/explore/planner-data.js`` and fetched (as a script, which also works from a
+folder on disk) when the form comes into view (:data:`DEFERRED`). A small script, ``book/_static/explore/explore.js``, draws the controls and
 *looks values up* in that table: it computes no formula of its own, so what the reader sees
 is exactly what the tests check. The script and its style sheet are copied into the built
 site, so the explorers work offline and without a server (no CDN, no request at view time).
@@ -10,9 +12,11 @@ site, so the explorers work offline and without a server (no CDN, no request at 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +26,10 @@ from sphinx.util.docutils import SphinxDirective
 import coursefig
 
 HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # planner_form sits beside this module in book/_ext
+    sys.path.insert(0, str(HERE))
+import planner_form  # noqa: E402
+
 ROOT = HERE.parents[1]
 ASSETS = HERE.parent / "_static" / "explore"
 GB = 1e9
@@ -37,8 +45,10 @@ def explorer_colours() -> dict:
         "fits": [named[key] for key, _, _ in CHINCHILLA_SETS],
         # what a GPU holds
         **{k: named[k] for k in ("weights", "gradients", "optimizer", "activations")},
-        # pipeline passes
-        "forward": named["forward"], "backward": named["backward"],
+        # pipeline passes; the weight-gradient pass W of the zero-bubble schedules is a gradient
+        "forward": named["forward"], "backward": named["backward"], "weight_grad": named["gradients"],
+        # FSDP's collectives: the all-gather moves weights, the reduce-scatter gradients
+        "gather": named["weights"], "reduce": named["gradients"],
         # a chunk of a ring all-reduce (of data-parallel gradients), shaded from empty to complete
         "chunk": named["dp"],
     }
@@ -156,48 +166,122 @@ def _stage0_in_flight(pp) -> int:
     return pipeline.peak_in_flight(pipeline.pipeline_schedule(pp, 2 * pp, "1f1b"), 0)
 
 
-def memory_data() -> dict:
-    from solutions import facts, memory
+#: Expert-parallel degrees offered (a mixture of experts only) and the training precisions.
+MEMORY_EP = (1, 2, 4, 8, 16, 32, 64)
+MEMORY_PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
+#: GPUs of solutions.hardware offered besides the chapters' six (memory as the datasheet gives it).
+MEMORY_MORE_DEVICES = ("B200", "GB200")
+PRECISION_LABELS = {
+    "bf16": "BF16",
+    "fp8": "FP8 (per-tensor scales)",
+    "mxfp8": "MXFP8 (a scale per 32 values)",
+    "nvfp4": "NVFP4 (4-bit, a scale per 16 values)",
+}
 
-    models = list(facts.ARCHITECTURES.values())
+
+def _per_token_activations(arch, tp, pp, recompute, sp, precision_name, attention):
+    """Activation bytes per token (of the micro-batch's ``s b``) on pipeline stage 0, by
+    ``solutions.steptime.activation_bytes`` with 1F1B's ``pp`` micro-batches in flight: linear
+    in the tokens with FlashAttention, and so is what a precision saves with either attention."""
+    from solutions import steptime
+
+    shape = steptime.shape_of(arch)
+    lay = steptime.Layout(tp=tp, pp=pp, micro_batch=1, recompute=recompute, attention=attention,
+                          sequence_parallel=sp)
+    return steptime.activation_bytes(shape, lay, 2 * pp, precision_name) / shape.seq_len
+
+
+def memory_data() -> dict:
+    from solutions import facts, hardware, memory, precision, steptime
+
+    dense_models = list(facts.ARCHITECTURES.values())
+    moe_models = list(facts.MOE_ARCHITECTURES.values())
+    models = dense_models + moe_models
     conventions = list(memory.BYTE_CONVENTIONS.values())
-    pairs, layouts = [], {}
+    shapes = [steptime.shape_of(m) for m in models]
+    expert = [sh.expert_params if sh.is_moe else 0.0 for sh in shapes]
+    params = [getattr(m, "total_params", None) or m.params for m in models]
+    pairs, layouts, ep_pairs, ep_layouts = [], {}, [], {}
     for g in MEMORY_GPUS:
         for tp in MEMORY_TP:
             for pp in MEMORY_PP:
                 if g % (tp * pp):
                     continue  # no whole data-parallel degree: the page says so
-                pair = (tp * pp, g // (tp * pp))
+                dp = g // (tp * pp)
+                pair = (tp * pp, dp)
                 if pair not in pairs:
                     pairs.append(pair)
-                layouts[f"{g},{tp},{pp}"] = [pairs.index(pair), pair[1]]
-    state = [[[[[_sig(v / GB, 5) for v in memory.memory_breakdown(
-                    m.params / k, ZERO_STRATEGY[z], dp, conv.name).values()]
-                for k, dp in pairs]
-               for z in memory.ZERO_STAGES]
-              for conv in conventions]
-             for m in models]
-    # act[model][tp][pp][recompute][sp][seq][micro-batch], in GB
+                layouts[f"{g},{tp},{pp}"] = [pairs.index(pair), dp]
+                for ep in MEMORY_EP:
+                    if (tp * dp) % ep:
+                        continue  # EP is carved out of TP x DP: the page says so
+                    ep_pair = (pp * ep, tp * dp // ep)
+                    if ep_pair not in ep_pairs:
+                        ep_pairs.append(ep_pair)
+                    ep_layouts[f"{g},{tp},{pp},{ep}"] = [ep_pairs.index(ep_pair), ep_pair[1]]
+
+    def breakdown(n, z, degree, conv):
+        return [_sig(v / GB, 5) for v in memory.memory_breakdown(n, ZERO_STRATEGY[z], degree, conv.name).values()]
+
+    # state[dense model][convention][zero][pair]: the TP x PP shard, ZeRO over DP
+    state = [[[[breakdown(m.params / k, z, dp, conv) for k, dp in pairs] for z in memory.ZERO_STAGES]
+              for conv in conventions] for m in dense_models]
+    # A mixture of experts, per billion parameters (the state is linear in them):
+    # unit[convention][zero][pair] for its dense part on the TP x PP shard, ZeRO over DP;
+    # unit_ep[convention][zero][ep pair] for its experts on PP x EP (not split by TP, as
+    # Megatron-Core's expert TP of 1), ZeRO over the TP x DP / EP ranks that hold the same
+    # experts (solutions.moe_step.state_shards)
+    unit = [[[breakdown(1e9 / k, z, dp, conv) for k, dp in pairs] for z in memory.ZERO_STAGES]
+            for conv in conventions]
+    unit_ep = [[[breakdown(1e9 / k, z, edp, conv) for k, edp in ep_pairs] for z in memory.ZERO_STAGES]
+               for conv in conventions]
+    # act[dense model][tp][pp][recompute][sp][seq][micro-batch], in GB (BF16, Korthikanti et al.)
     act = [[[[[[[_sig(stage0_activation_bytes(m, tp, pp, sp, kw, s, b) / GB, 5) for b in MEMORY_MICRO_BATCH]
                 for s in MEMORY_SEQ]
                for sp in (False, True)]
               for _, _, kw in RECOMPUTE]
              for pp in MEMORY_PP]
             for tp in MEMORY_TP]
-           for m in models]
+           for m in dense_models]
+    # saved[dense model][precision][tp][pp][recompute][sp]: GB per token that storing the
+    # linear layers' inputs in the precision saves against BF16
+    saved = [[[[[[_sig((_per_token_activations(m, tp, pp, r, sp, "bf16", "standard")
+                        - _per_token_activations(m, tp, pp, r, sp, pr, "standard")) / GB, 5)
+                  for sp in (False, True)] for r, _, _ in RECOMPUTE] for pp in MEMORY_PP] for tp in MEMORY_TP]
+              for pr in MEMORY_PRECISIONS] for m in dense_models]
+    # moe_act[mixture of experts][precision][tp][pp][recompute][sp]: GB per token (FlashAttention)
+    moe_act = [[[[[[_sig(_per_token_activations(m, tp, pp, r, sp, pr, "flash") / GB, 5)
+                    for sp in (False, True)] for r, _, _ in RECOMPUTE] for pp in MEMORY_PP] for tp in MEMORY_TP]
+                for pr in MEMORY_PRECISIONS] for m in moe_models]
+    model_rows = []
+    for i, (m, sh) in enumerate(zip(models, shapes)):
+        row = {"name": m.name, "params": params[i], "layers": m.layers, "seq_len": m.seq_len, "d_model": m.d_model,
+               "heads": m.heads}
+        if sh.is_moe:
+            row.update({"moe": len(model_rows) - len(dense_models), "experts": m.experts, "top_k": m.top_k,
+                        "active": sh.active_params, "expert_params": expert[i]})
+        else:
+            row["dense"] = i
+        model_rows.append(row)
     return {
-        "models": [{"name": m.name, "params": m.params, "layers": m.layers, "seq_len": m.seq_len,
-                    "d_model": m.d_model, "heads": m.heads} for m in models],
+        "models": model_rows,
         "conventions": [{"name": c.name, "label": CONVENTION_LABELS[c.name], "total": c.total, "weights": c.weights, "grads": c.grads,
                          "optimizer": c.optimizer, "description": c.description} for c in conventions],
-        "gpus": list(MEMORY_GPUS), "tp": list(MEMORY_TP), "pp": list(MEMORY_PP),
+        "precisions": [{"name": n, "label": PRECISION_LABELS[n], "weight_copy": precision.RECIPES[n].weight_copy_bytes}
+                       for n in MEMORY_PRECISIONS],
+        "gpus": list(MEMORY_GPUS), "tp": list(MEMORY_TP), "pp": list(MEMORY_PP), "ep": list(MEMORY_EP),
         "zero": list(memory.ZERO_STAGES), "seq": list(MEMORY_SEQ), "micro_batch": list(MEMORY_MICRO_BATCH),
         "recompute": [[key, label] for key, label, _ in RECOMPUTE],
-        "devices": [{"name": d.name, "memory_gb": d.memory_gb} for d in facts.GPUS.values()],
-        "layouts": layouts, "state": state, "act": act,
+        "devices": [{"name": d.name, "memory_gb": d.memory_gb, "formats": list(hardware.find_gpu(d.name).formats)}
+                    for d in facts.GPUS.values()]
+                   + [{"name": g.name, "memory_gb": float(g.memory_vendor.split()[0]), "formats": list(g.formats)}
+                      for g in (hardware.GPU_TABLE[n] for n in MEMORY_MORE_DEVICES)],
+        "layouts": layouts, "ep_layouts": ep_layouts, "state": state, "unit": unit, "unit_ep": unit_ep, "act": act,
+        "saved": saved, "moe_act": moe_act,
         "colours": explorer_colours(),
         "defaults": {"model": "Llama 3 70B", "gpus": 64, "tp": 8, "pp": 1, "zero": 1, "micro_batch": 1,
-                     "convention": "zero_16", "device": "H100 SXM", "recompute": "selective", "sp": True},
+                     "convention": "zero_16", "device": "H100 SXM", "recompute": "selective", "sp": True,
+                     "precision": "bf16", "ep": 1},
     }
 
 
@@ -212,8 +296,41 @@ PIPELINE_SCHEDULES = (
     ("gpipe", "GPipe", "gpipe", 1),
     ("1f1b", "1F1B (PipeDream-Flush)", "1f1b", 1),
     ("interleaved2", "interleaved 1F1B, 2 chunks per GPU", "interleaved", 2),
+    ("zb-h1", "ZB-H1 (zero bubble, 1F1B's memory)", "zb-h1", 1),
+    ("zb-h2", "ZB-H2 (zero bubble, more memory)", "zb-h2", 1),
+    ("dualpipe", "DualPipe (from both ends)", "dualpipe", 1),
 )
+#: The schedules that split the backward into B and W are tabulated on a smaller grid (the
+#: page stays light): these stages and micro-batches.
+SPLIT_P, SPLIT_M = (2, 4, 6, 8), (4, 8, 12, 16)
 T_FWD, T_BWD = 1.0, 2.0
+#: Times are stored as integers in units of 1/TIME_SCALE (every pass lasts a multiple of 1/2).
+TIME_SCALE = 2
+#: Pass codes: 2 x phase + chunk, the phase 0 (F), 1 (B) or 2 (W).
+PHASES = ("F", "B", "W")
+
+
+def _ticks(x, scale) -> int:
+    """A time as an integer number of 1/scale units (exact for the explorers' grids)."""
+    n = round(x * scale)
+    assert abs(n - x * scale) < 1e-9, f"{x} is not a multiple of 1/{scale}"
+    return n
+
+
+def pipeline_formulas(kind, p, m, v) -> tuple:
+    """(share of total, relative to ideal): the schedule's printed bubble formula. GPipe, 1F1B
+    and interleaved: ``solutions.pipeline.bubble_fraction``; ZB-H1 and ZB-H2:
+    ``solutions.efficiency.pipeline_bubble`` (Qi et al. 2024); DualPipe:
+    ``solutions.pipeline.dualpipe_bubble`` (DeepSeek-V3 report, Table 2), all with the
+    backward split into input and weight gradients of one unit each."""
+    from solutions import efficiency, pipeline
+
+    if kind in pipeline.ZERO_BUBBLE or kind == pipeline.DUALPIPE:
+        t = T_BWD / 2
+        rel = (efficiency.pipeline_bubble(p, m, kind, T_FWD, t, t) if kind != pipeline.DUALPIPE
+               else pipeline.dualpipe_bubble(p, m, T_FWD, t, t))
+        return rel / (1 + rel), rel
+    return (pipeline.bubble_fraction(p, m, "share_of_total", v), pipeline.bubble_fraction(p, m, "relative_to_ideal", v))
 
 
 def pipeline_data() -> dict:
@@ -221,9 +338,14 @@ def pipeline_data() -> dict:
 
     runs = {}
     for key, _, kind, v in PIPELINE_SCHEDULES:
+        split = kind in pipeline.ZERO_BUBBLE or kind == pipeline.DUALPIPE
         for p in PIPELINE_P:
             for m in PIPELINE_M:
                 name = f"{key},{p},{m}"
+                if split and (p not in SPLIT_P or m not in SPLIT_M):
+                    runs[name] = {"error": f"this page tabulates {kind.upper() if kind != 'dualpipe' else 'DualPipe'} "
+                                           f"for p = {', '.join(map(str, SPLIT_P))} and m = {', '.join(map(str, SPLIT_M))}"}
+                    continue
                 try:
                     events = pipeline.pipeline_schedule(p, m, kind, T_FWD, T_BWD, interleave=v)
                 except ValueError as exc:  # e.g. interleaving needs m to be a multiple of p
@@ -231,20 +353,71 @@ def pipeline_data() -> dict:
                     continue
                 flat = []
                 for e in events:
-                    flat += [e.stage, e.microbatch, 0 if e.phase == "F" else 1, e.chunk,
-                             _sig(e.start), _sig(e.end)]
+                    flat += [e.stage, e.microbatch, 2 * PHASES.index(e.phase) + e.chunk,
+                             _ticks(e.start, TIME_SCALE), _ticks(e.end, TIME_SCALE)]
+                share, relative = pipeline_formulas(kind, p, m, v)
                 runs[name] = {
                     "events": flat,
                     "makespan": _sig(pipeline.makespan(events)),
                     "idle": _sig(pipeline.idle_fraction(events)),
-                    "share": _sig(pipeline.bubble_fraction(p, m, "share_of_total", v)),
-                    "relative": _sig(pipeline.bubble_fraction(p, m, "relative_to_ideal", v)),
+                    "inner": _sig(pipeline.inner_idle_fraction(events)),
+                    "share": _sig(share),
+                    "relative": _sig(relative),
                     "peak0": pipeline.peak_in_flight(events, 0),
                 }
-    return {"p": list(PIPELINE_P), "m": list(PIPELINE_M), "t_fwd": T_FWD, "t_bwd": T_BWD,
+    return {"p": list(PIPELINE_P), "m": list(PIPELINE_M), "t_fwd": T_FWD, "t_bwd": T_BWD, "scale": TIME_SCALE,
             "schedules": [[key, label, v] for key, label, _, v in PIPELINE_SCHEDULES], "runs": runs,
             "colours": explorer_colours(),
             "defaults": {"schedule": "1f1b", "p": 4, "m": 8}}
+
+
+# --------------------------------------------------------------------------
+# FSDP: one step of one GPU, gather, compute, free, prefetch, reduce-scatter
+# --------------------------------------------------------------------------
+
+FSDP_UNITS = 4
+FSDP_M = (1, 2, 4)
+#: The all-gather's time per unit, in forward passes of that unit (the reduce-scatter's too).
+FSDP_RATIO = (0.25, 0.5, 1.0, 2.0)
+FSDP_T_FWD, FSDP_T_BWD = 1.0, 2.0
+FSDP_SCALE = 4
+#: Event codes, in the order the page names them.
+FSDP_KINDS = (("gather", "F"), ("gather", "B"), ("reduce-scatter", ""), ("forward", ""), ("backward", ""))
+
+
+def fsdp_data() -> dict:
+    """For every choice: the timeline of ``solutions.fsdp.fsdp_timeline`` (codes of
+    FSDP_KINDS, unit, micro-batch, start and end in 1/FSDP_SCALE), the step's length, its
+    exposed communication, the units held whole over time (``held_units`` after every
+    event boundary) and at the peak, and the number of collectives."""
+    from solutions import fsdp
+
+    runs = {}
+    for m in FSDP_M:
+        for r in FSDP_RATIO:
+            for prefetch in (True, False):
+                for reshard in (True, False):
+                    events = fsdp.fsdp_timeline(FSDP_UNITS, m, FSDP_T_FWD, FSDP_T_BWD, r * FSDP_T_FWD,
+                                                prefetch=prefetch, reshard_after_forward=reshard)
+                    flat = []
+                    for e in events:
+                        flat += [FSDP_KINDS.index((e.kind, e.phase)), e.unit, e.microbatch,
+                                 _ticks(e.start, FSDP_SCALE), _ticks(e.end, FSDP_SCALE)]
+                    times = sorted({0.0} | {e.start for e in events} | {e.end for e in events})
+                    held = [[_ticks(t, FSDP_SCALE), fsdp.held_units(events, t)] for t in times]
+                    runs[f"{m},{r:g},{int(prefetch)},{int(reshard)}"] = {
+                        "events": flat, "held": held,
+                        "makespan": _sig(fsdp.makespan(events)),
+                        "exposed": _sig(fsdp.exposed_communication(events)),
+                        "compute": _sig(sum(e.end - e.start for e in events if e.stream == "compute")),
+                        "peak": fsdp.peak_held_units(events),
+                        "gathers": sum(e.kind == "gather" for e in events),
+                        "reduces": sum(e.kind == "reduce-scatter" for e in events),
+                    }
+    return {"units": FSDP_UNITS, "m": list(FSDP_M), "ratio": list(FSDP_RATIO), "scale": FSDP_SCALE,
+            "t_fwd": FSDP_T_FWD, "t_bwd": FSDP_T_BWD, "kinds": [list(k) for k in FSDP_KINDS], "runs": runs,
+            "colours": explorer_colours(),
+            "defaults": {"m": 1, "ratio": 0.5, "prefetch": True, "reshard": True}}
 
 
 # --------------------------------------------------------------------------
@@ -339,14 +512,19 @@ def collective_data() -> dict:
 
 
 BUILDERS = {"chinchilla": chinchilla_data, "memory": memory_data, "pipeline": pipeline_data,
-            "collectives": collective_data}
+            "collectives": collective_data, "fsdp": fsdp_data, "planner": planner_form.planner_data}
+#: Explorers whose table is written to a script of its own, loaded when the explorer is in view.
+DEFERRED = {"planner"}
 #: The modules whose change must rebuild an explorer page.
 SOURCES = {
     "chinchilla": ["solutions/scaling.py", "coursefig/__init__.py"],
     "memory": ["solutions/memory.py", "solutions/facts.py", "solutions/pipeline.py", "coursefig/__init__.py"],
-    "pipeline": ["solutions/pipeline.py", "coursefig/__init__.py"],
+    "pipeline": ["solutions/pipeline.py", "solutions/efficiency.py", "coursefig/__init__.py"],
+    "fsdp": ["solutions/fsdp.py", "coursefig/__init__.py"],
     "collectives": ["solutions/communication.py", "solutions/memory.py", "solutions/facts.py",
                     "coursefig/__init__.py"],
+    "planner": [str(p.relative_to(ROOT)) for p in sorted((ROOT / "solutions").glob("*.py"))]
+               + ["book/_ext/planner_form.py"],
 }
 
 
@@ -362,7 +540,19 @@ class ExplorerDirective(SphinxDirective):
             raise self.error(f"unknown explorer {name!r}; known: {', '.join(BUILDERS)}")
         for source in SOURCES[name] + ["book/_ext/explore.py"]:
             self.env.note_dependency(str(ROOT / source))
-        payload = json.dumps(BUILDERS[name](), separators=(",", ":")).replace("</", "<\\/")
+        payload = json.dumps(BUILDERS[name](), separators=(",", ":"))
+        if name in DEFERRED:
+            stored = getattr(self.env, "course_explorer_data", {})
+            stored[name] = payload
+            self.env.course_explorer_data = stored
+            version = hashlib.sha256(payload.encode()).hexdigest()[:12]
+            up = "../" * self.env.docname.count("/")
+            html = (f'<div class="explorer" data-explorer="{name}" '
+                    f'data-src="{up}_static/explore/{name}-data.js?v={version}">'
+                    f'<noscript>This explorer needs JavaScript.</noscript>'
+                    f'<p class="explorer-loading">Loading the {name}\u2026</p></div>')
+            return [nodes.raw("", html, format="html")]
+        payload = payload.replace("</", "<\\/")
         html = (
             f'<div class="explorer" data-explorer="{name}">'
             f'<noscript>This explorer needs JavaScript.</noscript>'
@@ -385,10 +575,19 @@ def _copy_assets(app, exception):
     for source in ASSETS.iterdir():
         if source.is_file():
             shutil.copyfile(source, target / source.name)
+    for name, payload in getattr(app.env, "course_explorer_data", {}).items():
+        script = f"(window.courseExplorerData = window.courseExplorerData || {{}})[{json.dumps(name)}] = {payload};\n"
+        (target / f"{name}-data.js").write_text(script, encoding="utf-8")
+
+
+def _merge_data(app, env, docnames, other):
+    env.course_explorer_data = {**getattr(env, "course_explorer_data", {}),
+                                **getattr(other, "course_explorer_data", {})}
 
 
 def setup(app):
     app.add_directive("explorer", ExplorerDirective)
     app.connect("html-page-context", _add_assets)
     app.connect("build-finished", _copy_assets)
+    app.connect("env-merge-info", _merge_data)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

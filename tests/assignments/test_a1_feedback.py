@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from assignments import a1_ring, a5_pipeline
-from autograde.classrun import _assignment_check, graded_names
-from grading import Result
+from autograde.classrun import assignment_checks, assignment_part, graded_names
 from grading.report import format_report
+from sandbox.results import Result
 
 
 def test_a_wrong_uneven_size_blames_the_padding_only_when_the_even_sizes_pass():
@@ -30,8 +30,8 @@ def test_a_wrong_mean_is_called_a_wrong_mean():
 def test_the_stub_line_names_the_function_to_write():
     assert graded_names(a1_ring) == "ring_all_reduce"
     assert graded_names(a5_pipeline) == "one_f_one_b`, `pipeline_step"
-    check = _assignment_check(a1_ring.NAME, "sum", 3, graded_names(a1_ring))
-    text = format_report([(check, Result(False, "not implemented yet", True))])
+    [check] = assignment_checks("a1")
+    text = format_report([(check, Result(False, "not implemented yet", True))], parts=[assignment_part("a1")])
     assert "`ring_all_reduce` still raises NotImplementedError" in text
     assert "implement Assignment 1 (`ring_all_reduce`)" in text
 

@@ -65,6 +65,27 @@ def communication_time_per_step(model_params, dp_rank, tp_rank, num_layers, seq_
     bandwidth = bandwidth_tb_s * 1e12
     return (dp_volume + tp_volume) / bandwidth
 '''),
+    "ex4b": ("communication_time_per_step_by_axis", '''
+def communication_time_per_step_by_axis(model_params, dp_degree, tp_degree, pp_degree, num_layers,
+                                        seq_len, micro_batch, num_microbatches, d_model,
+                                        intra_node_gb_s, inter_node_gb_s):
+    activation = 2 * micro_batch * seq_len * d_model
+    dp_ring = 2 * (dp_degree - 1) / dp_degree
+    dp_bytes = dp_ring * 2 * model_params / (tp_degree * pp_degree)
+    tp_ring = 2 * (tp_degree - 1) / tp_degree
+    layers = num_layers / pp_degree
+    tp_bytes = layers * num_microbatches * 4 * tp_ring * activation
+    if pp_degree == 1:
+        sends = 0
+    elif pp_degree == 2:
+        sends = 1
+    else:
+        sends = 2
+    pp_bytes = sends * num_microbatches * activation
+    intra = intra_node_gb_s * 1e9
+    inter = inter_node_gb_s * 1e9
+    return (dp_bytes / inter, tp_bytes / intra, pp_bytes / inter)
+'''),
 }
 
 _SWAP_OPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
@@ -207,6 +228,15 @@ def _valid_inputs(exercise: str, rng: random.Random) -> list:
             g = rng.choice([1, 2, 3, 8, 12, 96, 1024])
             out.append((float(g * rng.randint(1, 10**10)), rng.choice(["dp", "tp", "pp", "fsdp"]), g))
         return out + [(7e9, "zero", 8), (7e9, "expert", 8)]
+    if exercise == "ex4b":
+        out = []
+        for _ in range(40):
+            pp = rng.choice([1, 2, 3, 4, 8, 16])
+            out.append((10 ** rng.uniform(6, 13), rng.randint(1, 4096), rng.randint(1, 64), pp,
+                        pp * rng.randint(1, 40), rng.choice([1024, 4096, 32768]), rng.randint(1, 16),
+                        rng.randint(1, 128), 128 * rng.randint(1, 128), rng.uniform(10, 2000),
+                        rng.uniform(1, 400)))
+        return out
     return [(10 ** rng.uniform(6, 13), rng.randint(1, 4096), rng.randint(1, 64), rng.randint(1, 200),
              rng.choice([1024, 4096, 32768]), rng.randint(1, 64), 128 * rng.randint(1, 128),
              rng.uniform(0.01, 5)) for _ in range(30)]

@@ -174,8 +174,10 @@ def test_numbers_of_any_plain_numeric_type_earn_full_marks():
         compute_optimal=lambda C, ratios=None: [np.float32(1) * 0 + np.float64(x)
                                                 for x in search(C, ratios)],
         memory_per_gpu=lambda *a: np.array(independent.memory_per_gpu(*a)),  # 0-d array
-        communication_time_per_step=lambda *a: np.float64(independent.communication_time_per_step(*a)))
-    for exercise in ("ex1", "ex2", "ex3", "ex4"):
+        communication_time_per_step=lambda *a: np.float64(independent.communication_time_per_step(*a)),
+        communication_time_per_step_by_axis=lambda *a: np.array(  # an array, not a tuple
+            independent.communication_time_per_step_by_axis(*a)))
+    for exercise in ("ex1", "ex2", "ex3", "ex4", "ex4b"):
         results, (earned, possible) = grade(functions, exercise, seed=9)
         assert earned == possible, [r.feedback for _, r in results if not r.passed]
 
@@ -274,10 +276,15 @@ def test_functions_that_know_nothing_score_only_the_fair_properties():
         def communication_time_per_step(*args, bandwidth_tb_s=None, **kwargs):
             return 1.0 / (bandwidth_tb_s if bandwidth_tb_s is not None else args[-1])
 
+        def communication_time_per_step_by_axis(*args):  # each axis: 1 / its link, 0 at degree 1
+            dp, tp, pp, intra, inter = args[1], args[2], args[3], args[-2], args[-1]
+            return ((dp > 1) / inter, (tp > 1) / intra, (pp > 1) / inter)
+
         functions = reference_functions(chinchilla_loss=chinchilla_loss, compute_optimal=compute_optimal,
                                         memory_per_gpu=memory_per_gpu,
-                                        communication_time_per_step=communication_time_per_step)
+                                        communication_time_per_step=communication_time_per_step,
+                                        communication_time_per_step_by_axis=communication_time_per_step_by_axis)
         results, _ = grade(functions)
         paid = {c.name for c, r in results if r.passed}
         assert all(name in fair or "strategy" in name or "unknown" in name for name in paid), paid
-        assert "ex4_bandwidth_units" not in paid
+        assert "ex4_bandwidth_units" not in paid and "ex4b_bandwidth_units" not in paid

@@ -42,6 +42,15 @@ def disagreements(reference, n: int = 2000, seed: int = 0) -> list:
         if not _close(reference.communication_time_per_step(*args),
                       independent.communication_time_per_step(*args)):
             found.append(("communication_time_per_step", *args))
+        pp = rng.choice([1, 2, 3, 4, 8, 16])
+        args = [10 ** rng.uniform(6, 13), rng.randint(1, 4096), rng.randint(1, 64), pp,
+                pp * rng.randint(1, 40), rng.choice([128, 1000, 2048, 4096, 32768]),
+                rng.randint(1, 16), rng.randint(1, 128), rng.randint(1, 300) * 64,
+                rng.uniform(10, 2000), rng.uniform(1, 400)]
+        ours, theirs = (independent.communication_time_per_step_by_axis(*args),
+                        reference.communication_time_per_step_by_axis(*args))
+        if len(ours) != len(theirs) or not all(_close(a, b) or a == b == 0 for a, b in zip(ours, theirs)):
+            found.append(("communication_time_per_step_by_axis", *args))
     for _ in range(n // 10):  # the search is slower: fewer, but varied grids
         C = 10 ** rng.uniform(15, 28)
         ratios = None if rng.random() < 0.3 else \
@@ -66,6 +75,15 @@ def test_independent_values_worked_out_by_hand():
     # (4 * 1e9 + 2 layers * 2 all-reduces * 2 bytes * 1 * 128 * 128) bytes / 1e12 bytes/s
     assert _close(independent.communication_time_per_step(1e9, 8, 4, 2, 128, 1, 128, 1.0),
                   (4e9 + 131072) / 1e12)
+    # Exercise 4(b), by hand: 8e9 parameters on TP2 x PP2 x DP4, 8 layers, one 1,000-token
+    # sequence of width 1,000 per micro-batch, 3 micro-batches, 200 GB/s inside a server and
+    # 20 GB/s between servers. DP: 2e9 parameters' bf16 gradients, 4e9 bytes, ring 1.5: 6e9 B.
+    # TP: 4 layers x 3 micro-batches x 4 all-reduces x ring 1.0 x 2e6 bytes = 9.6e7 B.
+    # PP: two stages, one send per micro-batch: 3 x 2e6 = 6e6 B.
+    dp, tp, pp = independent.communication_time_per_step_by_axis(8e9, 4, 2, 2, 8, 1000, 1, 3, 1000, 200, 20)
+    assert _close(dp, 6e9 / 20e9) and _close(tp, 9.6e7 / 200e9) and _close(pp, 6e6 / 20e9)
+    assert independent.communication_time_per_step_by_axis(8e9, 1, 1, 1, 8, 1000, 1, 3, 1000, 200, 20) \
+        == (0.0, 0.0, 0.0)  # one GPU sends nothing
     assert abs(independent.chinchilla_loss(175e9, 300e9) - 2.002) < 5e-4
     # A 3-point grid worked out by hand at C = 6e20: r = 20 gives N = 2.236e9, D = 4.47e10
     N, D, r, loss = independent.compute_optimal(6e20, [1.0, 20.0, 1000.0])
@@ -78,6 +96,7 @@ class _Planted:
     chinchilla_loss = staticmethod(solutions.chinchilla_loss)
     compute_optimal = staticmethod(solutions.compute_optimal)
     communication_time_per_step = staticmethod(solutions.communication_time_per_step)
+    communication_time_per_step_by_axis = staticmethod(solutions.communication_time_per_step_by_axis)
 
     @staticmethod
     def memory_per_gpu(model_params, strategy, num_gpus):

@@ -20,18 +20,19 @@ from .cases import CASES, Case
 HERE = Path(__file__).parent
 REFERENCE = HERE / "reference_submission.py"
 OUT = HERE / "submissions"
-EXERCISE_IDS = ("ex1", "ex2", "ex3", "ex4")
+EXERCISE_IDS = ("ex1", "ex2", "ex3", "ex4", "ex4b")
 
 
 def reference_blocks() -> tuple[str, dict]:
-    """(header, {exercise id: code}) from the reference, split at '# Exercise N' lines."""
+    """(header, {exercise id: code}) from the reference, split at '# Exercise N' lines
+    ('# Exercise 4(b)' is part (b) of Exercise 4, id ``ex4b``; '4(a)' is ``ex4``)."""
     text = REFERENCE.read_text(encoding="utf-8")
     text = text.split('\nif __name__ == "__main__":')[0].rstrip() + "\n"
     parts = re.split(r"^(?=# Exercise \d)", text, flags=re.M)
     header, blocks = parts[0], {}
     for part in parts[1:]:
-        number = re.match(r"# Exercise (\d)", part).group(1)
-        blocks[f"ex{number}"] = part.strip() + "\n"
+        number, sub = re.match(r"# Exercise (\d)(?:\((\w)\))?", part).groups()
+        blocks[f"ex{number}" + ("" if sub in (None, "a") else sub)] = part.strip() + "\n"
     assert set(blocks) == set(EXERCISE_IDS), blocks.keys()
     return header.strip() + "\n", blocks
 
@@ -70,8 +71,8 @@ def notebook_cells(case: Case) -> list:
     header, blocks = case_blocks(case)
     body = header.split('"""', 2)[-1].strip()
     cells = [_cell("markdown", f"# Exercises\n\nRed team: {case.attack}."), _cell("code", body)]
-    for n, exercise in enumerate(EXERCISE_IDS, start=1):
-        cells.append(_cell("markdown", f"## Exercise {n}"))
+    for exercise in EXERCISE_IDS:
+        cells.append(_cell("markdown", f"## Exercise {exercise[2:]}"))
         cells.append(_cell("code", blocks[exercise]))
         cells.append(_cell("code", "from autograde.selfcheck import self_check\n"
                                    f"self_check({exercise!r}, globals());"))

@@ -4,7 +4,7 @@ Almost every case is the reference submission (``reference_submission.py``) with
 exercise replaced by an attack, so the suite proves two things at once: the attack earns
 nothing, and it costs only that exercise. ``build.py`` writes every case to
 ``submissions/`` (committed, so an instructor can read them and grade the folder as a
-"class"); ``tests/test_autograde_redteam.py`` grades them and checks the scores.
+"class"); ``tests/autograde/test_autograde_redteam.py`` grades them and checks the scores.
 
 What a case deserves is stated from the checks' metadata, never from a grading run:
 ``lost`` exercises score the points of the checks listed in ``keeps`` (usually none), every
@@ -49,7 +49,7 @@ def _public_answers(exercise: str) -> dict:
     return table
 
 
-ALL = ("ex1", "ex2", "ex3", "ex4")
+ALL = ("ex1", "ex2", "ex3", "ex4", "ex4b")
 
 CASES = [
     # ------------------------------------------------------------------ copying answers

@@ -287,8 +287,15 @@
   /* ------------------------------------------------------------------ */
   function memoryExplorer(root, data) {
     var d = data.defaults;
-    var model = select("model", data.models.map(function (m, i) { return [i, m.name + " (" + fmtCount(m.params) + ")"]; }),
-                       data.models.findIndex(function (m) { return m.name === d.model; }));
+    var model = select("model", data.models.map(function (m, i) {
+      return [i, m.name + " (" + fmtCount(m.params) + (m.moe === undefined ? "" :
+        ", mixture of experts: " + m.experts + " experts, " + m.top_k + " per token, " + fmtCount(m.active) + " active") + ")"];
+    }), data.models.findIndex(function (m) { return m.name === d.model; }));
+    var prec = select("precision", data.precisions.map(function (q, i) { return [i, q.label]; }),
+                      data.precisions.findIndex(function (q) { return q.name === d.precision; }));
+    var ep = select("ep", data.ep.map(function (x, i) { return [i, String(x)]; }), data.ep.indexOf(d.ep));
+    var epOut = el("span", { "class": "readout", "data-out": "edp" });
+    var precNote = el("p", { "class": "note", "data-out": "precision" });
     var gpus = select("gpus", data.gpus.map(function (g) { return [g, g.toLocaleString("en-US")]; }), d.gpus);
     var tp = select("tp", data.tp.map(function (t, i) { return [i, String(t)]; }), data.tp.indexOf(d.tp));
     var pp = select("pp", data.pp.map(function (t, i) { return [i, String(t)]; }), data.pp.indexOf(d.pp));
@@ -317,7 +324,9 @@
       control("Model", model), control("GPUs", gpus), control("Tensor parallel TP", tp),
       control("Pipeline parallel PP", pp),
       el("div", {}, [el("span", {}, ["Data parallel DP = GPUs / (TP \u00d7 PP) = "]), dpOut]),
-      control("ZeRO stage (over DP)", zero), control("GPU", device),
+      control("Expert parallel EP (mixtures of experts)", ep),
+      el("div", {}, [el("span", {}, ["Expert data parallel = TP \u00d7 DP / EP = "]), epOut]),
+      control("ZeRO stage (over DP)", zero), control("GPU", device), control("Training precision", prec),
       control("Sequence length", seq, seqNote), control("Micro-batch size", mb), spLabel,
       wide(control("Bytes per parameter", conv)), wide(control("Activation recomputation", rc)),
     ]);
@@ -355,11 +364,15 @@
     var verdict = el("td", { "data-out": "fits" });
     tbody.appendChild(el("tr", {}, [el("th", { text: "total per GPU" }), total]));
     tbody.appendChild(el("tr", {}, [el("th", { text: "fits in the GPU?" }), verdict]));
-    var results = el("div", {}, [
+    var summaryLine = el("p", { "class": "readout", "data-out": "summary" });
+    /* The bar and its total stay in view (sticky on a phone) while the reader works the controls. */
+    var results = el("div", { "class": "explorer-result" }, [
       el("div", { "class": "legend" }, [el("span", {}, ["Busiest GPU (pipeline stage 0); the dashed line is the GPU's memory."])]),
-      barWrap,
+      barWrap, summaryLine,
+    ]);
+    var details = el("div", {}, [
       el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region", "aria-label": "Table (scrolls sideways)" }, [el("table", {}, [tbody])]),
-      convNote,
+      convNote, precNote,
     ]);
 
     function update() {
@@ -370,20 +383,65 @@
       convNote.textContent = c.label.split(":")[0] + " per parameter: " + c.description + ".";
       var own = data.models[m].seq_len;
       seqNote.textContent = data.seq[Number(seq.value)] === own ? "(the model's training length)" : "(trained at " + own.toLocaleString("en-US") + ")";
+      var mm = data.models[m], e = data.ep[Number(ep.value)], q = data.precisions[Number(prec.value)];
+      var dev = data.devices[Number(device.value)];
+      function stop(text) {
+        message.textContent = text;
+        message.hidden = false;
+        results.hidden = details.hidden = true;
+      }
       if (!layout) {
         dpOut.textContent = "none";
-        message.textContent = "TP \u00d7 PP = " + data.tp[t] + " \u00d7 " + data.pp[p] + " = " + (data.tp[t] * data.pp[p]) +
+        epOut.textContent = "none";
+        stop("TP \u00d7 PP = " + data.tp[t] + " \u00d7 " + data.pp[p] + " = " + (data.tp[t] * data.pp[p]) +
           " does not divide " + g.toLocaleString("en-US") + " GPUs: there is no whole data-parallel degree. " +
-          "Choose a GPU count that is a multiple of TP \u00d7 PP.";
-        message.hidden = false;
-        results.hidden = true;
+          "Choose a GPU count that is a multiple of TP \u00d7 PP.");
+        return;
+      }
+      dpOut.textContent = String(layout[1]);
+      var epl = data.ep_layouts[key + "," + e];
+      epOut.textContent = mm.moe === undefined ? "none (a dense model)" : (epl ? String(epl[1]) : "none");
+      if (e > 1 && mm.moe === undefined) {
+        stop("Expert parallelism splits the experts of a mixture of experts, and " + mm.name +
+          " is dense: choose a mixture of experts, or EP 1.");
+        return;
+      }
+      if (e > 1 && mm.experts % e) {
+        stop("EP = " + e + " does not divide the " + mm.experts + " experts of " + mm.name + ".");
+        return;
+      }
+      if (e > 1 && !epl) {
+        stop("EP = " + e + " does not divide TP \u00d7 DP = " + (data.tp[t] * layout[1]) +
+          ": expert parallelism is carved out of the tensor- and data-parallel GPUs.");
         return;
       }
       message.hidden = true;
-      results.hidden = false;
-      dpOut.textContent = String(layout[1]);
-      var st = data.state[m][Number(conv.value)][Number(zero.value)][layout[0]];
-      var a = data.act[m][t][p][Number(rc.value)][sp.checked ? 1 : 0][Number(seq.value)][Number(mb.value)];
+      results.hidden = details.hidden = false;
+      var ci = Number(conv.value), zi = Number(zero.value), qi = Number(prec.value);
+      var ri = Number(rc.value), spi = sp.checked ? 1 : 0;
+      var tokens = data.seq[Number(seq.value)] * data.micro_batch[Number(mb.value)];
+      var st, a;
+      if (mm.moe === undefined) {
+        st = data.state[mm.dense][ci][zi][layout[0]].slice();
+        a = data.act[mm.dense][t][p][ri][spi][Number(seq.value)][Number(mb.value)] -
+            data.saved[mm.dense][qi][t][p][ri][spi] * tokens;
+      } else {
+        /* per billion parameters: the dense part on TP x PP, the experts on PP x EP */
+        var denseB = (mm.params - mm.expert_params) / 1e9, u = data.unit[ci][zi][layout[0]];
+        var ue = data.unit_ep[ci][zi][epl[0]];
+        st = u.map(function (x, i) { return x * denseB + ue[i] * mm.expert_params / 1e9; });
+        a = data.moe_act[mm.moe][qi][t][p][ri][spi] * tokens;
+      }
+      /* a low precision keeps quantised copies of the weights, sharded like them */
+      var cv = data.conventions[ci];
+      st[0] *= (cv.weights + q.weight_copy) / cv.weights;
+      var needs = q.name === "bf16" ? "bf16" : q.name;
+      precNote.textContent = (q.name === "bf16" ? "BF16 weights, activations and products." :
+        q.label + ": a copy of the weights in the low precision (" + q.weight_copy + " bytes per parameter), and the " +
+        "linear layers' inputs stored in it for the backward pass.") +
+        (dev.formats.indexOf(needs) < 0 ? " The " + dev.name + " has no " + q.label.split(" ")[0] +
+          " tensor cores: the figures are for a GPU that has." : "") +
+        (mm.moe === undefined ? "" : " A mixture of experts' activations are counted with FlashAttention (no attention scores).");
       var v = { weights: st[0], grads: st[1], optimizer: st[2], activations: a };
       var sum = v.weights + v.grads + v.optimizer + v.activations;
       var cap = data.devices[Number(device.value)].memory_gb;
@@ -399,6 +457,8 @@
       verdict.className = fits ? "verdict-ok" : "verdict-no";
       verdict.textContent = (fits ? "yes: " : "no: ") + fmtGB(sum) + (fits ? " of " : " > ") + cap + " GB";
       verdict.setAttribute("data-fits", fits ? "yes" : "no");
+      summaryLine.textContent = fmtGB(sum) + " per GPU (DP = " + layout[1] + "): " + (fits ? "fits in" : "more than") + " the " + cap + " GB of the " +
+        data.devices[Number(device.value)].name + ".";
       stack.setAttribute("aria-label", "Memory per GPU: " + parts.map(function (q) { return q[1] + " " + fmtGB(v[q[0]]); }).join(", "));
     }
     /* A new model starts at its own training length. */
@@ -406,8 +466,9 @@
       var i = data.seq.indexOf(data.models[Number(model.value)].seq_len);
       if (i >= 0) seq.value = String(i);
     });
-    [model, gpus, tp, pp, zero, conv, device, rc, sp, seq, mb].forEach(function (x) { x.addEventListener("change", update); });
-    append(root, [controls, message, results]);
+    [model, gpus, tp, pp, zero, conv, device, rc, sp, seq, mb, prec, ep].forEach(function (x) { x.addEventListener("change", update); });
+    /* The result first: on a phone the controls fill two screens, and the bar must stay in view. */
+    append(root, [message, results, controls, details]);
     update();
   }
 
@@ -441,6 +502,7 @@
     var rows = [["share", "bubble, share of total time (formula)"],
                 ["relative", "bubble, relative to ideal compute (formula)"],
                 ["idle", "idle share of the simulated timeline"],
+                ["inner", "idle share inside each stage's own span"],
                 ["makespan", "time for the whole step (forward pass = 1)"],
                 ["peak0", "micro-batches stage 0 holds at once"],
                 ["done", "passes finished at this time"]];
@@ -449,18 +511,33 @@
       outs[r[0]] = el("td", { "data-out": r[0] });
       tbody.appendChild(el("tr", {}, [el("th", { text: r[1] }), outs[r[0]]]));
     });
-    var legend = el("div", { "class": "legend" }, [
-      el("span", {}, [el("span", { "class": "swatch", style: "background:" + data.colours.forward }), "forward (1 unit)"]),
-      el("span", {}, [el("span", { "class": "swatch", style: "background:" + data.colours.backward }), "backward (2 units)"]),
-      el("span", {}, [el("span", { "class": "swatch", style: "background:" + data.colours.forward + ";opacity:0.55" }),
-                      "lighter: second chunk (interleaved)"]),
-    ]);
+    /* The legend names what the chosen schedule runs: a whole backward, or its two halves. */
+    var legend = el("div", { "class": "legend", "data-out": "legend" });
+    function drawLegend(split) {
+      legend.innerHTML = "";
+      var items = [[data.colours.forward, "forward (1 unit)", 1]];
+      if (split) {
+        items.push([data.colours.backward, "B: gradient of the input (1 unit)", 1]);
+        items.push([data.colours.weight_grad, "W: gradient of the weights (1 unit)", 1]);
+      } else {
+        items.push([data.colours.backward, "backward (2 units)", 1]);
+      }
+      items.push([data.colours.forward, split ? "lighter: micro-batches fed from the last stage (DualPipe)" :
+                  "lighter: second chunk (interleaved)", 0.55]);
+      items.forEach(function (it) {
+        append(legend, [el("span", {}, [el("span", { "class": "swatch", style: "background:" + it[0] + ";opacity:" + it[2] }), it[1]])]);
+      });
+    }
+    var PHASE = ["F", "B", "W"];
+    var phaseColour = [data.colours.forward, data.colours.backward, data.colours.weight_grad];
     var results = el("div", {}, [legend, chartBox, el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region", "aria-label": "Table (scrolls sideways)" }, [el("table", {}, [tbody])])]);
     var run = null, times = [], boxes = [];
 
+    /* Each pass is five integers: stage, micro-batch, 2 x phase + chunk, start and end in 1/scale units. */
     function events(r) {
       var out = [], f = r.events;
-      for (var i = 0; i < f.length; i += 6) out.push({ stage: f[i], mb: f[i + 1], phase: f[i + 2], chunk: f[i + 3], start: f[i + 4], end: f[i + 5] });
+      for (var i = 0; i < f.length; i += 5) out.push({ stage: f[i], mb: f[i + 1], phase: f[i + 2] >> 1, chunk: f[i + 2] & 1,
+                                                       start: f[i + 3] / data.scale, end: f[i + 4] / data.scale });
       return out;
     }
     function draw() {
@@ -481,11 +558,10 @@
       }
       evs.forEach(function (e) {
         var x = px(e.start), w = px(e.end) - px(e.start);
-        var g = svg("g", { "class": "pass", "data-stage": e.stage, "data-mb": e.mb, "data-phase": e.phase ? "B" : "F",
+        var g = svg("g", { "class": "pass", "data-stage": e.stage, "data-mb": e.mb, "data-phase": PHASE[e.phase],
                            "data-start": e.start, "data-end": e.end });
         g.appendChild(svg("rect", { x: x + 0.5, y: T + e.stage * rowH + 1, width: Math.max(0.5, w - 1), height: rowH - 2,
-                                    fill: e.phase ? data.colours.backward : data.colours.forward,
-                                    opacity: e.chunk ? 0.55 : 1 }));
+                                    fill: phaseColour[e.phase], opacity: e.chunk ? 0.55 : 1 }));
         if (w >= 12 && rowH >= 14) g.appendChild(svg("text", { x: x + w / 2, y: T + e.stage * rowH + rowH / 2 + 4,
                                                              "text-anchor": "middle", "font-size": Math.min(12, w - 2), text: String(e.mb) }));
         chart.appendChild(g);
@@ -511,7 +587,8 @@
     function update() {
       run = data.runs[sched.value + "," + pSel.value + "," + mSel.value];
       if (run.error) {
-        message.textContent = "Not a valid schedule: " + run.error + ".";
+        message.textContent = (/^this page/.test(run.error) ? "Not in this page's table: " : "Not a valid schedule: ") +
+          run.error + ".";
         message.hidden = false;
         results.hidden = stepper.hidden = buttons.hidden = true;
         return;
@@ -521,15 +598,18 @@
       /* The steps are the moments a pass ends (and the start). */
       var seen = { 0: true };
       times = [0];
-      for (var i = 5; i < run.events.length; i += 6) {
-        if (!seen[run.events[i]]) { seen[run.events[i]] = true; times.push(run.events[i]); }
+      for (var i = 4; i < run.events.length; i += 5) {
+        var t = run.events[i] / data.scale;
+        if (!seen[t]) { seen[t] = true; times.push(t); }
       }
       times.sort(function (a, b) { return a - b; });
+      drawLegend(/^(zb|dualpipe)/.test(sched.value));
       step.max = String(times.length - 1);
       step.value = String(times.length - 1);
       outs.share.textContent = fmtPct(run.share);
       outs.relative.textContent = fmtPct(run.relative);
       outs.idle.textContent = fmtPct(run.idle);
+      outs.inner.textContent = fmtPct(run.inner);
       outs.makespan.textContent = String(run.makespan);
       outs.peak0.textContent = String(run.peak0);
       draw();
@@ -680,17 +760,347 @@
     build();
   }
 
+  /* ------------------------------------------------------------------ */
+  /* FSDP timeline: gather, compute, free, prefetch, reduce-scatter       */
+  /* ------------------------------------------------------------------ */
+  function fsdpExplorer(root, data) {
+    var d = data.defaults;
+    var mSel = select("m", data.m.map(function (x) { return [x, String(x)]; }), d.m);
+    var rSel = select("ratio", data.ratio.map(function (x) { return [x, x + " \u00d7 a forward pass"]; }), d.ratio);
+    function checkbox(name, text, on) {
+      var box = el("input", { type: "checkbox", name: name });
+      box.checked = on;
+      var label = el("label", { "class": "checkbox" }, [box, " " + text]);
+      label.style.flexDirection = "row";
+      label.style.alignItems = "center";
+      return [box, label];
+    }
+    var pre = checkbox("prefetch", "prefetch the next unit", d.prefetch);
+    var resh = checkbox("reshard", "free the weights after the forward pass", d.reshard);
+    var step = el("input", { type: "range", name: "step", min: "0", max: "0", step: "1", value: "0", "aria-label": "time step" });
+    var stepOut = el("span", { "class": "readout", "data-out": "time" });
+    var back = el("button", { type: "button", name: "back", text: "\u25c0 step back" });
+    var fwd = el("button", { type: "button", name: "forward", text: "step forward \u25b6" });
+    var end = el("button", { type: "button", name: "end", text: "whole step" });
+    var stepper = control("Time", step, stepOut);
+    stepper.className = "wide";
+    var play = player(step, function () { showStep(); }, 450);
+    var controls = el("div", { "class": "explorer-controls" }, [
+      control("Micro-batches per step m", mSel), control("All-gather (and reduce-scatter) per unit", rSel),
+      pre[1], resh[1], stepper, el("div", { "class": "buttons wide" }, [play.button, back, fwd, end]),
+    ]);
+    var phase = el("p", { "class": "phase", "aria-live": "polite", "data-out": "phase" });
+    var chartBox = el("div", { "class": "explorer-chart" });
+    var outs = {};
+    var rows = [["makespan", "time for the whole step (forward pass of a unit = 1)"],
+                ["compute", "of which computing"],
+                ["exposed", "of which waiting for communication"],
+                ["gathers", "all-gathers per step"],
+                ["reduces", "reduce-scatters per step"],
+                ["peak", "most units held whole at once"],
+                ["held", "units held whole at this time"],
+                ["done", "passes and collectives finished at this time"]];
+    var tbody = el("tbody");
+    rows.forEach(function (r) {
+      outs[r[0]] = el("td", { "data-out": r[0] });
+      tbody.appendChild(el("tr", {}, [el("th", { text: r[1] }), outs[r[0]]]));
+    });
+    var c = data.colours;
+    var colour = [c.gather, c.gather, c.reduce, c.forward, c.backward];
+    var short = ["AG", "AG", "RS", "F", "B"];
+    var names = ["all-gather for the forward", "all-gather for the backward", "reduce-scatter of the gradients",
+                 "forward", "backward"];
+    var legend = el("div", { "class": "legend" }, [
+      el("span", {}, [el("span", { "class": "swatch", style: "background:" + c.gather }), "all-gather of a unit's weights (AG)"]),
+      el("span", {}, [el("span", { "class": "swatch", style: "background:" + c.reduce }), "reduce-scatter of its gradients (RS)"]),
+      el("span", {}, [el("span", { "class": "swatch", style: "background:" + c.forward }), "forward (F, 1 unit)"]),
+      el("span", {}, [el("span", { "class": "swatch", style: "background:" + c.backward }), "backward (B, 2 units)"]),
+    ]);
+    var results = el("div", {}, [legend, chartBox, el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region",
+                                                              "aria-label": "Table (scrolls sideways)" }, [el("table", {}, [tbody])])]);
+    var run = null, times = [], boxes = [], heldLine = null, marker = null, px = null;
+
+    function events(r) {
+      var out = [], f = r.events;
+      for (var i = 0; i < f.length; i += 5) out.push({ kind: f[i], unit: f[i + 1], mb: f[i + 2],
+                                                       start: f[i + 3] / data.scale, end: f[i + 4] / data.scale });
+      return out;
+    }
+    function heldAt(t) {
+      var h = 0;
+      run.held.forEach(function (p) { if (p[0] / data.scale <= t + 1e-9) h = p[1]; });
+      return h;
+    }
+    function draw() {
+      chartBox.innerHTML = "";
+      boxes = [];
+      var evs = events(run);
+      var W = Math.max(300, Math.min(900, chartBox.clientWidth || 640));
+      var L = 84, R = 8, T = 6, rowH = 30, gap = 10, memH = 48, B = 26;
+      var H = T + 2 * rowH + gap + memH + B;
+      var span = run.makespan;
+      px = function (t) { return L + t / span * (W - L - R); };
+      var chart = svg("svg", { viewBox: "0 0 " + W + " " + H, width: W, height: H, role: "img",
+                               "aria-label": "FSDP timeline: collectives on one row, computation on the next, and the units held whole below" });
+      var rowNames = ["collectives", "compute"];
+      for (var r = 0; r < 2; r++) {
+        chart.appendChild(svg("rect", { x: L, y: T + r * rowH + 1, width: W - L - R, height: rowH - 2, "class": "idle" }));
+        chart.appendChild(svg("text", { x: L - 6, y: T + r * rowH + rowH / 2 + 4, "text-anchor": "end", text: rowNames[r] }));
+      }
+      evs.forEach(function (e) {
+        var row = e.kind <= 2 ? 0 : 1, x = px(e.start), w = px(e.end) - px(e.start);
+        var g = svg("g", { "class": "pass", "data-kind": ["gather-F", "gather-B", "reduce-scatter", "forward", "backward"][e.kind],
+                           "data-unit": e.unit, "data-mb": e.mb, "data-start": e.start, "data-end": e.end });
+        g.appendChild(svg("rect", { x: x + 0.5, y: T + row * rowH + 1, width: Math.max(0.5, w - 1), height: rowH - 2,
+                                    fill: colour[e.kind], opacity: e.mb % 2 ? 0.6 : 1 }));
+        g.appendChild(svg("title", { text: names[e.kind] + ", unit " + e.unit + ", micro-batch " + e.mb }));
+        var label = short[e.kind] + e.unit;
+        if (w >= 8 * label.length) g.appendChild(svg("text", { x: x + w / 2, y: T + row * rowH + rowH / 2 + 4, "text-anchor": "middle",
+                                                            "font-size": 11, text: label }));
+        chart.appendChild(g);
+        boxes.push({ node: g, e: e });
+      });
+      /* Units held whole: a step line over the step, 0 to the units of the model. */
+      var y0 = T + 2 * rowH + gap + memH, yTop = T + 2 * rowH + gap;
+      var qy = function (v) { return y0 - v / data.units * (memH - 4); };
+      chart.appendChild(svg("text", { x: L - 6, y: yTop + memH / 2, "text-anchor": "end", text: "units held" }));
+      chart.appendChild(svg("text", { x: L - 6, y: yTop + memH / 2 + 14, "text-anchor": "end", text: "whole" }));
+      chart.appendChild(svg("line", { x1: L, x2: W - R, y1: y0, y2: y0, "class": "grid" }));
+      chart.appendChild(svg("line", { x1: L, x2: W - R, y1: qy(data.units), y2: qy(data.units), "class": "grid" }));
+      chart.appendChild(svg("text", { x: L + 4, y: qy(data.units) + 12, "font-size": 11, text: "all " + data.units + " units" }));
+      var pts = [];
+      run.held.forEach(function (p, i) {
+        var t = p[0] / data.scale, v = p[1];
+        if (i > 0) pts.push(px(t).toFixed(1) + "," + qy(run.held[i - 1][1]).toFixed(1));
+        pts.push(px(t).toFixed(1) + "," + qy(v).toFixed(1));
+      });
+      heldLine = svg("polyline", { points: pts.join(" "), fill: "none", stroke: c.gather, "stroke-width": 2, "data-out": "held-line" });
+      chart.appendChild(heldLine);
+      marker = svg("line", { y1: T, y2: y0, stroke: "currentColor", "stroke-dasharray": "4 3" });
+      chart.appendChild(marker);
+      var tick = span <= 20 ? 2 : span <= 50 ? 5 : 10;
+      for (var t = 0; t <= span + 1e-9; t += tick) chart.appendChild(svg("text", { x: px(t), y: H - 8, "text-anchor": "middle", text: String(t) }));
+      chartBox.appendChild(chart);
+      showStep();
+    }
+    function showStep() {
+      var t = times[Number(step.value)], done = 0;
+      boxes.forEach(function (b) {
+        var finished = b.e.end <= t + 1e-9;
+        if (finished) done++;
+        b.node.style.opacity = finished ? "1" : "0.15";
+      });
+      if (marker) { marker.setAttribute("x1", px(t)); marker.setAttribute("x2", px(t)); }
+      stepOut.textContent = "t = " + t + " of " + run.makespan;
+      outs.done.textContent = done + " of " + boxes.length;
+      outs.held.textContent = String(heldAt(t));
+      var running = boxes.filter(function (b) { return b.e.start <= t + 1e-9 && b.e.end > t + 1e-9; })
+        .map(function (b) { return names[b.e.kind] + " of unit " + b.e.unit; });
+      phase.textContent = t >= run.makespan ? "Step done: every unit's gradients are reduce-scattered; each GPU updates its own shard." :
+        (running.length ? "Running now: " + running.join("; ") + "." : "At t = " + t + ".");
+    }
+    function update() {
+      var key = mSel.value + "," + Number(rSel.value) + "," + (pre[0].checked ? 1 : 0) + "," + (resh[0].checked ? 1 : 0);
+      run = data.runs[key];
+      var seen = { 0: true };
+      times = [0];
+      for (var i = 4; i < run.events.length; i += 5) {
+        var t = run.events[i] / data.scale;
+        if (!seen[t]) { seen[t] = true; times.push(t); }
+      }
+      times.sort(function (a, b) { return a - b; });
+      step.max = String(times.length - 1);
+      step.value = String(times.length - 1);
+      ["makespan", "compute", "exposed"].forEach(function (k) { outs[k].textContent = String(run[k]); });
+      ["gathers", "reduces", "peak"].forEach(function (k) { outs[k].textContent = String(run[k]); });
+      draw();
+    }
+    [mSel, rSel, pre[0], resh[0]].forEach(function (x) { x.addEventListener("change", function () { play.stop(); update(); }); });
+    step.addEventListener("input", showStep);
+    back.addEventListener("click", function () { play.stop(); step.value = String(Math.max(0, Number(step.value) - 1)); showStep(); });
+    fwd.addEventListener("click", function () { play.stop(); step.value = String(Math.min(Number(step.max), Number(step.value) + 1)); showStep(); });
+    end.addEventListener("click", function () { play.stop(); step.value = step.max; showStep(); });
+    append(root, [controls, phase, results]);
+    update();
+    onWidthChange(chartBox, draw);
+  }
+
+  /* ------------------------------------------------------------------ */
+  /* Planner: the plans of `python -m solutions.plan`, made at build time */
+  /* ------------------------------------------------------------------ */
+  var SCHEDULES = { "1f1b": "1F1B", gpipe: "GPipe", interleaved: "interleaved 1F1B", "zb-h1": "ZB-H1", "zb-h2": "ZB-H2" };
+  /* A layout in words, from the planner's JSON `layout` object. */
+  function describeLayout(l) {
+    var axes = ["TP " + l.tp];
+    if (l.cp > 1) axes.push("CP " + l.cp);
+    axes.push("PP " + l.pp, "DP " + l.dp);
+    var words = [axes.join(" \u00d7 "), "ZeRO stage " + l.zero];
+    if (l.pp > 1) {
+      words.push((SCHEDULES[l.schedule] || l.schedule) +
+                 (l.virtual_stages > 1 ? " with " + l.virtual_stages + " chunks per stage" : "") + " pipeline schedule");
+    }
+    words.push("micro-batches of " + l.micro_batch + (l.micro_batch === 1 ? " sequence" : " sequences"));
+    words.push(l.recompute === "none" ? "no recomputation" : l.recompute + " recomputation");
+    return words.join(", ");
+  }
+  function fmtSeconds(s) { return s >= 1 ? s.toPrecision(4) + " s" : (1000 * s).toPrecision(3) + " ms"; }
+  var MEBI = 1048576;
+  function fmtTokens(x) {
+    return x >= MEBI && x % MEBI === 0 ? (x / MEBI) + "M tokens (" + x.toLocaleString("en-US") + ")" : x.toLocaleString("en-US") + " tokens";
+  }
+
+  function plannerExplorer(root, data) {
+    var d = data.defaults;
+    var model = select("model", data.models.map(function (m, i) {
+      var size = Math.round(m.params / 1e9) + "B";  /* "Chinchilla (70B)"; "Llama 3 70B" names its size */
+      return [i, / \d+B$/.test(m.name) ? m.name : m.name + " (" + size + ")"];
+    }),
+                       data.models.findIndex(function (m) { return m.name === d.model; }));
+    var gpu = select("gpu", data.gpus.map(function (g, i) { return [i, g.name + " (" + g.memory_gb + " GB)"]; }),
+                     data.gpus.findIndex(function (g) { return g.name === d.gpu; }));
+    var count = select("count", data.counts.map(function (n, i) { return [i, n.toLocaleString("en-US")]; }), data.counts.indexOf(d.count));
+    var batch = select("batch", data.batch_tokens.map(function (b, i) { return [i, fmtTokens(b)]; }), data.batch_tokens.indexOf(d.batch_tokens));
+    var precision = select("precision", data.precisions.map(function (p, i) { return [i, p || "BF16 mixed precision (the planner's default)"]; }),
+                           Math.max(0, data.precisions.indexOf(d.precision)));
+    if (data.precisions.length < 2) precision.disabled = true;
+    var controls = el("div", { "class": "explorer-controls" }, [
+      control("Model", model), control("GPU", gpu), control("Number of GPUs", count),
+      control("Batch per optimizer step", batch), control("Precision", precision),
+    ]);
+
+    var headline = el("div", { "class": "planner-headline", "aria-live": "polite" });
+    var title = el("p", { "class": "planner-title", "data-out": "title" });
+    var layoutOut = el("p", { "class": "planner-layout", "data-out": "layout" });
+    var facts = {};
+    var factList = el("dl", { "class": "planner-facts" });
+    [["step", "step time"], ["tps", "tokens per second"], ["mfu", "model FLOPs utilisation"],
+     ["days", "days to train"], ["memory", "memory per GPU"]].forEach(function (f) {
+      facts[f[0]] = el("dd", { "data-out": f[0] });
+      factList.appendChild(el("div", {}, [el("dt", { text: f[1] }), facts[f[0]]]));
+    });
+    var message = el("div", { "class": "message", role: "alert", "data-out": "message" });
+    append(headline, [title, layoutOut, factList, message]);
+
+    function tableWrap(label, table) {
+      return el("div", { "class": "explorer-table-wrap", tabindex: "0", role: "region", "aria-label": label + " (scrolls sideways)" }, [table]);
+    }
+    var timeBody = el("tbody"), memBody = el("tbody"), altBody = el("tbody");
+    var timeTable = el("table", { "class": "planner-time" }, [el("caption", { text: "Where a step's time goes (exposed time on the critical path)" }),
+      el("thead", {}, [el("tr", {}, [el("th", { scope: "col", text: "part" }), el("th", { scope: "col", text: "time" }), el("th", { scope: "col", text: "share" })])]), timeBody]);
+    var memTable = el("table", { "class": "planner-memory" }, [el("caption", { text: "Memory on the busiest GPU" }),
+      el("thead", {}, [el("tr", {}, [el("th", { scope: "col", text: "part" }), el("th", { scope: "col", text: "per GPU" })])]), memBody]);
+    var altTable = el("table", { "class": "planner-alternatives" }, [el("caption", { text: "The next fastest layouts" }),
+      el("thead", {}, [el("tr", {}, [el("th", { scope: "col", text: "layout" }), el("th", { scope: "col", text: "step" }), el("th", { scope: "col", text: "MFU" })])]), altBody]);
+    var whyList = el("ul", { "class": "planner-why", "data-out": "why" });
+    var adviceHead = el("p", { "class": "note", text: "What to change:" });
+    var adviceList = el("ul", { "data-out": "advice" });
+    var commandOut = el("code", { "data-out": "command" });
+    var details = el("div", { "class": "planner-details" }, [
+      tableWrap("Step time", timeTable), tableWrap("Memory", memTable), tableWrap("Other layouts", altTable),
+      el("p", { "class": "note", text: "Why the other layouts lose, as the planner says it:" }), whyList,
+      adviceHead, adviceList,
+      el("p", { "class": "note" }, ["The same plan from a shell, as JSON: ", commandOut]),
+    ]);
+
+    var PARTS = [["compute", "compute"], ["tp", "tensor-parallel traffic"], ["cp", "context-parallel traffic"],
+                 ["pp", "pipeline sends"], ["dp", "data-parallel / ZeRO traffic"], ["bubble", "pipeline bubble"]];
+    function row(body, cells, attrs) {
+      body.appendChild(el("tr", attrs || {}, [el("th", { scope: "row", text: cells[0] })].concat(cells.slice(1).map(function (c) { return el("td", { text: c }); }))));
+    }
+    /* Layouts travel as lists of values in the order of data.layout_keys (planner_form.py). */
+    function unpack(values) {
+      var layout = {};
+      data.layout_keys.forEach(function (k, i) { layout[k] = values[i]; });
+      return layout;
+    }
+    function update() {
+      var p = data.plans[Number(model.value)][Number(gpu.value)][Number(count.value)][Number(batch.value)][Number(precision.value)];
+      var m = data.models[Number(model.value)], g = data.gpus[Number(gpu.value)], n = data.counts[Number(count.value)];
+      title.textContent = m.name + " on " + n.toLocaleString("en-US") + " " + g.name + ", " +
+        fmtTokens(data.batch_tokens[Number(batch.value)]).split(" (")[0] + " per step, trained on " +
+        data.tokens_per_param + " tokens per parameter";
+      commandOut.textContent = p.command;
+      root.setAttribute("data-command", p.command);
+      [timeBody, memBody, altBody, whyList, adviceList].forEach(function (b) { b.innerHTML = ""; });
+      if (p.error) {
+        message.textContent = "The planner refuses this choice: " + p.error;
+        message.hidden = false;
+        layoutOut.textContent = "";
+        layoutOut.removeAttribute("data-layout");
+        factList.hidden = details.hidden = true;
+        return;
+      }
+      factList.hidden = details.hidden = false;
+      var layout = unpack(p.layout);
+      layoutOut.textContent = "Fastest layout: " + describeLayout(layout) + ".";
+      layoutOut.setAttribute("data-layout", JSON.stringify(layout));
+      facts.step.textContent = fmtSeconds(p.step_time_s);
+      facts.tps.textContent = Math.round(p.tokens_per_s).toLocaleString("en-US");
+      facts.mfu.textContent = (100 * p.predicted_mfu).toFixed(1) + " %";
+      facts.days.textContent = p.days.toPrecision(4);
+      facts.memory.textContent = fmtGB(p.memory_per_gpu_bytes / 1e9) + " of " + g.memory_gb + " GB";
+      var fits = p.memory.fits;
+      if (!fits) {
+        message.textContent = "No layout fits in " + g.memory_gb + " GB per GPU; this is the least hungry, and it does not fit. " +
+          "See what to change below.";
+      }
+      message.hidden = fits;
+      PARTS.forEach(function (q) {
+        var t = p.breakdown_s[q[0]];
+        if (t > 0 || q[0] === "compute") row(timeBody, [q[1], fmtSeconds(t), (100 * t / p.step_time_s).toFixed(1) + " %"], { "data-part": q[0] });
+      });
+      row(timeBody, ["whole step", fmtSeconds(p.step_time_s), "100 %"], { "class": "total" });
+      [["weights_bytes", "weights"], ["grads_bytes", "gradients"], ["optimizer_bytes", "optimizer state"],
+       ["activation_bytes", "activations"]].forEach(function (q) { row(memBody, [q[1], fmtGB(p.memory[q[0]] / 1e9)]); });
+      row(memBody, ["total", fmtGB(p.memory_per_gpu_bytes / 1e9) + " of " + g.memory_gb + " GB" + (fits ? "" : ": does not fit")], { "class": "total" });
+      p.alternatives.forEach(function (a) {
+        row(altBody, [describeLayout(unpack(a.layout)), fmtSeconds(a.step_time_s), (100 * a.predicted_mfu).toFixed(1) + " %"]);
+      });
+      p.why_others_lose.forEach(function (w) { whyList.appendChild(el("li", { text: w })); });
+      p.advice.forEach(function (w) { adviceList.appendChild(el("li", { text: w })); });
+      adviceHead.hidden = adviceList.hidden = !p.advice.length;
+    }
+    [model, gpu, count, batch, precision].forEach(function (x) { x.addEventListener("change", update); });
+    append(root, [headline, controls, details]);
+    update();
+  }
+
   var EXPLORERS = { chinchilla: chinchilla, memory: memoryExplorer, pipeline: pipelineExplorer,
-                    collectives: collectiveExplorer };
+                    collectives: collectiveExplorer, fsdp: fsdpExplorer, planner: plannerExplorer };
+
+  function start(root, kind, data) {
+    var loading = root.querySelector(".explorer-loading");
+    if (loading) loading.remove();
+    EXPLORERS[kind](root, data);
+    root.setAttribute("data-ready", "true");
+  }
+  /* A large table rides in a script of its own (book/_ext/explore.py, DEFERRED), fetched when the
+     explorer comes near the window: a script element, since fetch() is refused from a folder on disk. */
+  function startDeferred(root, kind) {
+    var loaded = false;
+    function load() {
+      if (loaded) return;
+      loaded = true;
+      var script = document.createElement("script");
+      script.src = root.getAttribute("data-src");
+      script.onload = function () { start(root, kind, window.courseExplorerData[kind]); };
+      document.head.appendChild(script);
+    }
+    if (!("IntersectionObserver" in window)) { load(); return; }
+    var seen = new IntersectionObserver(function (entries) {
+      if (entries.some(function (e) { return e.isIntersecting; })) { seen.disconnect(); load(); }
+    }, { rootMargin: "600px 0px" });
+    seen.observe(root);
+  }
 
   function init() {
     var roots = document.querySelectorAll(".explorer[data-explorer]");
     Array.prototype.forEach.call(roots, function (root) {
       var kind = root.getAttribute("data-explorer");
+      if (!EXPLORERS[kind]) return;
       var script = root.querySelector("script.explorer-data");
-      if (!EXPLORERS[kind] || !script) return;
-      EXPLORERS[kind](root, JSON.parse(script.textContent));
-      root.setAttribute("data-ready", "true");
+      if (script) start(root, kind, JSON.parse(script.textContent));
+      else if (root.getAttribute("data-src")) startDeferred(root, kind);
     });
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);

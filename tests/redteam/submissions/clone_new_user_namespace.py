@@ -56,9 +56,25 @@ def memory_per_gpu(model_params, strategy, num_gpus):
     raise ValueError(f"unknown strategy {strategy!r}")
 
 
-# Exercise 4: the chapter's first estimate of communication time per step.
+# Exercise 4(a): the course's first estimate of communication time per step.
 def communication_time_per_step(model_params, dp_rank, tp_rank, num_layers, seq_len,
                                  batch_size, d_model, bandwidth_tb_s):
     dp_volume = 2 * (2 * model_params)
     tp_volume = num_layers * 2 * (2 * batch_size * seq_len * d_model)
     return (dp_volume + tp_volume) / (bandwidth_tb_s * 1e12)
+
+
+# Exercise 4(b): seconds per step on each axis, for one GPU (bf16, 2 bytes a value).
+def communication_time_per_step_by_axis(model_params, dp_degree, tp_degree, pp_degree, num_layers,
+                                        seq_len, micro_batch, num_microbatches, d_model,
+                                        intra_node_gb_s, inter_node_gb_s):
+    def ring(n):
+        return 2 * (n - 1) / n
+
+    activation = 2 * micro_batch * seq_len * d_model
+    dp_bytes = ring(dp_degree) * 2 * model_params / (tp_degree * pp_degree)
+    tp_bytes = (num_layers // pp_degree) * num_microbatches * 4 * ring(tp_degree) * activation
+    sends = 0 if pp_degree == 1 else (1 if pp_degree == 2 else 2)
+    pp_bytes = sends * num_microbatches * activation
+    return (dp_bytes / (inter_node_gb_s * 1e9), tp_bytes / (intra_node_gb_s * 1e9),
+            pp_bytes / (inter_node_gb_s * 1e9))

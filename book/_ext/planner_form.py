@@ -1,0 +1,158 @@
+"""The planner on the page: every plan the form can show, made at build time by the same
+command a reader runs in a shell, ``python -m solutions.plan ... --json``.
+
+For each choice of model, GPU type, GPU count, batch and precision the form offers,
+:func:`plan_cli` calls :func:`solutions.plan.main` with the command-line arguments of that choice
+and reads the JSON it prints (the planner's contract: ``predicted_mfu``, ``step_time_s``,
+``tokens_per_s``, ``days``, ``memory_per_gpu_bytes``, ``layout``, ``breakdown_s``, ...). The form
+(``book/_static/explore/explore.js``, ``plannerExplorer``) only looks the plans up, and shows
+each with the command that reproduces it; ``tests/book/test_planner_form.py`` runs that command and
+compares. Nothing here reads the planner's internals, so a new flag or a new GPU in
+:mod:`solutions.plan` reaches the page at the next build:
+
+* the GPUs are those of :data:`solutions.facts.GPUS` that have the memory to train on
+  (:data:`MIN_GPU_GB`);
+* the precisions are the choices of the planner's ``--precision`` option when it has one;
+  until then every plan is the planner's default (BF16 mixed precision).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import os
+import shlex
+from concurrent.futures import ProcessPoolExecutor
+
+#: The models on the form: published shapes (``--arch``) at their own size.
+MODELS = ("Llama 3 8B", "Chinchilla", "Llama 3 70B", "GPT-3", "Llama 3 405B")
+#: GPU counts: one server up to a frontier cluster.
+COUNTS = (8, 64, 256, 1024, 4096, 16384)
+#: Tokens per optimizer step (``--batch-tokens``): 1M, 4M and 16M (Llama 3 405B's main batch).
+BATCH_TOKENS = (2**20, 2**22, 2**24)
+#: GPUs with less memory than this are not offered (a T4 trains none of these models).
+MIN_GPU_GB = 40
+#: Significant digits kept of each number (the form shows at most four).
+DIGITS = 5
+
+
+def _sig(x):
+    return float(f"{x:.{DIGITS}g}") if isinstance(x, float) else x
+
+
+def _round(obj):
+    if isinstance(obj, dict):
+        return {k: _round(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_round(v) for v in obj]
+    return _sig(obj)
+
+
+def plan_cli(argv: list[str]) -> dict:
+    """``python -m solutions.plan *argv --json`` in this process: the plan's JSON object, or
+    ``{"error": message}`` for the one-line error the command prints when it exits with 2."""
+    from solutions import plan
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = plan.main([*argv, "--json"])
+        except SystemExit as exc:  # argparse refuses an argument
+            status = exc.code
+    if status != 0:
+        return {"error": err.getvalue().strip().removeprefix("error: ") or f"exit status {status}"}
+    return json.loads(out.getvalue())
+
+
+def precisions() -> list[str | None]:
+    """The planner's ``--precision`` choices, or ``[None]`` (its default) when it has none."""
+    from solutions import plan
+
+    action = plan.build_parser()._option_string_actions.get("--precision")  # argparse's table of options
+    if action is None:
+        return [None]
+    return list(action.choices or [action.default])
+
+
+def gpus() -> list[str]:
+    from solutions import facts
+
+    return [name for name, gpu in facts.GPUS.items() if gpu.memory_gb >= MIN_GPU_GB]
+
+
+def _e(x: float) -> str:
+    """A count in engineering notation, as one types it: 70e9, 1.4e12, 160e9."""
+    exponent = 3 * math.floor(math.log10(x) / 3)
+    return f"{x / 10**exponent:g}e{exponent}"
+
+
+def command(argv: list[str]) -> str:
+    """The shell command of ``argv``: what a reader types to get the same plan as JSON."""
+    return "python -m solutions.plan " + shlex.join([*argv, "--json"])
+
+
+def arguments(model: str, gpu: str, count: int, batch_tokens: int, precision: str | None) -> list[str]:
+    """The command-line arguments of one choice on the form (``--json`` left out). The model is
+    trained on the Chinchilla rule's tokens per parameter (they set the days, not the layout)."""
+    from solutions import facts, scaling
+
+    params = facts.ARCHITECTURES[model].params
+    argv = ["--model", _e(params), "--arch", model,
+            "--tokens", _e(params * scaling.CHINCHILLA_TOKENS_PER_PARAM),
+            "--gpu", gpu, "--count", str(count), "--batch-tokens", str(batch_tokens)]
+    return argv + (["--precision", precision] if precision else [])
+
+
+#: What the form shows of a plan: keys of the planner's JSON (``solutions.plan.plan_json``).
+KEPT = ("predicted_mfu", "step_time_s", "tokens_per_s", "days", "memory_per_gpu_bytes", "memory", "layout",
+        "breakdown_s", "global_batch", "microbatches", "steps", "alternatives", "why_others_lose", "advice")
+
+
+def _one(argv: list[str]) -> dict:
+    found = plan_cli(argv)
+    kept = found if "error" in found else {k: found[k] for k in KEPT if k in found}
+    return {**_round(kept), "command": command(argv)}
+
+
+def _pack_layouts(plans: list[dict]) -> list[str]:
+    """Write every ``layout`` (the plan's and its alternatives') as a list of its values in the
+    order of the returned keys, the first layout's: the table is a third smaller, and the page
+    rebuilds each object from the keys, whatever keys the planner gives a layout."""
+    keys = next((list(p["layout"]) for p in plans if "layout" in p), [])
+    for p in plans:
+        for holder in [p] + p.get("alternatives", []):
+            if "layout" in holder:
+                if list(holder["layout"]) != keys:
+                    raise ValueError(f"a layout with other keys than {keys}: {list(holder['layout'])}")
+                holder["layout"] = [holder["layout"][k] for k in keys]
+    return keys
+
+
+def planner_data(workers: int | None = None) -> dict:
+    """Every plan of the form's grid, ``plans[model][gpu][count][batch][precision]``."""
+    from solutions import facts, scaling
+
+    models, devices, precs = list(MODELS), gpus(), precisions()
+    grid = [(m, g, n, b, p) for m in models for g in devices for n in COUNTS for b in BATCH_TOKENS for p in precs]
+    argvs = [arguments(*choice) for choice in grid]
+    workers = workers or min(2, os.cpu_count() or 1)
+    if workers > 1:
+        with ProcessPoolExecutor(workers) as pool:
+            found = list(pool.map(_one, argvs, chunksize=8))
+    else:
+        found = [_one(a) for a in argvs]
+    layout_keys = _pack_layouts(found)
+    flat = iter(found)
+    plans = [[[[[next(flat) for _ in precs] for _ in BATCH_TOKENS] for _ in COUNTS] for _ in devices] for _ in models]
+    return {
+        "models": [{"name": m, "params": facts.ARCHITECTURES[m].params} for m in models],
+        "gpus": [{"name": g, "memory_gb": facts.GPUS[g].memory_gb} for g in devices],
+        "counts": list(COUNTS), "batch_tokens": list(BATCH_TOKENS),
+        "precisions": [p or "" for p in precs],
+        "tokens_per_param": scaling.CHINCHILLA_TOKENS_PER_PARAM,
+        "layout_keys": layout_keys,
+        "plans": plans,
+        "defaults": {"model": "Llama 3 70B", "gpu": "H100 SXM" if "H100 SXM" in devices else devices[0],
+                     "count": 1024, "batch_tokens": 2**22, "precision": precs[0] or ""},
+    }

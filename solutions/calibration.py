@@ -1,0 +1,117 @@
+"""Calibrating the step-time model on the course's table of published runs, and checking it
+run by run: the fitted constants, every run's error, and its leave-one-out error.
+
+The model (:mod:`solutions.steptime`) has five fitted constants, shared by every GPU, every
+precision and every shape (:class:`solutions.steptime.Calibration`): a multiplier on a matrix
+product's counted memory traffic, charged on top of its FLOPs (what its kernel does not hide
+behind them), FlashAttention's share of the BF16
+matmul ceiling, the network's share of its line rate, a fixed cost per local expert and MoE
+layer (routing, permutation, one grouped GEMM's launch), and the share of overlapped
+communication charged back to compute (NCCL's kernels take SMs from the kernels they overlap).
+The counted elementwise bytes move at the HBM's bandwidth (a multiplier of 1, not fitted).
+Everything else is a datasheet figure, a measured matmul ceiling or a count. :func:`fit`
+chooses the five to minimise the squared log-error of the predicted tokens/s per GPU over the runs given, :data:`solutions.facts.PUBLISHED_RUNS` by
+default; :func:`leave_one_out` refits without each run in turn and predicts it, which is
+the honest error of the model on a run it has not seen.
+
+References: narayanan2021megatron, dubey2024llama3, nvidia2025megatronbridge, liu2024deepseekv3.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import facts, steptime
+
+__all__ = ["BOUNDS", "Row", "predict", "residuals", "fit", "leave_one_out", "table", "summary"]
+
+#: The range each fitted constant may take: (gemm_traffic, attention, network, expert_s, contention).
+#: The multiplier on counted elementwise bytes is not fitted: the bytes are counted, and
+#: they move at the HBM's bandwidth (1).
+ELEMENTWISE = 1.0
+BOUNDS = ((0.0, 8.0), (0.15, 1.0), (0.2, 1.0), (0.0, 2e-3), (0.0, 0.5))
+_START = (2.0, 0.45, 0.6, 3e-4, 0.1)
+_SCALE = np.array([0.5, 0.1, 0.1, 1e-4, 0.05])
+
+
+def _cal(x, names=()) -> steptime.Calibration:
+    return steptime.Calibration(float(x[0]), ELEMENTWISE, float(x[1]), float(x[2]), tuple(names), 0.0, float(x[3]),
+                                float(x[4]))
+
+
+def predict(run, calibration) -> float:
+    """Predicted tokens/s per GPU of ``run`` under ``calibration``."""
+    return steptime.predict_run(run, calibration)[0].tokens_per_s_per_gpu
+
+
+def residuals(x, runs) -> np.ndarray:
+    cal = _cal(x)
+    return np.array([math.log(predict(r, cal) / steptime.published_tokens_per_s(r)) for r in runs])
+
+
+def fit(runs=None, start=None) -> steptime.Calibration:
+    """The constants minimising the squared log-error of tokens/s per GPU over ``runs``."""
+    from scipy.optimize import least_squares
+
+    runs = tuple(facts.PUBLISHED_RUNS if runs is None else runs)
+    lo, hi = zip(*BOUNDS)
+    x0 = np.clip(np.array(start if start is not None else _START, dtype=float), lo, hi)
+    res = least_squares(residuals, x0, bounds=(lo, hi), args=(runs,), x_scale=_SCALE,
+                        diff_step=1e-3, xtol=1e-6, ftol=1e-8)
+    return _cal(res.x, tuple(r.name for r in runs))
+
+
+@dataclass(frozen=True)
+class Row:
+    """One run: published and predicted tokens/s per GPU, the error, and the error when the
+    constants are fitted without it."""
+
+    name: str
+    published: float
+    predicted: float
+    loo_predicted: float
+    fits: bool
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.published - 1
+
+    @property
+    def loo_error(self) -> float:
+        return self.loo_predicted / self.published - 1
+
+
+def leave_one_out(runs=None, calibration=None) -> dict:
+    """``{run name: predicted tokens/s per GPU with the constants refitted without it}``."""
+    runs = tuple(facts.PUBLISHED_RUNS if runs is None else runs)
+    full = calibration or fit(runs)
+    x0 = (full.gemm_traffic, full.attention, full.network, full.expert_s, full.contention)
+    out = {}
+    for i, run in enumerate(runs):
+        cal = fit(runs[:i] + runs[i + 1:], start=x0)
+        out[run.name] = predict(run, cal)
+    return out
+
+
+def table(runs=None, calibration=None, loo=None) -> list:
+    """:class:`Row` per run (``loo`` from :func:`leave_one_out`, computed when not given)."""
+    runs = tuple(facts.PUBLISHED_RUNS if runs is None else runs)
+    cal = calibration or steptime.CALIBRATION
+    loo = loo if loo is not None else leave_one_out(runs, cal)
+    rows = []
+    for run in runs:
+        st = steptime.predict_run(run, cal)[0]
+        rows.append(Row(run.name, steptime.published_tokens_per_s(run), st.tokens_per_s_per_gpu, loo[run.name],
+                        st.fits))
+    return rows
+
+
+def summary(rows) -> dict:
+    """Median and worst absolute error, and the same for the leave-one-out errors."""
+    e = [abs(r.error) for r in rows]
+    l = [abs(r.loo_error) for r in rows]
+    return {"runs": len(rows), "median": statistics.median(e), "worst": max(e), "loo_median": statistics.median(l),
+            "loo_worst": max(l), "within_20": sum(x <= 0.2 for x in e), "oom": [r.name for r in rows if not r.fits]}

@@ -1,0 +1,157 @@
+"""A plan of :mod:`solutions.plan` as HTML tables, for a notebook or the book.
+
+``python -m solutions.plan`` prints a plan as numbered lines (:func:`solutions.plan.format_plan`),
+wider than a page's column. :func:`plan_tables` shows the same plan as two tables that wrap:
+the numbered lines (the numbers are the printout's, so that a text can say "line 9"), and the
+other layouts with why they lose. The values come from the plan's JSON object
+(:func:`solutions.plan.plan_json`, the keys scripts rely on) and, for line 2, the compute-optimal
+splits the plan carries. :class:`PlanTables` displays as the tables in Jupyter and as the printout
+in a terminal.
+
+    from solutions import plan, plan_html
+    plan_html.PlanTables(plan.make_plan(model=70e9, tokens=1.4e12, gpu="H100", count=1024), coursefig.NAMES)
+"""
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import asdict
+
+from . import memory, plan as planner, scaling
+
+__all__ = ["plan_tables", "PlanTables"]
+
+_SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "interleaved 1F1B", "zb-h1": "ZB-H1", "zb-h2": "ZB-H2"}
+_AXES = {"tp": "tensor parallel", "cp": "context parallel", "pp": "pipeline sends", "dp": "data parallel / ZeRO"}
+
+
+def _power(x: float, digits: int = 3) -> str:
+    """``5.88 × 10<sup>23</sup>``: a large count as a reader writes it."""
+    exponent = math.floor(math.log10(abs(x)))
+    return f"{x / 10**exponent:.{digits}g} × 10<sup>{exponent}</sup>"
+
+
+def _count(x: float) -> str:
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if x >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:.3g}"
+
+
+def _gb(x: float) -> str:
+    return f"{x / 1e9:,.1f} GB"
+
+
+def _time(s: float) -> str:
+    return f"{s:,.2f} s" if s >= 1 else f"{s * 1e3:,.1f} ms"
+
+
+def describe_layout(layout: dict) -> str:
+    """A layout of the plan's JSON (``layout``) in words."""
+    axes = [f"TP {layout['tp']}"] + ([f"CP {layout['cp']}"] if layout["cp"] > 1 else []) + \
+        [f"PP {layout['pp']}", f"DP {layout['dp']}"]
+    words = [" × ".join(axes), f"ZeRO stage {layout['zero']}"]
+    if layout["pp"] > 1:
+        v = layout["virtual_stages"]
+        words.append(_SCHEDULES.get(layout["schedule"], layout["schedule"]) + " schedule"
+                     + (f", {v} chunks per stage" if v > 1 else ""))
+    mb = layout["micro_batch"]
+    words.append(f"micro-batches of {mb} sequence{'s' if mb > 1 else ''}")
+    words.append("no recomputation" if layout["recompute"] == "none" else f"{layout['recompute']} recomputation")
+    return ", ".join(words)
+
+
+def _row(line, what, value, cls=""):
+    klass = f' class="{cls}"' if cls else ""
+    return f'<tr{klass}><td class="line">{line}</td><th scope="row">{what}</th><td>{value}</td></tr>'
+
+
+def _section(title):
+    return f'<tr class="section"><th scope="rowgroup" colspan="3">{title}</th></tr>'
+
+
+def plan_tables(plan: planner.Plan, names: dict | None = None) -> str:
+    """The plan as HTML: the printout's numbered lines as one table, then the other layouts.
+    The constant sets go by the names readers know (:data:`solutions.plan.CONSTANT_NAMES`),
+    unless ``names`` gives others (e.g. ``coursefig.NAMES``)."""
+    names = {**planner.CONSTANT_NAMES, **(names or {})}  # words, not code names, as labels
+    j, e = planner.plan_json(plan), html.escape
+    lay, b, mem, shape = j["layout"], j["breakdown_s"], j["memory"], j["shape"]
+    given = "the budget" if plan.budget_given else "6ND"
+    optimal = "".join(
+        f"<tr><th scope=\"row\">{e(names.get(name, name))}</th><td>{_count(N)}</td><td>{_count(D)}</td>"
+        f"<td>{r:.1f}</td><td>{L:.3f}</td></tr>" for name, (N, D, r, L) in plan.optimal.items())
+    optimal += (f"<tr><th scope=\"row\">{scaling.CHINCHILLA_TOKENS_PER_PARAM} tokens per parameter</th>"
+                f"<td>{_count(plan.twenty[0])}</td><td>{_count(plan.twenty[1])}</td><td></td><td></td></tr>")
+    optimal = ('<table class="plan-optimal"><thead><tr><th scope="col">fit</th><th scope="col">N</th>'
+               '<th scope="col">D</th><th scope="col">tokens / param</th><th scope="col">loss</th></tr></thead>'
+               f"<tbody>{optimal}</tbody></table>")
+    attention = f"{shape['heads']} heads of {shape['head_size']}" + (
+        f", {shape['kv_heads']} key/value heads" if shape.get("kv_heads") and shape["kv_heads"] != shape["heads"] else "")
+    conv = memory.get_convention(plan.convention)
+    exposed = [f"{_AXES[a]} {_time(b[a])} ({j['bytes_per_step'][a] / 1e9:,.2f} GB over {j['links'][a]})"
+               for a in _AXES if j["bytes_per_step"][a] > 0]
+    recompute = "no" if lay["recompute"] == "none" else lay["recompute"]
+    rows = [
+        _section("Compute"),
+        _row(1, "training compute", f"{_power(j['flops'])} FLOPs ({given}): {_count(j['params'])} parameters on "
+                                    f"{_count(j['tokens'])} tokens, {j['tokens'] / j['params']:.1f} tokens per parameter"),
+        _row(2, "compute-optimal at this budget", optimal),
+        _section("Layout"),
+        _row(3, "shape", f"{e(shape['name'])}: {shape['layers']} layers, width {shape['hidden']:,}, {attention}, "
+                         f"{e(shape['mlp'])} MLP, sequences of {shape['seq_len']:,} tokens"),
+        _row(4, "layout", f"{describe_layout(lay)}, {e(lay['attention'])} attention, on {j['count']:,} {e(j['gpu'])}"
+                          + "".join(f"<br>why: {e(r)}" for r in plan.reasons)),
+        _section("Memory per GPU"),
+        _row(5, f"model state ({conv.total:g} bytes per parameter)",
+             f"weights {_gb(mem['weights_bytes'])}, gradients {_gb(mem['grads_bytes'])}, "
+             f"optimizer state {_gb(mem['optimizer_bytes'])}"),
+        _row(6, "activations", f"{_gb(mem['activation_bytes'])} ({recompute} recomputation, {e(lay['attention'])} "
+                               "attention, busiest pipeline stage)"),
+        _row(7, "total", f"{_gb(j['memory_per_gpu_bytes'])} of {_gb(mem['gpu_bytes'])}: "
+                         + ("fits" if mem["fits"] else "<strong>does not fit</strong>")),
+        _section("Step (predicted)"),
+        _row(8, "batch", f"{j['global_batch']:,} sequences, {j['global_batch'] * shape['seq_len'] / 1e6:.1f}M tokens "
+                         f"per step; {j['microbatches']} micro-batches per replica; {j['steps']:,} steps"),
+        _row(9, "compute", _time(b["compute"])),
+        _row(10, "exposed communication", "; ".join(exposed) or "none"),
+        _row(11, "pipeline bubble", f"{_time(b['bubble'])} ({b['bubble'] / j['step_time_s']:.1%} of the step)"),
+        _row(12, "step", f"{_time(j['step_time_s'])}: {j['tokens_per_s']:,.0f} tokens/s, MFU {j['predicted_mfu']:.1%}, "
+                         f"hardware FLOPs utilisation {j['hardware_flops_utilization']:.1%}", "total"),
+        _section("Time"),
+        _row(13, "days to train", f"{j['days']:,.1f} days on {j['count']:,} GPUs at {j['mfu_used']:.1%} MFU "
+                                  f"({'given' if j['mfu_given'] else 'predicted'}), "
+                                  f"{j['days'] * j['count'] / 365.25:,.1f} GPU-years", "total"),
+    ]
+    lines = ('<table class="plan-lines"><caption>The plan, line by line</caption><thead><tr><th scope="col">line</th>'
+             '<th scope="col">what</th><th scope="col">value</th></tr></thead>'
+             f"<tbody>{''.join(rows)}</tbody></table>")
+    others = "".join(f"<tr><td>{_time(a['step_time_s'])}</td><td>{a['predicted_mfu']:.1%}</td>"
+                     f"<td>{describe_layout(a['layout'])}</td></tr>" for a in j["alternatives"])
+    others = ('<table class="plan-others"><caption>The next fastest layouts</caption><thead><tr>'
+              '<th scope="col">step</th><th scope="col">MFU</th><th scope="col">layout</th></tr></thead>'
+              f"<tbody>{others}</tbody></table>")
+    lose = "".join(f"<li>{e(x)}</li>" for x in j["why_others_lose"])
+    if plan.rule:
+        st, rule_layout = plan.rule
+        lose += (f"<li>the rule of thumb for this size ({e(planner.regime(plan.params))}): "
+                 f"{describe_layout(asdict(rule_layout))}, {'fits' if st.fits else 'does not fit'}: "
+                 f"{_time(st.step_s)} (+{st.step_s / j['step_time_s'] - 1:.0%})</li>")
+    advice = "".join(f"<li>{e(x)}</li>" for x in j["advice"])
+    return ('<div class="plan-tables">' + lines + others
+            + (f'<p>Why the others lose:</p><ul class="plan-why">{lose}</ul>' if lose else "")
+            + (f'<p>What to change:</p><ul>{advice}</ul>' if advice else "") + "</div>")
+
+
+class PlanTables:
+    """A plan that shows as tables in Jupyter (:func:`plan_tables`) and as the printout
+    (:func:`solutions.plan.format_plan`) as text."""
+
+    def __init__(self, plan: planner.Plan, names: dict | None = None):
+        self.plan, self.names = plan, names
+
+    def _repr_html_(self) -> str:
+        return plan_tables(self.plan, self.names)
+
+    def __repr__(self) -> str:
+        return planner.format_plan(self.plan)

@@ -1,0 +1,1 @@
+"""Tests of the grader's front ends, autograde/."""

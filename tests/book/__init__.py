@@ -1,0 +1,1 @@
+"""Tests of the built book, its notebooks and pages."""

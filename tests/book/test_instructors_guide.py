@@ -1,0 +1,24 @@
+"""The instructors' guide states counts and places that the code decides; they must agree."""
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+GUIDE = (ROOT / "book" / "instructors.md").read_text(encoding="utf-8")
+
+
+def test_the_red_team_counts_are_the_suites():
+    from tests.redteam.cases import CASES
+
+    honest = [c for c in CASES if not c.lost and not c.keeps]
+    said = re.search(r"grades (\d+) submissions in `tests/redteam/submissions/`:\s+(\d+) hostile or broken "
+                     r"ones and (\d+) honest variants", GUIDE)
+    assert said, "the guide no longer states the red-team suite's size"
+    assert tuple(map(int, said.groups())) == (len(CASES), len(CASES) - len(honest), len(honest))
+
+
+def test_every_path_the_guide_names_exists():
+    named = set(re.findall(r"`((?:sandbox|grading|assignments|autograde|instructor|tests|solutions|labs)/"
+                           r"[\w./-]+?\.(?:py|json|md))`", GUIDE))
+    assert named, "the guide names no file"
+    missing = sorted(n for n in named if not (ROOT / n).exists())
+    assert not missing, f"the guide names files that do not exist: {missing}"

@@ -1,0 +1,312 @@
+"""solutions.plan reproduces the chapter's worked examples, and refuses bad input in one line."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from solutions import facts, plan
+
+ROOT = Path(__file__).resolve().parents[2]
+H100 = facts.GPUS["H100 SXM"]
+
+
+def run_cli(*args):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "solutions.plan", *args], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=60)
+
+
+def test_7b_on_8_gpus_fsdp_has_the_chapters_memory():
+    # FSDP on one server: 84 GB of state (12 bytes/param) becomes 10.5 GB per GPU.
+    p = plan.make_plan(model=7e9, tokens=1e12, gpu="H100", count=8, convention="chapter_12", tp=1, pp=1, zero=3)
+    assert (p.tp, p.pp, p.dp, p.zero) == (1, 1, 8, 3)
+    assert sum(p.state.values()) == pytest.approx(10.5e9, rel=1e-12)
+    p16 = plan.make_plan(model=7e9, tokens=1e12, gpu="H100", count=8, tp=1, pp=1, zero=3)  # 16 bytes: 14 GB
+    assert sum(p16.state.values()) == pytest.approx(14e9, rel=1e-12)
+    assert p16.fits and plan.make_plan(model=7e9, tokens=1e12, gpu="H100", count=8).fits
+
+
+def test_chinchillas_budget():
+    C = 6 * 70e9 * 1.4e12
+    p = plan.make_plan(budget=C, gpu="H100", count=1024)
+    # 20 tokens per parameter at Chinchilla's budget is Chinchilla itself (Hoffmann et al. Table 3).
+    assert p.twenty == pytest.approx((70e9, 1.4e12), rel=1e-12)
+    # Tokens per parameter of the closed-form optimum (FACTS: 59 TeX-precise, 18.3 Epoch at 5.88e23).
+    assert p.optimal["hoffmann_precise"][2] == pytest.approx(59, abs=0.5)
+    assert p.optimal["epoch_2024"][2] == pytest.approx(18.3, abs=0.1)
+    # and 92.6 with the rounded constants at the paper's 5.76e23.
+    assert plan.make_plan(budget=5.76e23, count=1024).optimal["hoffmann_rounded"][2] == pytest.approx(92.6, abs=0.1)
+    assert p.flops == C and p.budget_given
+
+
+@pytest.mark.parametrize("count", [8192, 16384])
+def test_llama3_405b_published_layout_is_among_the_planners_best(count):
+    """Dubey et al. 2024, Table 4: the planner keeps TP8 inside the server and pipelines across
+    servers; its choice is no slower than the published layout as predicted, and the published
+    TP8 x PP16 family is within 10% of it."""
+    p = plan.make_plan(model=405e9, tokens=15.6e12, gpu="H100", count=count, arch="Llama 3 405B")
+    assert p.tp == 8 and p.cp == 1 and p.pp > 1 and p.layout.schedule == "interleaved"
+    assert p.regime == "frontier" and p.fits
+    fitting, _ = plan.search_layouts(p.shape, p.cluster, count, p.global_batch)
+    published = min(st.step_s for st, lay in fitting if (lay.tp, lay.pp, lay.cp) == (8, 16, 1))
+    assert p.step.step_s <= published <= 1.10 * p.step.step_s
+
+
+def test_days_to_train_70b_with_mfu_override():
+    p = plan.make_plan(model=70e9, tokens=1.4e12, gpu="H100", count=1024, mfu=0.4)
+    expected_days = 6 * 70e9 * 1.4e12 / (1024 * 989.4e12 * 0.4) / 86400
+    assert p.days == pytest.approx(expected_days, rel=1e-12)
+    assert p.days == pytest.approx(16.8, abs=0.05)
+    predicted = plan.make_plan(model=70e9, tokens=1.4e12, gpu="H100", count=1024)
+    assert predicted.days == pytest.approx(1.4e12 / predicted.step.tokens_per_s / 86400, rel=1e-12)
+    assert predicted.mfu == predicted.predicted_mfu and not predicted.mfu_given
+
+
+def test_70b_fsdp_traffic_counts_every_micro_batch():
+    """TP8 x FSDP over 128 servers: ZeRO-3 gathers and reduce-scatters for each of the 64
+    micro-batches, so the rule of thumb loses to ZeRO-1 by far more than its compute."""
+    p = plan.make_plan(model=70e9, tokens=1.4e12, gpu="H100", count=1024, tp=8, pp=1, zero=3, micro_batch=1)
+    m = p.microbatches
+    assert m == 64
+    shard = p.params / 8 * 2
+    assert p.step.bytes["dp"] == pytest.approx(3 * shard * 127 / 128 * m, rel=1e-12)
+    assert p.step.breakdown_s["dp"] > p.step.breakdown_s["compute"]
+    z1 = plan.make_plan(model=70e9, tokens=1.4e12, gpu="H100", count=1024, tp=8, pp=1, zero=1, micro_batch=1)
+    assert z1.step.breakdown_s["dp"] < 0.1 * p.step.breakdown_s["dp"]
+    best = plan.make_plan(model=70e9, tokens=1.4e12, gpu="H100", count=1024)
+    assert best.step.step_s < z1.step.step_s < p.step.step_s
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(model=70e9, tokens=1.4e12, gpu="H100", count=64),
+    dict(model=13e9, tokens=1e12, gpu="A100 40GB", count=16),
+    dict(model=175e9, tokens=3e11, gpu="A100", count=256, seq_len=4096),
+    dict(model=405e9, tokens=1e12, gpu="H100", count=4096, seq_len=131072, global_batch=64),
+])
+def test_search_never_returns_a_layout_that_does_not_fit(kwargs):
+    p = plan.make_plan(**kwargs)
+    fitting, others = plan.search_layouts(p.shape, p.cluster, p.count, p.global_batch)
+    limit = p.gpu.usable_memory_bytes
+    assert fitting, "some layout fits"
+    for st, lay in fitting:
+        assert st.state_bytes + st.activation_bytes <= limit
+        assert lay.gpus == p.count
+    assert all(st.memory_bytes > limit for st, _ in others)
+    assert p.fits and p.step.step_s == fitting[0][0].step_s
+    assert [s.step_s for s, _ in fitting] == sorted(s.step_s for s, _ in fitting)
+
+
+def test_hand_layout_that_does_not_fit_gets_advice():
+    p = plan.make_plan(model=70e9, tokens=1.4e12, gpu="H100", count=8, zero=0, tp=1, pp=1)
+    assert sum(p.state.values()) == pytest.approx(70e9 * 16, rel=1e-12)
+    assert not p.fits
+    assert p.advice and "DOES NOT FIT" in plan.format_plan(p)
+
+
+def test_no_inference_means_the_compute_optimal_model():
+    C = 6 * 70e9 * 1.4e12
+    p = plan.make_plan(budget=C, count=1024, inference_tokens=0)
+    N_opt, D_opt = p.optimal[plan.DEFAULT_CONSTANTS][:2]
+    assert (p.overtrained["N"], p.overtrained["D"]) == pytest.approx((N_opt, D_opt), rel=1e-4)
+    assert plan.make_plan(budget=C, count=1024).overtrained is None
+
+
+def test_serving_10t_tokens_overtrains_chinchilla_s_budget():
+    """The worked example of the section on inference-aware scaling: at Chinchilla's budget
+    (rounded constants), a model that will serve 10T tokens should be ~17.6B parameters trained
+    on ~363 tokens each, and costs 17% less over its lifetime than the compute-optimal one."""
+    T = 1e13
+    p = plan.make_plan(model=70e9, tokens=1.4e12, count=1024, inference_tokens=T, constants="hoffmann_rounded")
+    o = p.overtrained
+    assert o["N"] == pytest.approx(17.6e9, rel=0.005)
+    assert o["D"] / o["N"] == pytest.approx(363, rel=0.005)
+    N_opt, D_opt = p.optimal["hoffmann_rounded"][:2]
+    assert o["baseline"] == pytest.approx(6 * N_opt * D_opt + 2 * N_opt * T, rel=1e-12)  # Sardana et al. eq. 3
+    assert o["lifetime"] == pytest.approx(6 * o["N"] * o["D"] + 2 * o["N"] * T, rel=1e-12)
+    assert 1 - o["lifetime"] / o["baseline"] == pytest.approx(0.17, abs=0.005)
+    assert "serving 10T tokens: N=17.6B" in plan.format_plan(p)
+
+
+def test_cli_prints_a_predicted_plan():
+    out = run_cli("--model", "70e9", "--tokens", "1.4e12", "--gpu", "H100", "--count", "1024")
+    assert out.returncode == 0, out.stderr
+    for n in range(1, 14):
+        assert f"\n{n}. " in "\n" + out.stdout, f"line {n} missing"
+    assert "(predicted)" in out.stdout and "fits" in out.stdout and "== other layouts" in out.stdout
+    assert "the rule of thumb" in out.stdout
+
+
+FULL_RUN = ["--model", "405e9", "--tokens", "15.6e12", "--gpu", "H100", "--count", "8192", "--tp", "8", "--cp", "1",
+            "--pp", "16", "--dp", "64", "--zero", "1", "--seq-len", "8192", "--global-batch", "2048",
+            "--micro-batch", "1", "--layers", "126", "--hidden", "16384", "--heads", "128", "--kv-heads", "8",
+            "--head-dim", "128", "--ffn-hidden", "53248", "--vocab", "128000", "--recompute", "none",
+            "--attention", "flash", "--virtual-stages", "4", "--schedule", "interleaved"]
+KEYS = {"predicted_mfu", "hardware_flops_utilization", "step_time_s", "tokens_per_s", "days", "memory_per_gpu_bytes",
+        "layout", "breakdown_s"}
+LAYOUT_KEYS = {"tp", "cp", "pp", "dp", "zero", "virtual_stages", "micro_batch", "recompute"}
+
+
+def test_json_for_a_fully_specified_run():
+    out = run_cli(*FULL_RUN, "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert KEYS <= set(data) and LAYOUT_KEYS <= set(data["layout"])
+    assert {k: data["layout"][k] for k in LAYOUT_KEYS} == dict(tp=8, cp=1, pp=16, dp=64, zero=1, virtual_stages=4,
+                                                              micro_batch=1, recompute="none")
+    assert {"compute", "tp", "cp", "pp", "dp", "bubble"} <= set(data["breakdown_s"])
+    assert sum(data["breakdown_s"].values()) == pytest.approx(data["step_time_s"], rel=1e-9)
+    assert data["shape"]["layers"] == 126 and data["shape"]["head_size"] == 128
+    assert 0.2 < data["predicted_mfu"] < data["hardware_flops_utilization"] + 1e-12 <= 1
+    assert data["tokens_per_s"] * data["step_time_s"] == pytest.approx(2048 * 8192, rel=1e-9)
+
+
+def test_json_for_a_budget():
+    out = run_cli("--budget", "1e23", "--gpu", "A100", "--count", "256", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert KEYS <= set(data) and LAYOUT_KEYS <= set(data["layout"])
+    assert data["given"] == [] and data["memory"]["fits"]
+    assert data["days"] == pytest.approx(data["tokens"] / data["tokens_per_s"] / 86400, rel=1e-9)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "7e9", "--tokens", "1e12", "--count", "12", "--tp", "8"], "must divide count"),
+    (["--model", "7e9", "--tokens", "1e12", "--count", "8", "--tp", "16"], "tp must be at most"),
+    (["--model", "7e9", "--tokens", "1e12", "--recompute", "some"], "recompute must be one of"),
+    (["--model", "7e9", "--tokens", "1e12", "--attention", "sparse"], "attention must be one of"),
+    (["--model", "7e9", "--tokens", "1e12", "--cp", "3"], "cp must divide seq_len"),
+    (["--model", "7e9", "--tokens", "1e12", "--global-batch", "0"], "global_batch"),
+    (["--model", "7e9", "--tokens", "1e12", "--count", "8", "--global-batch", "3", "--dp", "8"], "no layout"),
+    (["--model", "7e9", "--tokens", "1e12", "--gpu", "Z100"], "gpu must be one of"),
+    (["--model", "7e9", "--tokens", "1e12", "--gpu", "H100", "--precision", "nvfp4"],
+     "precision nvfp4 is not available on the H100 SXM"),
+    (["--model", "7e9", "--tokens", "1e12", "--precision", "fp6"], "precision must be one of"),
+    (["--arch", "DeepSeek-V3", "--tokens", "1e12", "--count", "2048", "--ep", "96"],
+     "ep must divide the number of experts"),
+    (["--model", "40e9", "--tokens", "1e12", "--experts", "8", "--top-k", "9", "--expert-ffn-hidden", "4096"],
+     "top_k must be at most the number of experts"),
+    (["--arch", "Mixtral 8x22B", "--tokens", "1e12", "--count", "64", "--ep", "8", "--tp", "1", "--pp", "1",
+      "--dp", "8"], "tp x cp x pp x dp must equal count"),
+    (["--arch", "DeepSeek-V3", "--tokens", "1e12", "--count", "512", "--ep", "64", "--tp", "1", "--pp", "16",
+      "--dp", "32"], "ep x etp must divide tp x cp x dp"),
+    (["--model", "7e9", "--tokens", "1e12", "--ep", "8"], "ep > 1 needs experts"),
+    (["--arch", "DeepSeek-V4", "--tokens", "1e12"], "arch must be one of"),
+    (["--model", "7e9", "--tokens", "1e12", "--overlap", "tp,nope"], "overlap must be"),
+    (["--budget", "1e24", "--experts", "64", "--top-k", "2", "--expert-ffn-hidden", "2048"],
+     "give --model (or --arch) and --tokens for a mixture of experts"),
+    (["--budget", "1e23", "--model", "7e9", "--tokens", "1e12"], "not both"),
+    (["--model", "7e9"], "give a budget, or both model and tokens"),
+    (["--model", "7e9", "--tokens", "1e12", "--mfu", "1.5"], "mfu must be in (0, 1]"),
+    (["--model", "7e9", "--tokens", "1e12", "--count", "abc"], "invalid int value"),
+    (["--model", "7e9", "--tokens", "1e12", "--zero", "4"], "zero must be one of"),
+    (["--model", "7e9", "--tokens", "1e12", "--inference-tokens", "-5"], "inference_tokens must be a non-negative"),
+])
+def test_cli_bad_input_is_one_line(args, message):
+    out = run_cli(*args)
+    assert out.returncode == 2
+    assert out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("python -m solutions.plan: error: ") and message in lines[0], \
+        out.stderr
+
+
+def test_find_gpu_aliases():
+    from solutions import hardware
+    assert plan.find_gpu("h100") is hardware.GPU_TABLE["H100 SXM"]
+    assert plan.find_gpu("a100 40gb").memory_vendor.startswith("40")
+    assert plan.find_gpu("GB200 NVL72") is hardware.GPU_TABLE["GB200"]
+    assert plan.find_gpu("mi355x").vendor == "AMD"
+    with pytest.raises(ValueError, match="gpu must be one of .*B200.*MI355X"):
+        plan.find_gpu("H100 NVLX")
+
+
+def _plan_for(run):
+    """The planner on a published run's model, cluster and batch, the layout left to it."""
+    from solutions import steptime
+    shape = steptime.run_shape(run)
+    kw = dict(tokens=1e12, gpu=run.gpu, count=run.num_gpus, seq_len=run.seq_len, global_batch=run.global_batch,
+              network=run.network, attention=run.attention)
+    if run.arch:
+        return plan.make_plan(arch=run.arch, **kw)
+    if run.mlp == "swiglu":
+        return plan.make_plan(model=run.params, arch="Llama 3 405B", **kw)
+    return plan.make_plan(layers=shape.layers, hidden=shape.hidden, heads=shape.heads, vocab=shape.vocab, **kw)
+
+
+@pytest.mark.parametrize("name", ["Megatron 145.6B", "BLOOM 176B", "MT-NLG 530B, 2,240 GPUs", "ZeRO-3 174.6B, 384 GPUs",
+                                  "Llama 3 405B, 16,384 GPUs, 128K context"])
+def test_planner_is_no_slower_than_a_published_layout(name):
+    """For a published run's model and cluster the planner's choice is predicted no slower than
+    the published layout, whenever that layout fits the planner's memory model."""
+    from solutions import steptime
+    run = next(r for r in facts.PUBLISHED_RUNS if r.name == name)
+    p = _plan_for(run)
+    published, _ = steptime.predict_run(run)
+    assert p.fits
+    if published.fits:
+        assert p.step.step_s <= published.step_s * (1 + 1e-9)
+
+
+MOE_RUN = ["--arch", "DeepSeek-V3", "--tokens", "14.8e12", "--gpu", "H800", "--count", "2048", "--precision", "fp8",
+           "--tp", "1", "--pp", "16", "--dp", "128", "--ep", "64", "--zero", "1", "--global-batch", "15360",
+           "--micro-batch", "1", "--json"]
+
+
+def test_json_for_a_mixture_of_experts():
+    out = run_cli(*MOE_RUN)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert KEYS <= set(data) and LAYOUT_KEYS <= set(data["layout"])
+    assert data["layout"]["ep"] == 64 and data["precision"] == "fp8"
+    assert data["shape"]["moe"]["experts"] == 256 and data["shape"]["moe"]["top_k"] == 8
+    assert data["shape"]["active_params"] == pytest.approx(37e9, rel=0.05)
+    assert data["bytes_per_step"]["ep"] > 0 and "ep" in data["breakdown_s"]
+    # MFU against the BF16 peak, and against the FP8 peak: half of it
+    assert data["mfu_precision_peak"] == pytest.approx(data["mfu_bf16_peak"] / 2, rel=1e-3)
+    assert data["tokens_per_s_per_gpu"] == pytest.approx(data["tokens_per_s"] / 2048, rel=1e-12)
+    assert data["memory"]["fits"] and data["memory"]["margin_bytes"] > 0
+
+
+def test_moe_flags_make_a_mixture_and_the_search_picks_ep():
+    p = plan.make_plan(model=60e9, tokens=1e12, gpu="GB200", count=64, experts=64, top_k=4, expert_ffn=2048,
+                       shared_experts=1, dense_layers=1, precision="mxfp8")
+    assert p.shape.is_moe and p.shape.moe.experts == 64 and p.ep > 1
+    assert p.step.links["ep"] == "nvlink"  # inside the 72-GPU NVLink domain of the rack
+    assert p.shape.active_params < 0.3 * p.shape.n_params
+
+
+def test_precision_speeds_a_plan_up_and_is_printed():
+    bf = plan.make_plan(model=70e9, tokens=1e12, gpu="B200", count=64, arch="Llama 3 70B", tp=2, pp=4)
+    f4 = plan.make_plan(model=70e9, tokens=1e12, gpu="B200", count=64, arch="Llama 3 70B", tp=2, pp=4,
+                        precision="nvfp4")
+    assert f4.step.tokens_per_s > bf.step.tokens_per_s
+    text = plan.format_plan(f4)
+    assert "of the NVFP4 peak" in text and "tokens/s/GPU" in text and "TFLOP/s/GPU" in text
+
+
+def test_an_out_of_memory_plan_prints_its_margin():
+    p = plan.make_plan(model=70e9, tokens=1.4e12, gpu="H100", count=8, zero=0, tp=1, pp=1)
+    assert not p.fits and p.step.margin_bytes < 0
+    assert f"{-p.step.margin_bytes / 2**30:,.1f} GiB over" in plan.format_plan(p)
+
+
+def test_line_2_names_the_default_constants():
+    p = plan.make_plan(budget=5.88e23, count=1024)
+    assert plan.DEFAULT_CONSTANTS == "epoch_2024"
+    text = plan.format_plan(p)
+    assert "default the Epoch AI refit, the set section 3 stands behind" in text
+    # the compute-optimal model under the refit: about 20 tokens per parameter
+    assert p.tokens / p.params == pytest.approx(p.optimal["epoch_2024"][2], rel=1e-9)
+
+
+def test_arch_names_in_any_case():
+    a = plan.make_plan(arch="deepseek-v3", tokens=1e12, gpu="H800", count=2048, precision="fp8", tp=1, pp=16,
+                       dp=128, ep=64, zero=1, micro_batch=1, recompute="none")
+    b = plan.make_plan(arch="DeepSeek-V3", tokens=1e12, gpu="H800", count=2048, precision="fp8", tp=1, pp=16,
+                       dp=128, ep=64, zero=1, micro_batch=1, recompute="none")
+    assert a.step.step_s == b.step.step_s and a.shape == b.shape
