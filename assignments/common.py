@@ -120,10 +120,26 @@ def rank_source(name: str) -> str:
     if name not in _SOURCES:
         if name == "stage":
             _SOURCES[name] = _stage_source()
+        elif name == "moe":
+            _SOURCES[name] = _moe_source()
         else:
             path = HERE.parent / "labs" / "model.py" if name == "model" else HERE / f"{name}.py"
             _SOURCES[name] = path.read_text(encoding="utf-8")
     return _SOURCES[name]
+
+
+def _moe_source() -> str:
+    """The labs' MoE layer pieces Assignment 6's ranks use (``MoEConfig``, ``Experts`` with its
+    pacing helpers, ``route``), alone: not the module around them, whose dispatch and combine
+    are the answer."""
+    import inspect
+
+    from labs import expert_parallel as lab
+
+    pieces = [lab.MoEConfig, lab._sleep_until, lab._PaceBackwardStart, lab._PaceBackwardEnd, lab.Experts, lab.route]
+    return ("from __future__ import annotations\n\nimport math\nimport time\nfrom dataclasses import asdict, "
+            "dataclass\n\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+            + "\n\n".join(inspect.getsource(piece) for piece in pieces))
 
 
 def _stage_source() -> str:

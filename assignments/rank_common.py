@@ -141,8 +141,8 @@ COLLECTIVE_OPS = {
     "reduce_": ("reduce", 0),
     "gather_": ("gather", 1),
     "scatter_": ("scatter", 0),
-    "alltoall_": ("all_to_all", 0),
-    "alltoall_base_": ("all_to_all", 0),
+    "alltoall_": ("all_to_all", 1),
+    "alltoall_base_": ("all_to_all", 1),
     "send": ("send", 0),
     "recv_": ("recv", 0),
     "recv_any_source_": ("recv", 0),
@@ -168,6 +168,31 @@ def _async_op(func, args, kwargs) -> bool:
     return bool((kwargs or {}).get("async_op", args[i] if i < len(args) else True))
 
 
+def all_to_all_record(packet: str, args) -> dict:
+    """What one all-to-all moves, from its c10d operator's arguments (a claim): the rows this
+    rank sends to and receives from each rank (empty splits: equal ones), whether the rows
+    are floating point (tokens, not counts), and the bytes that leave the rank (its own
+    share stays)."""
+    import torch.distributed as dist
+
+    rank, size = dist.get_rank(), dist.get_world_size()
+    if packet == "alltoall_":  # lists of tensors, one per peer
+        outputs, inputs = args[0], args[1]
+        sends = [nbytes(t) for t in inputs]
+        return {"floating": bool(inputs) and inputs[0].is_floating_point(),
+                "input_splits": [t.shape[0] if t.dim() else 1 for t in inputs],
+                "output_splits": [t.shape[0] if t.dim() else 1 for t in outputs],
+                "sent": sum(b for j, b in enumerate(sends) if j != rank)}
+    output, inp, _, out_splits, in_splits = args[:5]
+    rows_in = inp.shape[0] if inp.dim() else 1
+    rows_out = output.shape[0] if output.dim() else 1
+    row = nbytes(inp) // rows_in if rows_in else 0
+    ins = [int(x) for x in in_splits] or [rows_in // size] * size
+    outs = [int(x) for x in out_splits] or [rows_out // size] * size
+    return {"floating": inp.is_floating_point(), "input_splits": ins, "output_splits": outs,
+            "sent": row * sum(x for j, x in enumerate(ins) if j != rank)}
+
+
 def call_counter(log: list | None = None):
     """A dispatch mode counting, while active, each c10d operation the rank's Python code
     issues: ``calls[name]`` and ``bytes[name]`` (the full buffer, :data:`COLLECTIVE_OPS`),
@@ -180,6 +205,7 @@ def call_counter(log: list | None = None):
         def __init__(self):
             super().__init__()
             self.calls, self.bytes, self.log = {}, {}, log if log is not None else []
+            self.all_to_all = []  # one all_to_all_record per all-to-all
 
         @classmethod
         def _should_skip_dynamo(cls) -> bool:
@@ -195,6 +221,11 @@ def call_counter(log: list | None = None):
                     self.bytes[name] = self.bytes.get(name, 0) + size
                     if len(self.log) < 20_000:
                         self.log.append([name, size, _async_op(func, args, kwargs)])
+                    if name == "all_to_all" and len(self.all_to_all) < 1000:
+                        try:  # recorded before it runs: a call that fails is seen too
+                            self.all_to_all.append(all_to_all_record(packet.__name__, args))
+                        except Exception:  # noqa: BLE001 - arguments the operator will refuse anyway
+                            pass
             return func(*args, **(kwargs or {}))
 
     return Counter()

@@ -17,7 +17,8 @@ first message (the pair's identity), which are skipped.
 
 Verified on this machine's torch (2.13) by capturing each operation alone: send/recv slot
 prefix 0; all-reduce 4 (reduce-scatter is run as an all-reduce: 2(n-1)/n of the input);
-all-gather 2; reduce 3; broadcast 6; barrier 7 (no payload). ``tests/test_rank_wire.py``
+all-gather 2; reduce 3; broadcast 6; barrier 7 (no payload); all-to-all 8 (the rows sent to
+the other ranks, the rank's own share staying). ``tests/test_rank_wire.py``
 checks the prefixes and byte counts against the formulas, so a torch whose gloo changed
 fails there, not in a student's grade.
 """
@@ -27,7 +28,8 @@ import socket
 import struct
 
 #: Slot prefixes (the slot's top byte) of gloo's messages, by what sends them.
-PREFIXES = {0: "send/recv", 2: "all_gather", 3: "reduce", 4: "all_reduce", 6: "broadcast", 7: "barrier"}
+PREFIXES = {0: "send/recv", 2: "all_gather", 3: "reduce", 4: "all_reduce", 6: "broadcast", 7: "barrier",
+            8: "all_to_all"}
 PREAMBLE = struct.Struct("<6Q")
 SEND_BUFFER, SEND_UNBOUND_BUFFER, NOTIFY_SEND_READY, NOTIFY_RECV_READY = range(4)
 CLIENT_HELLO = 8  # bytes a connecting side writes before its first message

@@ -22,7 +22,7 @@ import pytest
 from sandbox import multirank
 from sandbox.multirank import Limits, RankProgram, run_ranks
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODES = ["namespaces", "uid"]
 
 PROBE = textwrap.dedent('''

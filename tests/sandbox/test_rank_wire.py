@@ -25,6 +25,7 @@ def main(ctx):
         ("all_gather", lambda: dist.all_gather_single(torch.empty(N), torch.ones(N // n))),
         ("all_gather list", lambda: dist.all_gather(list(torch.empty(N).chunk(n)), torch.ones(N // n))),
         ("backend all_reduce", lambda: dist.group.WORLD._get_backend(torch.device("cpu")).allreduce([torch.ones(N)]).wait()),
+        ("all_to_all", lambda: dist.all_to_all_single(torch.empty(N), torch.ones(N))),
         ("store", lambda: dist.distributed_c10d._get_default_store().set(f"k{r}", b"x" * 4000)),
     ]
     for k, (name, run) in enumerate(steps):
@@ -65,7 +66,8 @@ def test_each_operation_is_seen_with_the_bytes_of_its_formula(n):
                                    ("reduce_scatter list", "all_reduce", 2 * ring * size),
                                    ("all_gather", "all_gather", ring * size),
                                    ("all_gather list", "all_gather", ring * size),
-                                   ("backend all_reduce", "all_reduce", 2 * ring * size)):
+                                   ("backend all_reduce", "all_reduce", 2 * ring * size),
+                                   ("all_to_all", "all_to_all", ring * size)):  # its own share stays
         assert [t["collectives"].get(prefix) for t in seen[name]] == [per_rank] * n, (name, seen[name])
         assert all(t["p2p"] == 0 and t["store"] == 0 and t["garbage"] == 0 for t in seen[name]), name
     assert all(t["store"] >= 4000 for t in seen["store"]), seen["store"]
