@@ -1,6 +1,11 @@
-"""What every assignment's grader shares: loading a submission's function inside a rank,
-counting what a rank sends, sending tensors between the grader and its ranks, and the
-report (the autograder's schema: ``{name, score, max_score, tests: [...]}``)."""
+"""What every assignment's grader shares, on the grader's side: reading a submission (its
+self-check left out, statement by statement), the program its ranks run (``*_rank.py`` and
+:mod:`.rank_common`, sent as source: :func:`rank_program`), what each rank is sent
+(:func:`payload`, its own inputs only), running every case on its own (:func:`run_cases`,
+:class:`CaseBarrier`: restarts, checkpoints, the traffic seen between the ranks), the
+training loop of Assignments 2 and 3 (:func:`grade_training`), seeding models apart from
+other grading threads (:func:`seeded`), and the report (the autograder's schema:
+``{name, score, max_score, tests: [...]}``)."""
 from __future__ import annotations
 
 import base64
