@@ -346,8 +346,9 @@ def finish_report(report: Report, titles: dict, points: dict, problems: dict, mi
 #: How long a rank of a submission that has already hung may wait, its group idle, before it
 #: is stuck too (the first hang waits ``Limits.stall_s``).
 RESTART_STALL_S = 2.0
-#: How long rank 0, let go alone at a hold checkpoint, may take to reach the next one.
-HOLD_S = 3.0
+#: How long rank 0, let go alone at a hold checkpoint, may sit idle before it is taken to
+#: wait for a peer held back (it is then let go: see CaseBarrier.tick).
+HOLD_S = 2.0
 
 
 class CaseBarrier:
@@ -372,7 +373,8 @@ class CaseBarrier:
         """A rank waits at a checkpoint. The ``hold`` checkpoints (``point`` "A", then "B")
         test, from outside, that a rank goes on while a peer is held back: when every rank is
         at A, rank 0 alone goes on; the others follow once it reaches B (it "went on"), or
-        after :data:`HOLD_S` without it (it "waited": for a peer held back)."""
+        once it has sat idle for :data:`HOLD_S` without reaching it (it "waited": for a peer
+        held back)."""
         if (message.get("checkpoint") == "hold" and self._hold is not None and not self._hold[2] and rank == 0
                 and message.get("point") == "B"):
             case, _, _ = self._hold
@@ -384,9 +386,12 @@ class CaseBarrier:
         self.waiting[rank] = message
         return self._decide()
 
-    def tick(self, now: float) -> dict:
-        """Rank 0 let go alone at a hold did not reach B in time: let the others go too."""
-        if self._hold is None or self._hold[2] or now - self._hold[1] < HOLD_S:
+    def tick(self, now: float, idle_for) -> dict:
+        """Rank 0, let go alone at a hold, has not reached B and the group has been idle for
+        :data:`HOLD_S` (``idle_for(seconds)``: no CPU spent, no thread waiting to run; the
+        others wait at A, so it is rank 0 that waits): let the others go too. On a loaded
+        machine a rank 0 that is slow, not waiting, keeps running until it gets there."""
+        if self._hold is None or self._hold[2] or now - self._hold[1] < HOLD_S or not idle_for(HOLD_S):
             return {}
         case = self._hold[0]
         self._hold = (case, 0.0, True)

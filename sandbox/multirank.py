@@ -860,8 +860,6 @@ def _watch_loop(result: GroupResult, conns, status, limits: Limits, checkpoints,
                              f"rank {r} exited with status {how - 1000} (sys.exit or os._exit?)")
             result.detail += f" in {op}" if op else ""
             break
-        if checkpoints is not None and hasattr(checkpoints, "tick"):
-            _answer(conns, checkpoints.tick(now), open_conns)
         if capture is not None:
             capture.drain()  # (the socket's buffer is large, but not endless)
         if now >= next_sample:
@@ -895,6 +893,9 @@ def _watch_loop(result: GroupResult, conns, status, limits: Limits, checkpoints,
             window = [s for s in samples if s[0] >= now - seconds - 0.25]
             return (len(window) > 1 and window[0][0] <= now - seconds + 0.25
                     and window[-1][1] - window[0][1] < IDLE_CPU_S and not any(s[2] for s in window))
+
+        if checkpoints is not None and hasattr(checkpoints, "tick"):  # a policy that waits for progress
+            _answer(conns, checkpoints.tick(now, idle_for), open_conns)
 
         hang = _hang(status, world_size, limits.stall_s, now) if idle_for(limits.stall_s) else None
         if hang is None and errored is not None and now - errored > limits.stall_after_error_s:
