@@ -39,7 +39,7 @@ import numpy as np
 from solutions.pipeline import bubble_fraction, idle_fraction, peak_in_flight, simulate_orders
 
 from .a5_rank import FINGERPRINT_VALUES, MICRO_BATCH, MODEL, build_case, case_seed, fingerprint, loss_of
-from .common import (Report, defined, finish_report, first_cause, grade_submitted, one_thread, rank_program,
+from .common import (Report, defined, finish_report, grade_submitted, one_thread, rank_program,
                      rank_source, run_cases, seeded)
 from .common import payload as make_payload
 from .common import self_check as run_self_check

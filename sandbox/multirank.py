@@ -47,7 +47,7 @@ from pathlib import Path
 
 from .confined import frames
 from .wire import Capture
-from .ranks.group import GROUP_NAMESPACES, loopback_up, status_view
+from .ranks.group import loopback_up, status_view
 from .ranks.rank import (MAX_MESSAGE, NOT_A_HANG, OPERATIONS, PROGRAM_PACKAGE, SLOTS, RankContext,  # noqa: F401
                          RankProgram, RankWalls, Tracker, crash_report, load_program, run_rank)
 
