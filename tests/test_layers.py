@@ -62,8 +62,9 @@ def test_an_import_that_runs_the_wrong_way_fails_the_contract(tree, importer, im
     assert "BROKEN" in done.stdout
 
 
-def test_the_confined_runtime_cannot_import_the_engine(tree):
-    path = tree / "sandbox" / "confined" / "frames.py"
+@pytest.mark.parametrize("runtime", ["confined/frames.py", "ranks/rank.py"])
+def test_the_confined_runtimes_cannot_import_the_engine(tree, runtime):
+    path = tree / "sandbox" / runtime
     original = path.read_text(encoding="utf-8")
     try:
         path.write_text(original + "\n\nfrom sandbox import protocol  # noqa\n", encoding="utf-8")
