@@ -49,8 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import protocol, textsafe
-from .confined import frames
 from .submission import MAX_UNIT_CHARS, Submission, Unit, read_submission
+from .template import TemplateProcess, ZygoteRefused
 
 WORKER = Path(__file__).with_name("worker.py")
 PLAIN_SOURCE = Path(__file__).with_name("plain.py").read_text(encoding="utf-8")
@@ -231,104 +231,42 @@ class _UidLease:
             self._fd = None
 
 
-class ZygoteRefused(RuntimeError):
-    """The template process could not build the isolation asked for."""
-
-
-class Zygote:
+class Zygote(TemplateProcess):
     """The template process that forks workers (see :mod:`sandbox.confined`). One per
     grading process and isolation mode, started on first use, shared by all sandboxes (a
     lock serialises its requests), stopped at exit."""
 
+    what = "the sandbox's template process"
+    child = "a worker"
+    start_timeout = START_TIMEOUT
+
     def __init__(self, wanted: str):
-        self.dir = Path(tempfile.mkdtemp(prefix="autograde-zygote-"))
-        os.chmod(self.dir, 0o711)
-        (self.dir / "root").mkdir()
+        self.make_dir("autograde-zygote-")
         lib = self.dir / "lib"
         lib.mkdir(mode=0o755)
         packages = package_dirs()
         for name, folder in packages.items():
             (lib / name).symlink_to(folder)
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         # No PATH: student code has no business starting programs (a notebook's Colab
         # bootstrap would try `git clone`); a name lookup fails at once.
         env = {"PATH": "", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/",
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                "MPLBACKEND": "Agg"}
-        stderr = None if os.environ.get("AUTOGRADE_DEBUG") else subprocess.DEVNULL
-        self.process = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-B", str(WORKER), "--zygote", str(theirs.fileno())],
-            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=stderr, env=env, cwd="/", start_new_session=True)
-        theirs.close()
-        self.socket = ours
-        self.lock = threading.Lock()
         config = {"isolation": wanted, "packages": packages, "root_dir": str(self.dir / "root"),
                   "lib_dir": str(lib), "plain_source": PLAIN_SOURCE,
                   "switch_uid": can_switch_uid(),
                   "stub_modules": list(STUB_MODULES)}
-        self.isolation: str | None = None  # set by wait_ready, from the zygote's greeting
-        try:
-            self._ask(config, timeout=START_TIMEOUT, wait=False)
-        except RuntimeError:
-            self.close()
-            raise
+        self.launch(WORKER, env, config)
 
-    def wait_ready(self) -> "Zygote":
-        """Wait for the greeting that says the walls stand (the constructor only launches,
-        so that the grader can import its checks meanwhile); raise :class:`ZygoteRefused`
-        if the isolation asked for could not be built."""
-        if self.isolation is None:
-            try:
-                hello = self._ask(None, timeout=START_TIMEOUT)
-            except RuntimeError:
-                self.close()
-                raise
-            if hello.get("op") != "ready":
-                self.close()
-                raise ZygoteRefused(protocol.text(hello.get("message")) or "no greeting")
-            self.isolation = hello["isolation"]
-        return self
-
-    def _ask(self, message: dict | None, fds=(), timeout: float = 30.0, *,
-             wait: bool = True) -> dict | None:
-        """Send ``message`` (None: nothing) and, with ``wait``, return the zygote's reply."""
-        with self.lock:
-            try:
-                self.socket.settimeout(timeout)
-                if message is not None:
-                    frames.send_message(self.socket, message, fds)
-                if not wait:
-                    return None
-                reply, _ = frames.recv_message(self.socket)
-            except (OSError, ValueError) as exc:
-                raise RuntimeError(f"the sandbox's template process failed ({exc})") from None
-        if type(reply) is not dict:
-            raise RuntimeError("the sandbox's template process has stopped")
-        return reply
-
-    def spawn(self, job: dict, fds) -> int:
-        reply = self._ask({"op": "spawn", "job": job}, fds)
-        if type(reply.get("pid")) is not int:
-            raise RuntimeError("the sandbox's template process could not fork a worker")
-        return reply["pid"]
+    def refusal(self, message) -> str:
+        return protocol.text(message) or "no greeting"
 
     def kill(self, pid: int, grace: float = 0.0):
         """Kill a worker and everything it started; its exit code (negative: a signal).
         ``grace``: seconds a worker that closed its pipe gets to exit by itself first."""
         return self._ask({"op": "kill", "pid": pid, "grace": grace}).get("status")
 
-    @property
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def close(self) -> None:
-        self.socket.close()  # the zygote exits when its socket closes
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+    def remove_dir(self) -> None:
         remove_tree(self.dir)
 
 

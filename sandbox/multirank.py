@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-from .confined import frames
+from .template import TemplateProcess, ZygoteRefused
 from .wire import Capture
 from .ranks.group import loopback_up, status_view
 from .ranks.rank import (MAX_MESSAGE, NOT_A_HANG, OPERATIONS, PROGRAM_PACKAGE, SLOTS, RankContext,  # noqa: F401
@@ -126,94 +126,29 @@ def run_ranks(world_size: int, rank_main, payloads: list[bytes], limits: Limits 
 
 # ----------------------------------------------------------------------------- the rank zygote
 
-class ZygoteRefused(RuntimeError):
-    """The rank zygote could not build the isolation asked for."""
-
-
-class RankZygote:
+class RankZygote(TemplateProcess):
     """The grader's handle on the rank zygote (:mod:`sandbox.ranks`): started on first use,
     one per grading process and isolation mode, shared by every grading thread (a lock
     serialises requests), stopped at exit (its socket closing stops it and its groups)."""
 
+    what = "the rank zygote"
+    child = "a group"
+    start_timeout = START_TIMEOUT
+
     def __init__(self, wanted: str):
         from .ranks.root import package_paths
 
-        self.dir = Path(tempfile.mkdtemp(prefix="autograde-ranks-"))
-        os.chmod(self.dir, 0o711)
-        (self.dir / "root").mkdir()
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.make_dir("autograde-ranks-")
         env = {"PATH": "", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "1",
                "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}
-        stderr = None if os.environ.get("AUTOGRADE_DEBUG") else subprocess.DEVNULL
-        self.process = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-B", str(WORKER), "--zygote", str(theirs.fileno())],
-            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=stderr, env=env, cwd="/", start_new_session=True)
-        theirs.close()
-        self.socket, self.lock = ours, threading.Lock()
-        self.isolation: str | None = None
         self.switch_uid = _can_switch_uid()
         config = {"isolation": wanted, "packages": package_paths(), "root_dir": str(self.dir / "root"),
                   "switch_uid": self.switch_uid}
-        try:
-            self._ask(config, timeout=START_TIMEOUT, wait=False)
-        except RuntimeError:
-            self.close()
-            raise
-
-    def wait_ready(self) -> "RankZygote":
-        if self.isolation is None:
-            try:
-                hello = self._ask(None, timeout=START_TIMEOUT)
-            except RuntimeError:
-                self.close()
-                raise
-            if hello.get("op") != "ready":
-                self.close()
-                raise ZygoteRefused(str(hello.get("message", "no greeting"))[:300])
-            self.isolation = hello["isolation"]
-        return self
-
-    def _ask(self, message, fds=(), timeout: float = 30.0, *, wait: bool = True):
-        with self.lock:
-            try:
-                self.socket.settimeout(timeout)
-                if message is not None:
-                    frames.send_message(self.socket, message, fds)
-                if not wait:
-                    return None
-                reply, _ = frames.recv_message(self.socket)
-            except (OSError, ValueError) as exc:
-                raise RuntimeError(f"the rank zygote failed ({exc})") from None
-        if type(reply) is not dict:
-            raise RuntimeError("the rank zygote has stopped")
-        return reply
-
-    def spawn(self, job: dict, fds) -> int:
-        reply = self._ask({"op": "spawn", "job": job}, fds)
-        if type(reply.get("pid")) is not int:
-            raise RuntimeError("the rank zygote could not fork a group")
-        return reply["pid"]
+        self.launch(WORKER, env, config)
 
     def kill(self, pid: int) -> None:
         with contextlib.suppress(RuntimeError):
             self._ask({"op": "kill", "pid": pid})
-
-    @property
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.socket.close()
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        import shutil
-
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 _zygotes: dict = {}

@@ -94,48 +94,13 @@ def build_root(cfg) -> list:
     for target, source in mounts.items():
         os.makedirs(root + target, exist_ok=True)
         _bind_readonly(libc, source, root + target)
-    # Third-party packages are not the standard library: the interpreter's own folder holds
-    # the base installation's (pytest, IPython...), and /usr holds the system's (Debian's
-    # python3-yaml...). Cover each with an empty, read-only folder: numpy is the only one.
-    hidden = [f"{target}/{extra}" for target, source in mounts.items()
-              if target.startswith("/py/lib") for extra in ("site-packages", "dist-packages")
-              if os.path.isdir(os.path.join(source, extra))]
-    hidden += [p for pattern in ("/usr/lib/python3*/*-packages", "/usr/lib64/python3*/*-packages",
-                                 "/usr/local/lib/python3*/*-packages")
-               for p in glob.glob(pattern) if os.path.isdir(root + p)]
-    for folder in hidden:
-        _mount(libc, "tmpfs", root + folder, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV,
-               "size=4k,nr_inodes=2,mode=555")
-    os.makedirs(root + "/dev")
-    for dev in ("null", "zero", "urandom"):
-        open(root + "/dev/" + dev, "w").close()
-        _mount(libc, "/dev/" + dev, root + "/dev/" + dev, None, MS_BIND)
+    hide_other_packages(libc, root, mounts)  # numpy is the only third-party package here
+    device_nodes(libc, root)
     os.makedirs(root + "/sandbox")  # each worker mounts its own tmpfs here
     if not cfg["switch_uid"]:  # workers will need it to map ids (see enter_worker)
         HOST_PROC[0] = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY)
-    os.makedirs(root + "/old")
-    os.chdir(root)
-    number = SYS_PIVOT_ROOT.get(platform.machine())
-    if number is None:
-        raise SetupError(f"pivot_root: unknown syscall number on {platform.machine()}")
-    check(libc.syscall(number, b".", b"old"), "pivot_root")
-    check(libc.umount2(b"/old", MNT_DETACH), "umount old root")
-    os.rmdir("/old")
-    _mount(libc, None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    os.chdir("/")
-    # Packages imported before the pivot (encodings, json, ctypes...) still look for their
-    # submodules under the host's paths, which no longer exist: point them at the mounts.
-    moves = sorted(((source.rstrip("/") + "/", target + "/") for target, source in mounts.items()),
-                   key=lambda pair: -len(pair[0]))
-    for module in list(sys.modules.values()):
-        search = getattr(module, "__path__", None)
-        if type(search) is list:
-            for i, entry in enumerate(search):
-                for old, new in moves:
-                    if (entry + "/").startswith(old):
-                        search[i] = new + entry[len(old):]
-                        break
-    return [t for t in mounts if t.startswith("/py/lib")] + ["/py/site"]
+    pivot_into(libc, root)
+    return remap_imported_packages(mounts)
 
 
 def prepare_zygote(cfg) -> str:
@@ -361,3 +326,57 @@ def block_sockets() -> None:
     socket.create_connection = refuse  # type: ignore[assignment]
     socket.socketpair = refuse  # type: ignore[assignment]
 
+
+def hide_other_packages(libc, root: str, mounts: dict) -> None:
+    """Third-party packages are not the standard library: the interpreter's own folder holds
+    the base installation's (pytest, IPython...), and /usr holds the system's (Debian's
+    python3-yaml...). Cover each with an empty, read-only folder under ``root``."""
+    hidden = [f"{target}/{extra}" for target, source in mounts.items()
+              if target.startswith("/py/lib") for extra in ("site-packages", "dist-packages")
+              if os.path.isdir(os.path.join(source, extra))]
+    hidden += [p for pattern in ("/usr/lib/python3*/*-packages", "/usr/lib64/python3*/*-packages",
+                                 "/usr/local/lib/python3*/*-packages")
+               for p in glob.glob(pattern) if os.path.isdir(root + p)]
+    for folder in hidden:
+        _mount(libc, "tmpfs", root + folder, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV,
+               "size=4k,nr_inodes=2,mode=555")
+
+
+def device_nodes(libc, root: str) -> None:
+    """``/dev/null``, ``/dev/zero`` and ``/dev/urandom`` under ``root``, bound from the host's."""
+    os.makedirs(root + "/dev")
+    for dev in ("null", "zero", "urandom"):
+        open(root + "/dev/" + dev, "w").close()
+        _mount(libc, "/dev/" + dev, root + "/dev/" + dev, None, MS_BIND)
+
+
+def pivot_into(libc, root: str) -> None:
+    """Make ``root`` the file system's root (pivot_root), drop the old one and remount the new
+    one read-only."""
+    os.makedirs(root + "/old")
+    os.chdir(root)
+    number = SYS_PIVOT_ROOT.get(platform.machine())
+    if number is None:
+        raise SetupError(f"pivot_root: unknown syscall number on {platform.machine()}")
+    check(libc.syscall(number, b".", b"old"), "pivot_root")
+    check(libc.umount2(b"/old", MNT_DETACH), "umount old root")
+    os.rmdir("/old")
+    _mount(libc, None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    os.chdir("/")
+
+
+def remap_imported_packages(mounts: dict) -> list:
+    """After the pivot: point the packages already imported (encodings, json, ctypes...),
+    which still look for their submodules under the host's paths, at the mounts; the new
+    ``sys.path``: the standard library's mounts and ``/py/site``."""
+    moves = sorted(((source.rstrip("/") + "/", target + "/") for target, source in mounts.items()),
+                   key=lambda pair: -len(pair[0]))
+    for module in list(sys.modules.values()):
+        search = getattr(module, "__path__", None)
+        if type(search) is list:
+            for i, entry in enumerate(search):
+                for old, new in moves:
+                    if (entry + "/").startswith(old):
+                        search[i] = new + entry[len(old):]
+                        break
+    return [t for t in mounts if t.startswith("/py/lib")] + ["/py/site"]

@@ -3,14 +3,12 @@ of the standard library, torch, the packages torch imports, numpy and the system
 and nothing else (see :mod:`sandbox.ranks`)."""
 from __future__ import annotations
 
-import glob
 import os
-import platform
-import sys
 
-from ..confined.isolation import _bind_readonly, _map_ids, _mount, stdlib_dirs
-from ..confined.kernel import (CLONE_NEWNS, CLONE_NEWUSER, MNT_DETACH, MS_BIND, MS_NODEV, MS_NOSUID, MS_PRIVATE,
-                               MS_RDONLY, MS_REC, MS_REMOUNT, SYS_PIVOT_ROOT, SetupError, check, load_libc)
+from ..confined.isolation import (_bind_readonly, _map_ids, _mount, device_nodes, hide_other_packages,
+                                  pivot_into, remap_imported_packages, stdlib_dirs)
+from ..confined.kernel import (CLONE_NEWNS, CLONE_NEWUSER, MS_NODEV, MS_NOSUID, MS_PRIVATE,
+                               MS_REC, check, load_libc)
 
 #: What a rank may import besides the standard library: torch and what ``import torch``
 #: and its lazy imports (torch.fx, torch._dynamo) load, and numpy.
@@ -70,31 +68,11 @@ def build_root(root: str, packages: dict) -> list:
             os.makedirs(os.path.dirname(root + target), exist_ok=True)
             open(root + target, "w").close()
         _bind_readonly(libc, source, root + target)
-    # The interpreter's own site-packages and the system's Python packages are not the
-    # standard library: cover each with an empty, read-only folder.
-    hidden = [f"{target}/{extra}" for target, source in mounts.items() if target.startswith("/py/lib")
-              for extra in ("site-packages", "dist-packages") if os.path.isdir(os.path.join(source, extra))]
-    hidden += [p for pattern in ("/usr/lib/python3*/*-packages", "/usr/lib64/python3*/*-packages",
-                                 "/usr/local/lib/python3*/*-packages")
-               for p in glob.glob(pattern) if os.path.isdir(root + p)]
-    for folder in hidden:
-        _mount(libc, "tmpfs", root + folder, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,nr_inodes=2,mode=555")
-    os.makedirs(root + "/dev")
-    for dev in ("null", "zero", "urandom"):
-        open(root + "/dev/" + dev, "w").close()
-        _mount(libc, "/dev/" + dev, root + "/dev/" + dev, None, MS_BIND)
+    hide_other_packages(libc, root, mounts)  # torch, numpy and their needs are the only ones
+    device_nodes(libc, root)
     for point in MOUNT_POINTS:
         os.makedirs(root + point, mode=0o755, exist_ok=True)
-    os.makedirs(root + "/old")
-    os.chdir(root)
-    number = SYS_PIVOT_ROOT.get(platform.machine())
-    if number is None:
-        raise SetupError(f"pivot_root: unknown syscall number on {platform.machine()}")
-    check(libc.syscall(number, b".", b"old"), "pivot_root")
-    check(libc.umount2(b"/old", MNT_DETACH), "umount old root")
-    os.rmdir("/old")
-    _mount(libc, None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    os.chdir("/")
+    pivot_into(libc, root)
     # The zygote's own scratch space (torch's imports ask for a temporary folder); each rank
     # mounts a fresh one over it.
     _mount(libc, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,nr_inodes=1024,mode=1777")
@@ -102,16 +80,4 @@ def build_root(root: str, packages: dict) -> list:
     # them it falls back to its slowest kernels). Each group mounts a /proc of its own over
     # this one, which only the zygote, running no student code, ever sees.
     _mount(libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | 8, None)  # MS_NOEXEC
-    # Packages imported before the pivot look for their submodules under the host's paths,
-    # which no longer exist: point them at the mounts.
-    moves = sorted(((source.rstrip("/") + "/", target + "/") for target, source in mounts.items()),
-                   key=lambda pair: -len(pair[0]))
-    for module in list(sys.modules.values()):
-        search = getattr(module, "__path__", None)
-        if type(search) is list:
-            for i, entry in enumerate(search):
-                for old, new in moves:
-                    if (entry + "/").startswith(old):
-                        search[i] = new + entry[len(old):]
-                        break
-    return [t for t in mounts if t.startswith("/py/lib")] + ["/py/site"]
+    return remap_imported_packages(mounts)
