@@ -225,7 +225,8 @@ def built_in_collectives(calls: dict) -> list:
 def grader(assignment: str):
     """The grader module of a registered assignment (``assignments.ASSIGNMENTS``), checked
     against the graders' contract (:func:`assignments.check_grader`). Unknown id: ValueError
-    naming the known ones."""
+    naming the known ones. Starts nothing: what grades calls :func:`sandbox.multirank.prestart`
+    (an exercises class run looks up assignments only to tell a forgotten ``--assignment``)."""
     import importlib
 
     from . import ASSIGNMENTS, check_grader
@@ -234,9 +235,6 @@ def grader(assignment: str):
         raise ValueError(f"no assignment {assignment!r}; the course has {', '.join(sorted(ASSIGNMENTS))}")
     module = importlib.import_module(ASSIGNMENTS[assignment][0])
     check_grader(module)
-    from sandbox.multirank import prestart
-
-    prestart()  # the rank zygote imports torch on another core while the grader goes on
     return module
 
 

@@ -384,6 +384,9 @@ def main(argv=None) -> int:
 
         stop_all(False)
         if args.assignment:  # graded by its own multi-rank sandbox: no exercise checks
+            from sandbox.multirank import prestart as prestart_ranks
+
+            prestart_ranks()  # the rank zygote imports torch on another core meanwhile
             checks = classrun.assignment_checks(args.assignment)
         else:
             prestart(args.isolation)  # the sandbox's template process starts while we import

@@ -112,8 +112,10 @@ def finish(args, report, note, visibility: str, extra: dict, how) -> int:
 def grade_assignment(args) -> int:
     """An assignment's submission: its grader (multi-rank sandbox), every part visible."""
     from assignments.common import grader
+    from sandbox.multirank import prestart
 
     module = grader(args.assignment)  # an unknown id fails here: results.json says so
+    prestart()  # the rank zygote imports torch on another core while the submission is found
     path, note = pick_submission(args.submission_dir, args.assignment)
     if path is None:
         return no_submission(args, f"notebook for {module.NAME}")

@@ -35,7 +35,7 @@ BREAKDOWN = r"""
 import sys, time
 t0 = time.monotonic()
 import sandbox.multirank as multirank
-multirank.prestart()  # as the grader does first (assignments.common.grader): torch on another core
+multirank.prestart()  # as the grader does first (autograde.cli, autograde.gradescope): torch on another core
 import torch, torch.distributed
 t1 = time.monotonic()
 import autograde.cli, assignments.common as common

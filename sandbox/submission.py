@@ -50,7 +50,7 @@ MAX_UNIT_CHARS = 2 * 1024 * 1024
 MAX_UNITS = 500
 
 def plumbing_pattern(packages, calls=(), extra: str = "") -> re.Pattern:
-    """The one pattern that finds the self-check's set-up in a cell or statement: a line that
+    r"""The one pattern that finds the self-check's set-up in a cell or statement: a line that
     imports one of ``packages`` (or a module inside one), a call of one of ``calls``, or
     ``extra`` (more alternatives). Linear in the text: ``[ \t]*``, not ``\s*``, after a line
     start, since at every line start ``\s*`` would run over all the blank lines below it, which

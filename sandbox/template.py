@@ -113,6 +113,8 @@ class TemplateProcess:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.socket.close()  # the template exits when its socket closes
+        if self.isolation is None and self.alive:
+            self.process.kill()  # still starting (importing torch): it reads its socket only when ready
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:

@@ -35,3 +35,26 @@ def check(result: int, what: str) -> None:
     if result != 0:
         err = ctypes.get_errno()
         raise SetupError(f"{what}: {os.strerror(err)}")
+
+
+def die_with_starter(control) -> None:
+    """While a template process starts (it imports torch: a second or more), die with the
+    grader that started it: a template reads its socket, and so learns the grader is gone,
+    only once it is ready. Set the parent-death signal, then look once at ``control`` (the
+    grader may have died before the signal was set: its end of the socket is then closed).
+    :func:`outlive_starter` lifts it when the template listens."""
+    import select
+    import signal
+
+    load_libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    poller = select.poll()
+    poller.register(control, select.POLLRDHUP)
+    if any(events & (select.POLLRDHUP | select.POLLHUP) for _, events in poller.poll(0)):
+        os._exit(0)
+
+
+def outlive_starter() -> None:
+    """Lift :func:`die_with_starter`'s signal: the kernel sends it when the *thread* that
+    started the template ends, and a grading thread may end while the template serves
+    others; from now on the socket closing is what stops the template."""
+    load_libc().prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0)

@@ -12,7 +12,7 @@ import time
 
 from .frames import recv_message, send_message, write_frame
 from .isolation import enter_worker, prepare_zygote
-from .kernel import PR_SET_CHILD_SUBREAPER, load_libc
+from .kernel import PR_SET_CHILD_SUBREAPER, die_with_starter, load_libc, outlive_starter
 from .runtime import install_runtime, serve
 
 def spawn(mode: str, runtime, job, fds, control) -> int:
@@ -43,6 +43,7 @@ def spawn(mode: str, runtime, job, fds, control) -> int:
 
 def zygote(control_fd: int) -> None:
     control = socket.socket(fileno=control_fd)
+    die_with_starter(control)
     cfg, _ = recv_message(control)
     if cfg is None:
         os._exit(0)
@@ -53,6 +54,7 @@ def zygote(control_fd: int) -> None:
         send_message(control, {"op": "fatal", "message": f"{type(exc).__name__}: {exc}"})
         os._exit(3)
     send_message(control, {"op": "ready", "isolation": mode})
+    outlive_starter()
     statuses: dict = {}  # reaped workers: pid -> wait status, until the grader asks
     workers: set = set()  # pids of the workers forked and not yet reported
     # Orphans of a worker (its children, once it is killed) come to the zygote instead of

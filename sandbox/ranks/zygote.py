@@ -11,7 +11,7 @@ import sys
 import time
 
 from ..confined.frames import recv_message, send_message
-from ..confined.kernel import PR_SET_CHILD_SUBREAPER, load_libc
+from ..confined.kernel import PR_SET_CHILD_SUBREAPER, die_with_starter, load_libc, outlive_starter
 from .group import leader
 from .root import build_root
 
@@ -100,6 +100,7 @@ def spawn(mode: str, job: dict, fds: list, control) -> int:
 
 def zygote(control_fd: int) -> None:
     control = socket.socket(fileno=control_fd)
+    die_with_starter(control)
     cfg, _ = recv_message(control)
     if cfg is None:
         os._exit(0)
@@ -109,6 +110,7 @@ def zygote(control_fd: int) -> None:
         send_message(control, {"op": "fatal", "message": f"{type(exc).__name__}: {exc}"[:500]})
         os._exit(3)
     send_message(control, {"op": "ready", "isolation": mode})
+    outlive_starter()
     statuses, leaders, uids = {}, set(), {}  # uids: leader -> the uid its ranks run as
     with contextlib.suppress(OSError, AttributeError):
         load_libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans come here, reaped at once
