@@ -218,7 +218,7 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
             return [payload(header, [data[c][r] for c in indices]) for r in range(n)]
 
         runs = run_cases(n, len(todo), payloads_for, program, limits, isolate, signature=lambda c, todo=todo: todo[c])
-        report.isolated = runs.isolated and report.isolated is not False
+        report.ran(runs)
         missing = missing or runs.missing
         if runs.sockets and not any(c.startswith("net:") for c in cheats):
             where, address = runs.sockets[0].split(": ", 1)

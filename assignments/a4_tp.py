@@ -348,7 +348,7 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
             return [payload(header, [a for c in unit_cases for a in units[runs_of[c][0]][r]]) for r in range(n)]
 
         runs = run_cases(n, len(runs_of), payloads_for, program, limits, isolate)
-        report.isolated = runs.isolated and report.isolated is not False
+        report.ran(runs)
         missing = missing or runs.missing
         if runs.outside:
             verdicts["comm"].append(f"n={n}: {runs.outside[0]}: the blocks' data must travel by their all-reduces")

@@ -351,7 +351,7 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
             return [make_payload(dict(header, cases=indices), per_rank[r]) for r in range(n)]
 
         runs = run_cases(n, len(runs_of), payloads_for, program, limits, isolate)
-        report.isolated = runs.isolated and report.isolated is not False
+        report.ran(runs)
         missing = missing or runs.missing
         if k == 0:
             if 0 in runs.stopped:

@@ -383,7 +383,7 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
                     for r in range(n)]
 
         runs = run_cases(n, len(seeds), payloads_for, program, limits, isolate)
-        report.isolated = runs.isolated and report.isolated is not False
+        report.ran(runs)
         missing = missing or runs.missing
         first = {part: None for part in POINTS}
         if runs.outside:

@@ -45,6 +45,14 @@ class Report:
     tests: list = field(default_factory=list)
     wall_s: float = 0.0
     isolated: bool | None = None  # every group of ranks had its own namespaces (None: not run)
+    isolation: str | None = None  # the weakest walls a group had (sandbox.multirank.ISOLATION_ORDER)
+
+    def ran(self, runs) -> None:
+        """Note how the groups of ``runs`` (a :class:`CaseRuns`) were walled."""
+        from sandbox.multirank import weaker
+
+        self.isolated = runs.isolated and self.isolated is not False
+        self.isolation = weaker(self.isolation, runs.isolation)
 
     @property
     def score(self) -> float:
@@ -431,6 +439,7 @@ class CaseRuns:
     messages: list  # per case: {rank: message}
     stopped: dict = field(default_factory=dict)  # case -> why it did not finish on every rank
     isolated: bool | None = None  # every group had its own namespaces (None: none ran)
+    isolation: str | None = None  # the weakest walls a group had (None: none ran)
     missing: str | None = None  # why the submission has nothing to grade, where a rank said so
     sockets: list = field(default_factory=list)  # outside addresses a rank tried to reach
     groups: int = 0
@@ -476,7 +485,7 @@ def run_cases(world_size: int, count: int, payloads_for, program, limits, isolat
     ``limits.cpu_s``: once spent, the cases left are not run."""
     import dataclasses
 
-    from sandbox.multirank import run_ranks
+    from sandbox.multirank import run_ranks, weaker
 
     runs = CaseRuns([{} for _ in range(count)])
     pending = list(range(count))
@@ -499,6 +508,7 @@ def run_cases(world_size: int, count: int, payloads_for, program, limits, isolat
         runs.groups += 1
         runs.holds.update(barrier.holds)
         runs.isolated = group.isolated and runs.isolated is not False
+        runs.isolation = weaker(runs.isolation, group.isolation)
         runs.sockets += group.sockets
         runs.wired = runs.wired and group.segments is not None and group.wire_complete
         for segment in group.segments or []:
@@ -554,7 +564,8 @@ def grade_training(name: str, titles: dict, points: dict, program, cases: list, 
     where it was seen (what the ranks said about them is then set aside: a claim)."""
     started = time.monotonic()
     fails = {p: [] for p in points}
-    missing, isolated = None, None
+    missing = None
+    report = Report(name)
     for n in world_sizes:
         def payloads_for(indices, n=n):
             if payloads is not None:
@@ -562,7 +573,7 @@ def grade_training(name: str, titles: dict, points: dict, program, cases: list, 
             return [payload(dict(header, cases=indices), [])] * n
 
         runs = run_cases(n, len(cases), payloads_for, program, limits, isolate)
-        isolated = runs.isolated and isolated is not False  # every group had its own namespaces
+        report.ran(runs)
         missing = missing or runs.missing
         if runs.outside:
             for part in wire_parts:
@@ -595,9 +606,7 @@ def grade_training(name: str, titles: dict, points: dict, program, cases: list, 
         feedback = list(dict.fromkeys(fails[part]))
         for n in world_sizes:  # the first failure per world size is enough
             shown[part] += [f for f in feedback if f.startswith(f"n={n},")][:1]
-    report = finish_report(Report(name), titles, points, shown, missing, started)
-    report.isolated = isolated
-    return report
+    return finish_report(report, titles, points, shown, missing, started)
 
 
 def self_check(grade, objects: dict, world_sizes, seeds) -> float:

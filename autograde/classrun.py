@@ -776,8 +776,7 @@ def grade_assignment(path, assignment: str, label: str | None = None) -> Submiss
     try:
         graded = module.grade_file(Path(path))
         report.results = graded.results(part)
-        isolated = getattr(graded, "isolated", None)
-        report.isolation = {True: "namespaces", False: "none"}.get(isolated, "ranks")
+        report.isolation = getattr(graded, "isolation", None) or "not run"
     except Exception as exc:  # the grader's fault, not the student's: this row says so
         report.grader_errors.append(f"{type(exc).__name__}: {textsafe.printable(exc)}")
         report.results = [(c, Result(False, "Not graded: the grader failed on this file. Please "

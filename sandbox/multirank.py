@@ -80,6 +80,20 @@ class Limits:
     tasks_per_rank: int = 24  # processes and threads (gloo, the store and torch start about six)
 
 
+#: A group's walls, strongest first (see :mod:`sandbox.ranks`): its own namespaces; a leased
+#: uid in an empty chroot (namespaces refused); rlimits alone; ranks forked from the grader
+#: (the in-process mode the engine's own tests use), with or without namespaces.
+ISOLATION_ORDER = ("namespaces", "uid", "rlimits", "fork (namespaces)", "fork")
+
+
+def weaker(a: str | None, b: str | None) -> str | None:
+    """The weaker of two groups' walls (None: no group ran yet; an unknown name is weakest)."""
+    if not a or not b:
+        return a or b
+    rank = {mode: k for k, mode in enumerate(ISOLATION_ORDER)}
+    return max(a, b, key=lambda mode: rank.get(mode, len(ISOLATION_ORDER)))
+
+
 @dataclass
 class GroupResult:
     world_size: int

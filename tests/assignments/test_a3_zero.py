@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from sandbox.multirank import ISOLATION_ORDER
+
 from assignments import a3_zero
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,6 +31,7 @@ def test_reference_scores_full_marks_at_three_seeds(reference_reports, n):
     assert report.score == report.max_score, report.text()
     # The class report's isolation column reads this: the grader says how its ranks ran.
     assert report.isolated in (True, False)
+    assert report.isolation in ISOLATION_ORDER and report.isolated == (report.isolation == "namespaces")
 
 
 def test_the_model_shards_evenly_and_its_shards_cut_through_layers():

@@ -66,3 +66,21 @@ def test_an_assignment_graded_as_the_exercises_is_refused_in_one_line(stub):
     assert done.returncode == 2 and done.stdout == ""
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "--assignment a1" in lines[0] and "Assignment 1 (ring all-reduce)" in lines[0]
+
+
+def test_a_row_names_the_walls_its_ranks_had(tmp_path):
+    """The class report's isolation column says how the ranks were walled (the weakest of the
+    submission's groups: namespaces, uid, rlimits), not just whether namespaces held."""
+    import json
+
+    from sandbox.multirank import ISOLATION_ORDER, namespaces_available
+
+    (tmp_path / "ann").mkdir()
+    shutil.copy(ROOT / "assignments" / "a4-tensor-parallel.md", tmp_path / "ann")  # a correct answer
+    out = tmp_path / "grades.json"
+    done = autograde(tmp_path, "--assignment", "a4", "--json", out, "-q")
+    assert done.returncode == 0, done.stderr
+    row = json.loads(out.read_text())["submissions"]["ann"]
+    assert row["score"] == 10 and row["isolation"] in ISOLATION_ORDER[:3]
+    if namespaces_available()[0]:
+        assert row["isolation"] == "namespaces"

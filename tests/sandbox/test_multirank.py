@@ -191,3 +191,13 @@ def test_a_hang_is_judged_by_progress_not_by_wall_time_alone():
     asleep = run_ranks(2, _sleeps, [b"", b""], Limits(wall_s=60, idle_s=2))
     assert asleep.outcome == "timeout" and "rank 1 did nothing for 2 s" in asleep.detail, asleep.detail
     assert asleep.wall_s < 20
+
+
+def test_the_weaker_of_two_groups_walls_is_the_one_a_row_reports():
+    from sandbox.multirank import ISOLATION_ORDER, weaker
+
+    assert weaker(None, None) is None and weaker(None, "uid") == "uid" and weaker("rlimits", None) == "rlimits"
+    for k, strong in enumerate(ISOLATION_ORDER):
+        for weak in ISOLATION_ORDER[k:]:
+            assert weaker(strong, weak) == weaker(weak, strong) == weak
+    assert weaker("namespaces", "something new") == "something new"  # unknown: taken as weakest
