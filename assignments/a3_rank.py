@@ -1,6 +1,8 @@
 """Assignment 3 inside a rank: train Assignment 2's model with the student's
 ``ShardedAdamW`` for a few steps on this rank's own data, and report the parameters after
-each step and what the optimizer object holds between steps (see :mod:`.rank_common`)."""
+each step and what the optimizer object holds between steps (see :mod:`.rank_common`).
+The *memory probes* train a wide layer instead and stop at a checkpoint where the grader
+measures, from outside the rank, what the rank holds (see :func:`prepare_probe`)."""
 from __future__ import annotations
 
 import types
@@ -105,8 +107,84 @@ def train(cls, seed: int, stage: int, x, y, mark=lambda label, point: None) -> d
             "calls": {k: int(v) for k, v in counter.calls.items()}}
 
 
+def probe_model(numel: int):
+    """The memory probes' model: one layer of ``numel`` weights (1,024 inputs), and its input."""
+    import torch
+
+    return torch.nn.Linear(1024, numel // 1024, bias=False), torch.randn(4, 1024)
+
+
+def prepare_probe(numel: int) -> None:
+    """Before the group's ``start`` memory checkpoint, and before the student's code is
+    loaded: make what this rank holds measurable from outside, and run once what a probe
+    may run, so that only the optimizer's own state is new at its ``end`` checkpoint. Large
+    blocks are given their own pages and returned when freed (glibc's ``mallopt``: a fixed
+    mmap threshold, not one that grows with every large free, and the heap trimmed), and the
+    first calls of the probe's layer, AdamW and every collective a ZeRO optimizer may use
+    leave behind what they keep (small collectives are enough: what gloo keeps does not
+    grow with the size; the ranks' traffic stays small where the grader captures it)."""
+    import ctypes
+    import gc
+
+    import torch
+    import torch.distributed as dist
+
+    libc = ctypes.CDLL(None)
+    libc.mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD
+    torch.manual_seed(0)
+    model, x = probe_model(numel)
+    model(x).square().mean().backward()
+    torch.optim.AdamW(model.parameters(), lr=LR, eps=EPS, weight_decay=WEIGHT_DECAY).step()
+    n = dist.get_world_size()
+    flat, shard = torch.zeros(1024 * n), torch.zeros(1024)
+    dist.all_reduce(flat)
+    dist.reduce_scatter_single(shard, flat)
+    dist.all_gather_single(flat, shard)
+    dist.reduce_scatter(shard, list(flat.chunk(n)))
+    dist.all_gather(list(flat.chunk(n)), shard)
+    dist.broadcast(shard, 0)
+    dist.reduce(shard, 0)
+    dist.barrier()
+    del model, x, flat, shard
+    gc.collect()
+    libc.malloc_trim(0)
+
+
+def probe(cls, stage: int, numel: int, ctx, index: int) -> dict:
+    """Train the wide layer ``STEPS`` steps with the student's optimizer, then wait at the
+    ``end`` memory checkpoint (the optimizer alive, the gradients freed) while the grader
+    measures; then let it all go."""
+    import gc
+
+    import torch
+
+    torch.manual_seed(stage)
+    model, x = probe_model(numel)
+    opt = cls(model.parameters(), lr=LR, eps=EPS, weight_decay=WEIGHT_DECAY, stage=stage)
+    for step in range(STEPS):
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+        for p in model.parameters():
+            p.grad = None
+        if ctx.checkpoint("probe", case=index, point=step) == "stop":  # the grader cuts the traffic here
+            raise Stopped("probe")
+    gc.collect()
+    answer = ctx.checkpoint("memory", case=index, point="end", measure="memory")
+    del opt, model, x
+    gc.collect()
+    if answer == "stop":
+        raise Stopped("memory")
+    return {"probe": stage}
+
+
 def main(ctx) -> None:
     header, arrays = unpack(ctx.payload)
+    numel = int(header.get("probe") or 0)
+    if numel:
+        prepare_probe(numel)
+        if ctx.checkpoint("memory", point="start", measure="memory") == "stop":
+            return
     try:
         cls = ctx.student()["ShardedAdamW"]
     except LookupError as exc:
@@ -115,7 +193,10 @@ def main(ctx) -> None:
     for k, index in enumerate(header["cases"]):
         stage, seed = header["runs"][index]
         try:
-            message = train(cls, seed, stage, *own_data(arrays, k), marker(ctx, index))
+            if stage == "memory":
+                message = probe(cls, seed, numel, ctx, index)
+            else:
+                message = train(cls, seed, stage, *own_data(arrays, k), marker(ctx, index))
         except Stopped:
             return
         except Exception as exc:  # noqa: BLE001 - the student's code

@@ -27,6 +27,12 @@ every run on its own (``assignments.common.run_cases``):
   shard): a full AdamW state is 2P, 2n shards. A tensor of the model's size kept between
   steps is named from its values (AdamW's moments, the averaged or the rank's own gradient,
   the parameters);
+  Then, measured from outside the ranks (``sandbox.multirank``'s memory checkpoints: the
+  grader reads each rank's resident memory, and its private ``/tmp`` and ``/dev/shm``, from
+  ``/proc``), a *memory probe* per stage and world size: ``STEPS`` steps of a wide layer of
+  ``PROBE_NUMEL`` weights, after which a rank may hold, beyond the layer's parameters and
+  what it held before the student's code was loaded, at most ``STATE_SHARDS`` shards and
+  ``PROBE_SLACK`` bytes (state kept anywhere the object walk cannot reach shows here);
 * **traffic**, for each stage: bytes each rank sends, from the collective calls counted in
   the rank through ``solutions.communication``: a reduce-scatter and an all-gather of the
   P-element buffer per step, ``2 (n-1)/n`` of it (tensor or list forms alike); stage 1 may
@@ -53,6 +59,11 @@ STATE_SHARDS = 3
 #: How close a held tensor must be to a known vector (a moment, a gradient, the parameters)
 #: to be named as it (relative L2): the ranks sum in another order, about 1e-7 apart.
 MOMENT_TOL = 1e-3
+#: The memory probes' layer: 2^21 float32 weights (8 MiB). The full AdamW state (16 MiB) and
+#: the sharded one (3 shards: 12 MiB at n=2, 6 MiB at n=4) lie further apart than what a
+#: rank holds besides between the two checkpoints (measured: 0.3-0.6 MiB; ``PROBE_SLACK``).
+PROBE_NUMEL = 2**21
+PROBE_SLACK = 3 * 2**19
 POINTS = {"result2": 3, "result1": 2, "state": 2, "traffic2": 2, "traffic1": 1}
 TITLES = {
     "result2": "stage 2: parameters after k steps = one process's AdamW",
@@ -286,6 +297,27 @@ def check_state(m: dict, rank: int, n: int, ref: dict, case) -> str | None:
     return None
 
 
+def check_memory(n: int, case, grew: dict | None) -> dict:
+    """A memory probe's evidence: what each rank held at the probe's end beyond what it held
+    at its group's start, less the probe layer's parameters, against ``STATE_SHARDS`` shards
+    (``grew``: bytes per rank process, measured by the grader; None: not measured)."""
+    if case[0] != "memory" or not grew:
+        return {}
+    params = 4 * PROBE_NUMEL
+    shard = params // n
+    allowed = STATE_SHARDS * shard + PROBE_SLACK
+    held = max(grew.values()) - params
+    if held <= allowed:
+        return {}
+    what = ""
+    if held >= 2 * params - PROBE_SLACK:
+        what = " (as much as AdamW's moments for all P parameters: keep only your shard's)"
+    mib = 2**20
+    return {"state": f"measured from outside the ranks, a rank held {held / mib:.1f} MiB after {STEPS} steps of a "
+                     f"{params // mib} MiB layer, beyond the layer itself; its sharded state is at most "
+                     f"{STATE_SHARDS} shards of {shard / mib:g} MiB{what}"}
+
+
 def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=True,
           limits=None, isolate=True) -> Report:
     """Grade ``student`` (:class:`~assignments.common.Student`) at each world size, both stages."""
@@ -295,29 +327,37 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
     refs = {}
 
     def reference(n, case):
+        if case[0] == "memory":
+            return None
         if (n, case[1]) not in refs:
             refs[(n, case[1])] = dict(baseline(n, case[1], salt), salt=salt)
         return refs[(n, case[1])]
 
     def check(n, case, rank, m, ref) -> dict:
         stage = case[0]
+        if stage == "memory":
+            return {}
         fails = {f"result{stage}": check_result(m, rank, n, ref),
                  f"traffic{stage}": check_traffic(m, n, stage, numel),
                  "state": check_state(m, rank, n, ref, case)}
         return {part: text for part, text in fails.items() if text}
 
-    runs = [(stage, seed) for stage in STAGES for seed in seeds]
+    runs = [(stage, seed) for stage in STAGES for seed in seeds] + [("memory", stage) for stage in STAGES]
 
     def payloads(n, indices):
-        header = {"cases": indices, "runs": runs, "salt": salt}
-        per_case = [data(n, runs[c][1], salt) for c in indices]
+        header = {"cases": indices, "runs": runs, "salt": salt, "probe": PROBE_NUMEL}
+        per_case = [data(n, runs[c][1], salt) for c in indices if runs[c][0] != "memory"]
         return [payload(header, [a for x, y in per_case for a in (x[:, r], y[:, r])]) for r in range(n)]
 
     program = rank_program("a3_rank:main", student, (CLASS,), quiet, extra=(("a2_rank", rank_source("a2_rank")),))
     return grade_training(
         NAME, TITLES, POINTS, program, runs, header={}, payloads=payloads,
-        describe=lambda case: f"stage {case[0]}, seed {case[1]}", reference=reference, check=check,
-        check_wire=lambda n, case, segments, held, messages: check_wire(n, case, segments, messages, numel),
+        describe=lambda case: (f"memory probe, stage {case[1]}" if case[0] == "memory"
+                               else f"stage {case[0]}, seed {case[1]}"),
+        reference=reference, check=check, check_memory=check_memory,
+        judges=lambda case: ("state",) if case[0] == "memory" else POINTS,
+        check_wire=lambda n, case, segments, held, messages: (
+            {} if case[0] == "memory" else check_wire(n, case, segments, messages, numel)),
         wire_parts=("traffic2", "traffic1"), world_sizes=world_sizes,
         limits=limits or Limits(wall_s=300.0, stall_s=5.0, cpu_s=60.0), isolate=isolate)
 

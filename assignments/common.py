@@ -450,6 +450,9 @@ class CaseRuns:
     wired: bool = True  # every group's traffic was seen whole
     holds: dict = field(default_factory=dict)  # case -> what rank 0 did at a hold (see CaseBarrier)
     outside: list = field(default_factory=list)  # traffic past gloo, the store or any owner: what, per group
+    #: case -> {rank process: bytes it held more at the case's ``end`` memory checkpoint than at
+    #: its group's ``start`` one}, measured from outside (:attr:`GroupResult.memory`)
+    grew: dict = field(default_factory=dict)
 
     def traffic(self, case: int, label: str = "case", point=None) -> list | None:
         """Each rank's traffic of ``case`` up to its checkpoint ``label`` (and ``point``), or
@@ -519,6 +522,10 @@ def run_cases(world_size: int, count: int, payloads_for, program, limits, isolat
                     runs.outside.append(f"rank {r}: " + ("sent data through the rendezvous store"
                                                          if counts["store"] else "wrote bytes to gloo's "
                                                          "connections that are no gloo message"))
+        start = next((m["held"] for m in group.memory if m["point"] == "start"), None)
+        for m in group.memory:
+            if start and m["point"] == "end" and isinstance(m["case"], int):
+                runs.grew[m["case"]] = {pid: held - start[pid] for pid, held in m["held"].items() if pid in start}
         if group.unowned_bytes:
             runs.outside.append(f"{group.unowned_bytes:,} bytes on a connection no rank opened at the rendezvous")
         by_case, runs.missing = messages_by_case(group, count, runs.missing)
@@ -545,7 +552,7 @@ def run_cases(world_size: int, count: int, payloads_for, program, limits, isolat
 
 def grade_training(name: str, titles: dict, points: dict, program, cases: list, *, header: dict, describe,
                    reference, check, world_sizes, limits, isolate: bool, check_wire=None, wire_parts=(),
-                   wire_decides=(), payloads=None) -> Report:
+                   wire_decides=(), payloads=None, check_memory=None, judges=None) -> Report:
     """The grading loop of the assignments that train a student's class (2 and 3): at each
     world size ``n`` the ranks run every case of ``cases`` (each on its own:
     :func:`run_cases`; every rank gets ``header`` plus the indices of its cases). A case that
@@ -561,7 +568,10 @@ def grade_training(name: str, titles: dict, points: dict, program, cases: list, 
     part's feedback is its first failure at each world size; every part is judged on its
     own evidence. Traffic past the ranks' gloo connections (the store, raw bytes) costs the
     parts of ``wire_parts``; the parts of ``wire_decides`` are judged by the traffic alone
-    where it was seen (what the ranks said about them is then set aside: a claim)."""
+    where it was seen (what the ranks said about them is then set aside: a claim).
+    ``check_memory(n, case, grew)``: the failures what the ranks held shows (``grew``:
+    :attr:`CaseRuns.grew` of the case, None where it was not measured). ``judges(case)``: the
+    parts a case is evidence for (default: all); a case that did not finish costs only those."""
     started = time.monotonic()
     fails = {p: [] for p in points}
     missing = None
@@ -581,15 +591,16 @@ def grade_training(name: str, titles: dict, points: dict, program, cases: list, 
         for c, case in enumerate(cases):
             label = f"n={n}, {describe(case)}"
             ranks = runs.messages[c]
+            costs = judges(case) if judges is not None else points
             if c in runs.stopped:
-                for p in points:
+                for p in costs:
                     fails[p].append(f"{label}: not finished ({runs.stopped[c]})")
                 continue
             errors = [(r, m["error"]) for r, m in sorted(ranks.items()) if "error" in m]
             if errors:
                 r, e = first_cause(errors)
                 text = "not implemented yet" if e == "NotImplementedError" else f"rank {r} raised {e}"
-                for p in points:
+                for p in costs:
                     fails[p].append(f"{label}: {text}")
                 continue
             ref = reference(n, case)
@@ -598,6 +609,9 @@ def grade_training(name: str, titles: dict, points: dict, program, cases: list, 
                 for part, text in check(n, case, r, m, ref).items():
                     if seen is None or part not in wire_decides:
                         fails[part].append(f"{label}, rank {r}: {text}")
+            if check_memory is not None:
+                for part, text in check_memory(n, case, runs.grew.get(c)).items():
+                    fails[part].append(f"{label}: {text}")
             if check_wire is not None and (seen is not None or c in runs.holds):
                 for part, text in check_wire(n, case, seen, runs.holds.get(c), ranks).items():
                     fails[part].insert(0, f"{label}: {text}")  # the grader's own view comes first

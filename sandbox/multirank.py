@@ -112,6 +112,11 @@ class GroupResult:
     #: ``{"checkpoint": label, "case": ..., "traffic": [per rank: counts]}``, and a last one
     #: ``"end"`` (see :mod:`sandbox.wire`).
     segments: list | None = None
+    #: What each rank held, measured from outside (``/proc``) at the checkpoints that asked
+    #: for it (``measure="memory"``): ``{"checkpoint", "case", "point", "held": {pid: bytes}}``,
+    #: one entry per rank process (its resident anonymous and shared memory, with that of
+    #: the processes it started and the files in its private ``/tmp`` and ``/dev/shm``).
+    memory: list = field(default_factory=list)
     wire_complete: bool = True  # no packet was dropped before the grader read it
     unowned_bytes: int = 0  # bytes on connections no rank owned
 
@@ -389,7 +394,8 @@ def _run_zygote(world_size, program, payloads, limits, isolate, checkpoints) -> 
         for conn, data in zip(conns, payloads):
             conn.send_bytes(setup)
             conn.send_bytes(data)
-        _watch(result, conns, status, limits, checkpoints, lambda: _descendants(leader), capture)
+        _watch(result, conns, status, limits, checkpoints, lambda: _descendants(leader), capture,
+               ranks=lambda: _rank_trees(leader, depth=2))  # leader -> init -> ranks
     finally:
         if capture is not None:
             capture.close()
@@ -587,7 +593,8 @@ def _run_forked(world_size, rank_main, payloads, limits, isolate, prepare, check
     for conn, data in zip(conns, payloads):
         conn.send_bytes(data)
     try:
-        _watch(result, conns, status, limits, checkpoints, lambda: _descendants(init_pid))
+        _watch(result, conns, status, limits, checkpoints, lambda: _descendants(init_pid),
+               ranks=lambda: _rank_trees(init_pid, depth=1))
     finally:
         _kill_forked(init_pid, leader, isolated)
         for conn in conns:
@@ -635,6 +642,53 @@ def _descendants(pid: int) -> list[int]:
         except OSError:
             pass
     return out
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out.extend(int(c) for c in f.read().split())
+    except OSError:
+        pass
+    return out
+
+
+def _rank_trees(root: int, depth: int) -> list[list[int]]:
+    """Each rank's processes (the rank first), the ranks being ``root``'s descendants at
+    ``depth``."""
+    level = [root]
+    for _ in range(depth):
+        level = [c for p in level for c in _children(p)]
+    return [_descendants(rank) for rank in level]
+
+
+def _held(tree: list[int], private_tmp: bool) -> int:
+    """Bytes a rank holds, read from outside: the resident anonymous and shared memory of its
+    processes (``/proc/PID/status``: RssAnon, RssShmem; pages a process forked from it shares
+    count twice) and, with ``private_tmp`` (``namespaces`` mode: each rank has its own
+    tmpfs), what the files in its ``/tmp`` and ``/dev/shm`` take."""
+    total = 0
+    for pid in tree:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith(("RssAnon:", "RssShmem:")):
+                        total += int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            continue
+    seen = set()
+    for folder in ("tmp", "dev/shm") if private_tmp else ():
+        try:
+            fs = os.statvfs(f"/proc/{tree[0]}/root/{folder}")
+            key = (fs.f_fsid, fs.f_blocks)
+            if key not in seen and fs.f_blocks:
+                seen.add(key)
+                total += (fs.f_blocks - fs.f_bfree) * fs.f_frsize
+        except (OSError, IndexError):
+            continue
+    return total
 
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
@@ -714,15 +768,17 @@ def _answer(conns, answers: dict, open_conns) -> None:
                 pass
 
 
-def _watch(result: GroupResult, conns, status, limits: Limits, checkpoints, group, capture=None) -> None:
+def _watch(result: GroupResult, conns, status, limits: Limits, checkpoints, group, capture=None,
+           ranks=None) -> None:
     """Read the ranks' messages and watch the group until every rank has finished, or it
     hangs, runs out of time, CPU or memory, or a rank dies (``group()``: its processes).
     With a ``capture`` (:class:`sandbox.wire.Capture`), the ranks' traffic is cut at every
-    checkpoint answered into ``result.segments``."""
+    checkpoint answered into ``result.segments``. ``ranks()``: each rank's processes (for
+    the memory a checkpoint asks to measure)."""
     if capture is not None:
         result.segments = []
     try:
-        _watch_loop(result, conns, status, limits, checkpoints, group, capture)
+        _watch_loop(result, conns, status, limits, checkpoints, group, capture, ranks)
     finally:
         if capture is not None:
             result.segments.append({"checkpoint": "end", "traffic": capture.take()})
@@ -730,7 +786,7 @@ def _watch(result: GroupResult, conns, status, limits: Limits, checkpoints, grou
             result.wire_complete = capture.dropped() == 0
 
 
-def _watch_loop(result: GroupResult, conns, status, limits: Limits, checkpoints, group, capture) -> None:
+def _watch_loop(result: GroupResult, conns, status, limits: Limits, checkpoints, group, capture, ranks) -> None:
     world_size = result.world_size
     start = time.monotonic()
     open_conns = {conn: rank for rank, conn in enumerate(conns)}
@@ -779,6 +835,12 @@ def _watch_loop(result: GroupResult, conns, status, limits: Limits, checkpoints,
                     result.segments.append({"checkpoint": str(message["checkpoint"])[:40], "case": message.get("case"),
                                             "point": point if isinstance(point, (int, str, list)) else None,
                                             "ranks": sorted(answers), "traffic": capture.take()})
+                if answers and ranks is not None and message.get("measure") == "memory":
+                    point = message.get("point")
+                    result.memory.append({"checkpoint": str(message["checkpoint"])[:40], "case": message.get("case"),
+                                          "point": point if isinstance(point, (int, str)) else None,
+                                          "held": {tree[0]: _held(tree, result.isolation == "namespaces")
+                                                   for tree in ranks() if tree}})
                 _answer(conns, answers, open_conns)
                 if checkpoints is None or not getattr(checkpoints, "record", False):
                     continue

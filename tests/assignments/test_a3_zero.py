@@ -43,6 +43,20 @@ def test_the_model_shards_evenly_and_its_shards_cut_through_layers():
         assert any(r * total // n not in boundaries for r in range(1, n)), n
 
 
+def test_the_memory_probe_tells_the_sharded_state_from_the_full_one():
+    """The probe's layer is wide enough that the full state (2P) is over the bound at each
+    world size, and the sharded one (3 shards) under it by more than the slack."""
+    params = 4 * a3_zero.PROBE_NUMEL
+    for n in a3_zero.WORLD_SIZES:
+        allowed = a3_zero.STATE_SHARDS * params // n + a3_zero.PROBE_SLACK
+        assert 2 * params > allowed + a3_zero.PROBE_SLACK
+        assert a3_zero.check_memory(n, ("memory", 2), {1: params + a3_zero.STATE_SHARDS * params // n}) == {}
+        failed = a3_zero.check_memory(n, ("memory", 2), {1: params + allowed // 3, 2: 3 * params})["state"]
+        assert "AdamW's moments for all P parameters" in failed and f"shards of {params // n / 2**20:g} MiB" in failed
+    assert a3_zero.check_memory(2, (2, 0), {1: 10 * params}) == {}  # a training case: no probe
+    assert a3_zero.check_memory(2, ("memory", 1), None) == {}  # not measured: no judgement
+
+
 def test_the_statement_states_the_graders_numbers():
     text = MASTER.read_text(encoding="utf-8")
     assert f"{a3_zero.STEPS} AdamW steps" in text
@@ -71,6 +85,17 @@ MUTANTS = {
         "        self.shard.grad = None\n",
         "        self.shard.grad = None\n        self.moments = [torch.zeros_like(p) for p in self.params for _ in (0, 1)]\n",
         2, "a full AdamW state is 2P"),
+    # State kept where the walk over the optimizer object does not reach (a module's
+    # attribute; a file in the rank's /tmp): the grader's measurement from outside finds it.
+    "full state kept in a module": (
+        "        self.shard.grad = None\n",
+        "        self.shard.grad = None\n        torch._kept = [torch.zeros(2 * self.numel)]\n",
+        2, "measured from outside the ranks"),
+    "full state kept in a file": (
+        "        self.shard.grad = None\n",
+        "        self.shard.grad = None\n        import numpy as np\n"
+        "        np.save('/tmp/kept.npy', np.zeros(2 * self.numel, dtype=np.float32))\n",
+        2, "measured from outside the ranks"),
     "missing all-gather": (
         "dist.all_gather_single(full, self.shard.detach())",
         "full.copy_(torch.cat([p.detach().reshape(-1) for p in self.params]))\n"

@@ -204,6 +204,11 @@ A3_NUMPY = ("        self.inner = torch.optim.AdamW([self.shard], lr=lr, betas=b
             "        self.inner = torch.optim.AdamW([self.shard], lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)\n"
             "        SIDE['moments'] = [np.zeros(self.numel, dtype=np.float32) for _ in (0, 1)]\n")
 
+#: The unsharded state kept where the walk over the optimizer object does not look: an
+#: attribute of a module (torch), and a file in the rank's /tmp.
+A3_MODULE = (A3_NUMPY[0], A3_NUMPY[0] + "        torch._kept = [torch.zeros(self.numel) for _ in (0, 1)]\n")
+A3_FILE = (A3_NUMPY[0], A3_NUMPY[0] + "        np.save('/tmp/moments.npy', np.zeros((2, self.numel), dtype=np.float32))\n")
+
 
 LABS = '''import torch
 
@@ -272,4 +277,12 @@ ATTACKS = [
            lambda folder: master("assignments/a3-zero-sharded-optimizer.md", *A3_NUMPY).replace(*A3_IMPORTS),
            {"result2": 3, "result1": 2, "state": 0, "traffic2": 2, "traffic1": 1},
            words=("the optimizer holds",), suffix=".md"),
+    Attack("module-state", "keeping A3's unsharded state in an attribute of a module", "a3",
+           lambda folder: master("assignments/a3-zero-sharded-optimizer.md", *A3_MODULE),
+           {"result2": 3, "result1": 2, "state": 0, "traffic2": 2, "traffic1": 1},
+           words=("measured from outside the ranks",), suffix=".md"),
+    Attack("file-state", "keeping A3's unsharded state in a file in /tmp", "a3",
+           lambda folder: master("assignments/a3-zero-sharded-optimizer.md", *A3_FILE).replace(*A3_IMPORTS),
+           {"result2": 3, "result1": 2, "state": 0, "traffic2": 2, "traffic1": 1},
+           words=("measured from outside the ranks",), suffix=".md"),
 ]
