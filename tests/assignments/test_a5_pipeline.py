@@ -81,3 +81,21 @@ def test_every_known_mistake_is_named_by_some_feedback_the_grader_writes():
         text = inspect.getsource(module).replace('"\n', "").replace('                        "', "")
         for name, words in module.MISTAKES.items():
             assert words.strip() in text or words == " hung in ", (module.__name__, name)
+
+
+def test_a_micro_batch_is_recognised_by_its_closest_fingerprint_not_the_first_near_one():
+    """The last stage's output gradients of an untrained model lie close together (their sum
+    is 0, their absolute sums nearly equal): two candidates can both be within tolerance of
+    what a rank reports, and the right one is the closest (a correct 1F1B was once told its
+    send order was wrong, p=4, m=9)."""
+    import torch
+
+    from assignments.a5_pipeline import _which
+    from assignments.a5_rank import fingerprint
+
+    base = torch.linspace(1.0, 2.0, 64)
+    near = base * (1 + 5e-5)  # within the tolerance of base, but not the same tensor
+    assert _which(fingerprint(near), [base, near]) == 1
+    assert _which(fingerprint(base), [near, base]) == 1
+    assert _which(fingerprint(base * 1.01), [base, near]) == -1
+    assert _which("not a list", [base]) == -1

@@ -5,6 +5,7 @@ generator (every correct student lost 3 points with ``--jobs 2`` before)."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -25,14 +26,19 @@ def planted(old: str, new: str) -> str:
     return text.replace(old, new)
 
 
-def rows(folder: Path, jobs: int, out: Path) -> dict:
+def rows(folder: Path, jobs: int, out: Path) -> tuple[dict, dict]:
+    """The CSV's rows (times left out) and, per student, the feedback of each part it failed."""
     done = subprocess.run([sys.executable, "-m", "autograde", str(folder), "--assignment", "a5", "--jobs", str(jobs),
-                           "--csv", str(out), "-q"], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                           "--csv", str(out), "--json", str(out.with_suffix(".json")), "-q"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert done.returncode == 0, done.stderr[-2000:]
     with out.open(encoding="utf-8") as f:
-        return {r["student_id"]: {k: v for k, v in r.items() if "second" not in k and "time" not in k}
-                for r in csv.DictReader(f)}
+        table = {r["student_id"]: {k: v for k, v in r.items() if "second" not in k and "time" not in k}
+                 for r in csv.DictReader(f)}
+    graded = json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))["submissions"]
+    failed = {s: [f"{t['name']}: {t['feedback']}" for e in g["exercises"] for t in e["tests"] if not t["passed"]]
+              for s, g in graded.items()}
+    return table, failed
 
 
 def test_a_class_graded_with_two_jobs_gets_the_rows_it_gets_with_one(tmp_path):
@@ -46,7 +52,8 @@ def test_a_class_graded_with_two_jobs_gets_the_rows_it_gets_with_one(tmp_path):
     stub, _ = write_student_version(MASTER, tmp_path / "stub")
     (folder / "dee").mkdir()
     (folder / "dee" / "a5-pipeline-1f1b.ipynb").write_bytes(stub.read_bytes())
-    one = rows(folder, 1, tmp_path / "one.csv")
-    two = rows(folder, 2, tmp_path / "two.csv")
-    assert two == one
+    one, why_one = rows(folder, 1, tmp_path / "one.csv")
+    two, why_two = rows(folder, 2, tmp_path / "two.csv")
+    differ = sorted(s for s in one if one[s] != two.get(s))
+    assert two == one, {s: {"--jobs 1": why_one.get(s), "--jobs 2": why_two.get(s)} for s in differ}
     assert {s: float(r["score"]) for s, r in one.items()} == {"ada": 10, "eve": 10, "bob": 7, "cy": 7, "dee": 0}
