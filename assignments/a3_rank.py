@@ -12,6 +12,20 @@ import numpy as np
 from .a2_rank import EPS, LAYERS, LR, STEPS, WEIGHT_DECAY, build_model, flat, own_data
 from .rank_common import Stopped, call_counter, encode, failure, marker, unpack
 
+#: Steps of a memory probe: AdamW's state exists after the first; the second shows that it
+#: is kept, not rebuilt.
+PROBE_STEPS = 2
+#: Every how many of the probe layer's weights one is reported after the steps.
+PROBE_STRIDE = 512
+
+
+def probe_input(stage: int, rank: int):
+    """A rank's own batch for the probe of ``stage`` (drawn as the grader draws it)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(1000 + 10 * stage + rank)
+    return torch.randn(4, 1024, generator=generator)
+
 #: The held tensors a rank reports with their values (those of the model's size: the grader
 #: names what they are).
 MAX_HELD = 12
@@ -107,11 +121,17 @@ def train(cls, seed: int, stage: int, x, y, mark=lambda label, point: None) -> d
             "calls": {k: int(v) for k, v in counter.calls.items()}}
 
 
-def probe_model(numel: int):
-    """The memory probes' model: one layer of ``numel`` weights (1,024 inputs), and its input."""
+def probe_model(numel: int, stage: int = 0):
+    """The memory probes' model: one layer of ``numel`` weights (1,024 inputs), drawn from a
+    generator of its own seeded with ``stage``."""
     import torch
 
-    return torch.nn.Linear(1024, numel // 1024, bias=False), torch.randn(4, 1024)
+    # skip_init: no draw from torch's global generator (other grading threads use it)
+    layer = torch.nn.utils.skip_init(torch.nn.Linear, 1024, numel // 1024, bias=False)
+    with torch.no_grad():
+        generator = torch.Generator().manual_seed(stage)
+        layer.weight.uniform_(-1 / 32, 1 / 32, generator=generator)
+    return layer
 
 
 def prepare_probe(numel: int) -> None:
@@ -131,8 +151,7 @@ def prepare_probe(numel: int) -> None:
 
     libc = ctypes.CDLL(None)
     libc.mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD
-    torch.manual_seed(0)
-    model, x = probe_model(numel)
+    model, x = probe_model(numel), probe_input(0, 0)
     model(x).square().mean().backward()
     torch.optim.AdamW(model.parameters(), lr=LR, eps=EPS, weight_decay=WEIGHT_DECAY).step()
     n = dist.get_world_size()
@@ -151,17 +170,19 @@ def prepare_probe(numel: int) -> None:
 
 
 def probe(cls, stage: int, numel: int, ctx, index: int) -> dict:
-    """Train the wide layer ``STEPS`` steps with the student's optimizer, then wait at the
-    ``end`` memory checkpoint (the optimizer alive, the gradients freed) while the grader
-    measures; then let it all go."""
+    """Train the wide layer ``PROBE_STEPS`` steps with the student's optimizer on this rank's
+    own batch, then wait at the ``end`` memory checkpoint (the optimizer alive, the gradients
+    freed) while the grader measures; report every ``PROBE_STRIDE``-th weight (the grader
+    checks the steps were AdamW's: an optimizer that holds little because it does not do the
+    work earns nothing here); then let it all go."""
     import gc
 
-    import torch
 
-    torch.manual_seed(stage)
-    model, x = probe_model(numel)
+    import torch.distributed as dist
+
+    model, x = probe_model(numel, stage), probe_input(stage, dist.get_rank())
     opt = cls(model.parameters(), lr=LR, eps=EPS, weight_decay=WEIGHT_DECAY, stage=stage)
-    for step in range(STEPS):
+    for step in range(PROBE_STEPS):
         model(x).square().mean().backward()
         opt.step()
         opt.zero_grad()
@@ -171,11 +192,12 @@ def probe(cls, stage: int, numel: int, ctx, index: int) -> dict:
             raise Stopped("probe")
     gc.collect()
     answer = ctx.checkpoint("memory", case=index, point="end", measure="memory")
+    sample = model.weight.detach().reshape(-1)[::PROBE_STRIDE].numpy().copy()
     del opt, model, x
     gc.collect()
     if answer == "stop":
         raise Stopped("memory")
-    return {"probe": stage}
+    return {"probe": stage, "sample": encode(sample)}
 
 
 def main(ctx) -> None:

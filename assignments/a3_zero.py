@@ -29,7 +29,7 @@ every run on its own (``assignments.common.run_cases``):
   the parameters);
   Then, measured from outside the ranks (``sandbox.multirank``'s memory checkpoints: the
   grader reads each rank's resident memory, and its private ``/tmp`` and ``/dev/shm``, from
-  ``/proc``), a *memory probe* per stage and world size: ``STEPS`` steps of a wide layer of
+  ``/proc``), a *memory probe* per stage and world size: ``PROBE_STEPS`` steps of a wide layer of
   ``PROBE_NUMEL`` weights, after which a rank may hold, beyond the layer's parameters and
   what it held before the student's code was loaded, at most ``STATE_SHARDS`` shards and
   ``PROBE_SLACK`` bytes (state kept anywhere the object walk cannot reach shows here);
@@ -46,8 +46,9 @@ from solutions.communication import (allgather_bytes_per_rank, allreduce_bytes_p
                                      reduce_scatter_bytes_per_rank)
 
 from .a2_rank import EPS, LAYERS, LR, STEPS, WEIGHT_DECAY, data, flat
+from .a3_rank import PROBE_STEPS, PROBE_STRIDE, probe_input, probe_model
 from .a2_ddp import SEEDS, WORLD_SIZES, make_model
-from .common import Report, decode, grade_submitted, grade_training, payload, rank_program, rank_source
+from .common import Report, decode, grade_submitted, grade_training, one_thread, payload, rank_program, rank_source
 from .common import self_check as run_self_check
 
 NAME = "Assignment 3: ZeRO-1 and ZeRO-2, a sharded AdamW"
@@ -61,9 +62,10 @@ STATE_SHARDS = 3
 MOMENT_TOL = 1e-3
 #: The memory probes' layer: 2^21 float32 weights (8 MiB). The full AdamW state (16 MiB) and
 #: the sharded one (3 shards: 12 MiB at n=2, 6 MiB at n=4) lie further apart than what a
-#: rank holds besides between the two checkpoints (measured: 0.3-0.6 MiB; ``PROBE_SLACK``).
+#: rank holds besides between the two checkpoints (measured: 0.4-0.9 MiB, the student's
+#: module and the cases before the probe among it; ``PROBE_SLACK``).
 PROBE_NUMEL = 2**21
-PROBE_SLACK = 3 * 2**19
+PROBE_SLACK = 2 * 2**20
 POINTS = {"result2": 3, "result1": 2, "state": 2, "traffic2": 2, "traffic1": 1}
 TITLES = {
     "result2": "stage 2: parameters after k steps = one process's AdamW",
@@ -297,6 +299,37 @@ def check_state(m: dict, rank: int, n: int, ref: dict, case) -> str | None:
     return None
 
 
+def probe_baseline(n: int, stage: int) -> dict:
+    """The probe's weights as one process's AdamW leaves them after ``PROBE_STEPS`` steps on
+    the mean of the ``n`` ranks' losses: every ``PROBE_STRIDE``-th, before and after."""
+    import torch
+
+    model = probe_model(PROBE_NUMEL, stage)
+    before = model.weight.detach().reshape(-1)[::PROBE_STRIDE].numpy().copy()
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, eps=EPS, weight_decay=WEIGHT_DECAY)
+    for _ in range(PROBE_STEPS):
+        loss = sum(model(probe_input(stage, r)).square().mean() for r in range(n)) / n
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return {"before": before, "after": model.weight.detach().reshape(-1)[::PROBE_STRIDE].numpy().copy()}
+
+
+def check_probe(m: dict, rank: int, ref: dict) -> str | None:
+    """The probe's weights on one rank against one process's AdamW (as the results part
+    judges the small model's: L2 difference at most ``PARAM_TOL`` of the update's)."""
+    got = decode(m.get("sample", ""), ref["after"].size)
+    if got is None:
+        return "the memory probe's layer came back in no readable form"
+    update = float(np.linalg.norm(ref["after"] - ref["before"]))
+    error = float(np.linalg.norm(got.astype(np.float64) - ref["after"]))
+    if error > PARAM_TOL * max(update, 1e-12):
+        return (f"after {PROBE_STEPS} steps of the memory probe's layer, rank {rank}'s weights are not one "
+                f"process's AdamW (L2 difference {error / max(update, 1e-12):.2g} of the update): what an "
+                "optimizer holds counts only while it does AdamW's work")
+    return None
+
+
 def check_memory(n: int, case, grew: dict | None) -> dict:
     """A memory probe's evidence: what each rank held at the probe's end beyond what it held
     at its group's start, less the probe layer's parameters, against ``STATE_SHARDS`` shards
@@ -313,7 +346,7 @@ def check_memory(n: int, case, grew: dict | None) -> dict:
     if held >= 2 * params - PROBE_SLACK:
         what = " (as much as AdamW's moments for all P parameters: keep only your shard's)"
     mib = 2**20
-    return {"state": f"measured from outside the ranks, a rank held {held / mib:.1f} MiB after {STEPS} steps of a "
+    return {"state": f"measured from outside the ranks, a rank held {held / mib:.1f} MiB after {PROBE_STEPS} steps of a "
                      f"{params // mib} MiB layer, beyond the layer itself; its sharded state is at most "
                      f"{STATE_SHARDS} shards of {shard / mib:g} MiB{what}"}
 
@@ -328,7 +361,10 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
 
     def reference(n, case):
         if case[0] == "memory":
-            return None
+            if (n, case) not in refs:
+                with one_thread():
+                    refs[(n, case)] = probe_baseline(n, case[1])
+            return refs[(n, case)]
         if (n, case[1]) not in refs:
             refs[(n, case[1])] = dict(baseline(n, case[1], salt), salt=salt)
         return refs[(n, case[1])]
@@ -336,7 +372,8 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
     def check(n, case, rank, m, ref) -> dict:
         stage = case[0]
         if stage == "memory":
-            return {}
+            problem = check_probe(m, rank, ref)
+            return {"state": problem} if problem else {}
         fails = {f"result{stage}": check_result(m, rank, n, ref),
                  f"traffic{stage}": check_traffic(m, n, stage, numel),
                  "state": check_state(m, rank, n, ref, case)}

@@ -209,6 +209,46 @@ A3_NUMPY = ("        self.inner = torch.optim.AdamW([self.shard], lr=lr, betas=b
 A3_MODULE = (A3_NUMPY[0], A3_NUMPY[0] + "        torch._kept = [torch.zeros(self.numel) for _ in (0, 1)]\n")
 A3_FILE = (A3_NUMPY[0], A3_NUMPY[0] + "        np.save('/tmp/moments.npy', np.zeros((2, self.numel), dtype=np.float32))\n")
 
+#: A cheat that knows the probe: on a wide layer (the probe's), plain SGD, which holds
+#: nothing; on the graded model, a replicated AdamW hidden in a module, and a decoy of a
+#: shard's two moments for the walk to find.
+A3_ADAPTIVE = '''import torch
+import torch.distributed as dist
+
+
+class ShardedAdamW:
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, stage=2):
+        self.params = list(params)
+        self.lr = lr
+        self.wide = sum(p.numel() for p in self.params) > 100000
+        if not self.wide:
+            torch._hidden = torch.optim.AdamW(self.params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        numel = sum(p.numel() for p in self.params)
+        self.decoy = [torch.zeros(numel // dist.get_world_size()) for _ in (0, 1)]
+
+    def step(self):
+        n = dist.get_world_size()
+        flat = torch.cat([p.grad.reshape(-1) for p in self.params])
+        shard = torch.empty(flat.numel() // n)
+        dist.reduce_scatter_single(shard, flat)
+        full = torch.empty_like(flat)
+        dist.all_gather_single(full, shard)
+        offset = 0
+        for p in self.params:
+            p.grad.copy_(full[offset:offset + p.numel()].view_as(p) / n)
+            offset += p.numel()
+        if self.wide:
+            with torch.no_grad():
+                for p in self.params:
+                    p -= self.lr * p.grad
+        else:
+            torch._hidden.step()
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+'''
+
 
 LABS = '''import torch
 
@@ -281,6 +321,9 @@ ATTACKS = [
            lambda folder: master("assignments/a3-zero-sharded-optimizer.md", *A3_MODULE),
            {"result2": 3, "result1": 2, "state": 0, "traffic2": 2, "traffic1": 1},
            words=("measured from outside the ranks",), suffix=".md"),
+    Attack("probe-aware", "A3 with SGD on the memory probe's wide layer, AdamW's full state hidden elsewhere", "a3",
+           lambda folder: A3_ADAPTIVE, {"result2": 3, "result1": 2, "state": 0, "traffic2": 2, "traffic1": 1},
+           words=("not one process's AdamW",)),
     Attack("file-state", "keeping A3's unsharded state in a file in /tmp", "a3",
            lambda folder: master("assignments/a3-zero-sharded-optimizer.md", *A3_FILE).replace(*A3_IMPORTS),
            {"result2": 3, "result1": 2, "state": 0, "traffic2": 2, "traffic1": 1},
