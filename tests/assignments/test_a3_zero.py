@@ -45,11 +45,12 @@ def test_the_model_shards_evenly_and_its_shards_cut_through_layers():
 
 def test_the_memory_probe_tells_the_sharded_state_from_the_full_one():
     """The probe's layer is wide enough that the full state (2P) is over the bound at each
-    world size, and the sharded one (3 shards) under it by more than the slack."""
+    world size, and the sharded one (3 shards) under it, each by at least 1 MiB (what else a
+    rank holds there measured 0.4 to 0.9 MiB)."""
     params = 4 * a3_zero.PROBE_NUMEL
     for n in a3_zero.WORLD_SIZES:
         allowed = a3_zero.STATE_SHARDS * params // n + a3_zero.PROBE_SLACK
-        assert 2 * params > allowed + a3_zero.PROBE_SLACK
+        assert 2 * params - allowed >= 2**20 and allowed - a3_zero.STATE_SHARDS * params // n >= 2**20
         assert a3_zero.check_memory(n, ("memory", 2), {1: params + a3_zero.STATE_SHARDS * params // n}) == {}
         failed = a3_zero.check_memory(n, ("memory", 2), {1: params + allowed // 3, 2: 3 * params})["state"]
         assert "AdamW's moments for all P parameters" in failed and f"shards of {params // n / 2**20:g} MiB" in failed
