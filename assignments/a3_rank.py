@@ -172,9 +172,9 @@ def prepare_probe(numel: int) -> None:
 def probe(cls, stage: int, numel: int, ctx, index: int) -> dict:
     """Train the wide layer ``PROBE_STEPS`` steps with the student's optimizer on this rank's
     own batch, then wait at the ``end`` memory checkpoint (the optimizer alive, the gradients
-    freed) while the grader measures; report every ``PROBE_STRIDE``-th weight (the grader
-    checks the steps were AdamW's: an optimizer that holds little because it does not do the
-    work earns nothing here); then let it all go."""
+    freed) while the grader measures; report every ``PROBE_STRIDE``-th weight after the first
+    step (the grader checks it was AdamW's, on the rank's shard at least: an optimizer that
+    holds little because it does not do the work earns nothing here); then let it all go."""
     import gc
 
 
@@ -188,11 +188,12 @@ def probe(cls, stage: int, numel: int, ctx, index: int) -> dict:
         opt.zero_grad()
         for p in model.parameters():
             p.grad = None
+        if step == 0:
+            sample = model.weight.detach().reshape(-1)[::PROBE_STRIDE].numpy().copy()
         if ctx.checkpoint("probe", case=index, point=step) == "stop":  # the grader cuts the traffic here
             raise Stopped("probe")
     gc.collect()
     answer = ctx.checkpoint("memory", case=index, point="end", measure="memory")
-    sample = model.weight.detach().reshape(-1)[::PROBE_STRIDE].numpy().copy()
     del opt, model, x
     gc.collect()
     if answer == "stop":

@@ -323,7 +323,7 @@ ATTACKS = [
            words=("measured from outside the ranks",), suffix=".md"),
     Attack("probe-aware", "A3 with SGD on the memory probe's wide layer, AdamW's full state hidden elsewhere", "a3",
            lambda folder: A3_ADAPTIVE, {"result2": 3, "result1": 2, "state": 0, "traffic2": 2, "traffic1": 1},
-           words=("not one process's AdamW",)),
+           words=("counts only while it does AdamW's work",)),
     Attack("file-state", "keeping A3's unsharded state in a file in /tmp", "a3",
            lambda folder: master("assignments/a3-zero-sharded-optimizer.md", *A3_FILE).replace(*A3_IMPORTS),
            {"result2": 3, "result1": 2, "state": 0, "traffic2": 2, "traffic1": 1},
