@@ -7,7 +7,7 @@ import contextlib
 
 import numpy as np
 
-from .rank_common import Stopped, call_counter, encode, failure, marker, unpack
+from .rank_common import call_counter, encode, marker, one_case, student, unpack
 
 #: The model: Linear(16, 32) - tanh - Linear(32, 24) - tanh - Linear(24, 8), P = 1536.
 #: Its parameters' sizes differ, so buckets in forward and in reverse order differ.
@@ -172,20 +172,14 @@ def train(cls, seed: int, x, y, mark=lambda label, point: None) -> dict:
 def main(ctx) -> None:
     header, arrays = unpack(ctx.payload)
     watch_waits()
-    try:
-        cls = ctx.student()["BucketedDDP"]
-    except LookupError as exc:
-        ctx.report({"missing": str(exc)[:300]})
+    cls = student(ctx, "BucketedDDP")
+    if cls is None:
         return
     for k, index in enumerate(header["cases"]):
-        try:
-            message = train(cls, header["seeds"][index], *own_data(arrays, k), marker(ctx, index))
-        except Stopped:
-            return
-        except Exception as exc:  # noqa: BLE001 - the student's code
-            message = failure(exc)
-        ctx.report(dict(message, case=index))
-        if ctx.checkpoint("case", case=index, raised="error" in message) == "stop":
+        def work(k=k, index=index):
+            return train(cls, header["seeds"][index], *own_data(arrays, k), marker(ctx, index))
+
+        if not one_case(ctx, index, work):
             return
 
 

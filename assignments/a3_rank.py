@@ -10,7 +10,7 @@ import types
 import numpy as np
 
 from .a2_rank import EPS, LAYERS, LR, STEPS, WEIGHT_DECAY, build_model, flat, own_data
-from .rank_common import Stopped, call_counter, encode, failure, marker, unpack
+from .rank_common import Stopped, call_counter, encode, marker, one_case, student, unpack
 
 #: Steps of a memory probe: AdamW's state exists after the first; the second shows that it
 #: is kept, not rebuilt.
@@ -208,24 +208,17 @@ def main(ctx) -> None:
         prepare_probe(numel)
         if ctx.checkpoint("memory", point="start", measure="memory") == "stop":
             return
-    try:
-        cls = ctx.student()["ShardedAdamW"]
-    except LookupError as exc:
-        ctx.report({"missing": str(exc)[:300]})
+    cls = student(ctx, "ShardedAdamW")
+    if cls is None:
         return
     for k, index in enumerate(header["cases"]):
-        stage, seed = header["runs"][index]
-        try:
+        def work(k=k, index=index):
+            stage, seed = header["runs"][index]
             if stage == "memory":  # (a world size the grader probes at; elsewhere nothing to do)
-                message = probe(cls, seed, numel, ctx, index) if numel else {"probe": None}
-            else:
-                message = train(cls, seed, stage, *own_data(arrays, k), marker(ctx, index))
-        except Stopped:
-            return
-        except Exception as exc:  # noqa: BLE001 - the student's code
-            message = failure(exc)
-        ctx.report(dict(message, case=index))
-        if ctx.checkpoint("case", case=index, raised="error" in message) == "stop":
+                return probe(cls, seed, numel, ctx, index) if numel else {"probe": None}
+            return train(cls, seed, stage, *own_data(arrays, k), marker(ctx, index))
+
+        if not one_case(ctx, index, work):
             return
 
 

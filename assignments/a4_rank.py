@@ -7,7 +7,7 @@ import base64
 
 import numpy as np
 
-from .rank_common import Stopped, call_counter, course_model, failure, marker, unpack
+from .rank_common import Stopped, call_counter, course_model, failure, marker, one_case, student, unpack
 
 #: The blocks graded: width h, heads, sequence s, micro-batch b (small: CPU ranks).
 D_MODEL, N_HEAD, SEQ, BATCH = 32, 4, 8, 2
@@ -113,33 +113,25 @@ def main(ctx) -> None:
     import torch
 
     header, arrays = unpack(ctx.payload)
-    try:
-        fns = ctx.student()
-    except LookupError as exc:
-        ctx.report({"missing": str(exc)[:300]})
+    fns = student(ctx)
+    if fns is None:
         return
     units = {c: (arrays[2 * k].reshape(UNIT_SHAPE), arrays[2 * k + 1].reshape(UNIT_SHAPE))
              for k, c in enumerate(header["units"])}
     built = {}
-    for index in header["cases"]:
+
+    def work(index):
         seed, step = header["runs"][index]
-        try:
-            if step in ("f", "g"):
-                message = unit(fns["CopyToTensorParallel" if step == "f" else "ReduceFromTensorParallel"],
-                               *units[index])
-            else:
-                if seed not in built:
-                    torch.manual_seed(case_seed(seed, header["salt"]))
-                    built[seed] = build_case()
-                mlp, attn, x, probe = built[seed]
-                message = block(fns, step, mlp if step == "mlp" else attn, x, probe, ctx.rank, ctx.world_size,
-                                marker(ctx, index))
-        except Stopped:
-            return
-        except Exception as exc:  # noqa: BLE001 - the student's code
-            message = failure(exc)
-        ctx.report(dict(message, case=index))
-        if ctx.checkpoint("case", case=index, raised="error" in message) == "stop":
+        if step in ("f", "g"):
+            return unit(fns["CopyToTensorParallel" if step == "f" else "ReduceFromTensorParallel"], *units[index])
+        if seed not in built:
+            torch.manual_seed(case_seed(seed, header["salt"]))
+            built[seed] = build_case()
+        mlp, attn, x, probe = built[seed]
+        return block(fns, step, mlp if step == "mlp" else attn, x, probe, ctx.rank, ctx.world_size, marker(ctx, index))
+
+    for index in header["cases"]:
+        if not one_case(ctx, index, lambda index=index: work(index)):
             return
 
 

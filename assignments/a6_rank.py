@@ -10,7 +10,7 @@ import hashlib
 
 import numpy as np
 
-from .rank_common import Stopped, call_counter, failure, marker, unpack
+from .rank_common import Stopped, call_counter, failure, marker, one_case, student, unpack
 
 #: The layer graded (small: CPU ranks): width h, expert hidden width f, E experts, top-k.
 D_MODEL, FFN_HIDDEN, NUM_EXPERTS, TOP_K = 8, 16, 8, 2
@@ -121,18 +121,14 @@ def run_case(fns, rank: int, n: int, arrays: list, mark) -> dict:
 
 def main(ctx) -> None:
     header, arrays = unpack(ctx.payload)
-    try:
-        fns = ctx.student()
-    except LookupError as exc:
-        ctx.report({"missing": str(exc)[:300]})
+    fns = student(ctx)
+    if fns is None:
         return
     for k, index in enumerate(header["cases"]):
-        try:
-            message = run_case(fns, ctx.rank, ctx.world_size, arrays[7 * k:7 * k + 7], marker(ctx, index))
-        except Stopped:
-            return
-        ctx.report(dict(message, case=index))
-        if ctx.checkpoint("case", case=index, raised="error" in message) == "stop":
+        def work(k=k, index=index):
+            return run_case(fns, ctx.rank, ctx.world_size, arrays[7 * k:7 * k + 7], marker(ctx, index))
+
+        if not one_case(ctx, index, work):
             return
 
 

@@ -108,6 +108,31 @@ def marker(ctx, index: int):
     return mark
 
 
+def student(ctx, name: str | None = None):
+    """The student's definitions (``ctx.student()``), or the one called ``name``; None once
+    the rank has reported what is missing (the grader then scores every part 0, saying why)."""
+    try:
+        found = ctx.student()
+        return found if name is None else found[name]
+    except LookupError as exc:
+        ctx.report({"missing": str(exc)[:300]})
+        return None
+
+
+def one_case(ctx, index: int, work) -> bool:
+    """Run case ``index``: ``work()`` returns the rank's message (an exception of the
+    student's code becomes its error); report it, then wait at the case's checkpoint. False
+    when the grader says stop, there or inside the case (:class:`Stopped`)."""
+    try:
+        message = work()
+    except Stopped:
+        return False
+    except Exception as exc:  # noqa: BLE001 - the student's code
+        message = failure(exc)
+    ctx.report(dict(message, case=index))
+    return ctx.checkpoint("case", case=index, raised="error" in message) != "stop"
+
+
 def quiet_stdio() -> None:
     """Send a rank's own prints to /dev/null (a grader's console is not the student's)."""
     devnull = os.open(os.devnull, os.O_WRONLY)

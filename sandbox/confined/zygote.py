@@ -7,12 +7,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import time
 
-from .frames import recv_message, send_message, write_frame
+from .frames import greet, recv_message, send_message, write_frame
 from .isolation import enter_worker, prepare_zygote
-from .kernel import PR_SET_CHILD_SUBREAPER, die_with_starter, load_libc, outlive_starter
+from .kernel import PR_SET_CHILD_SUBREAPER, load_libc
 from .runtime import install_runtime, serve
 
 def spawn(mode: str, runtime, job, fds, control) -> int:
@@ -42,19 +41,7 @@ def spawn(mode: str, runtime, job, fds, control) -> int:
 
 
 def zygote(control_fd: int) -> None:
-    control = socket.socket(fileno=control_fd)
-    die_with_starter(control)
-    cfg, _ = recv_message(control)
-    if cfg is None:
-        os._exit(0)
-    try:
-        mode = prepare_zygote(cfg)
-        runtime = install_runtime(cfg)
-    except Exception as exc:
-        send_message(control, {"op": "fatal", "message": f"{type(exc).__name__}: {exc}"})
-        os._exit(3)
-    send_message(control, {"op": "ready", "isolation": mode})
-    outlive_starter()
+    control, mode, runtime = greet(control_fd, lambda cfg: (prepare_zygote(cfg), install_runtime(cfg)))
     statuses: dict = {}  # reaped workers: pid -> wait status, until the grader asks
     workers: set = set()  # pids of the workers forked and not yet reported
     # Orphans of a worker (its children, once it is killed) come to the zygote instead of

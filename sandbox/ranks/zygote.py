@@ -6,12 +6,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import sys
 import time
 
-from ..confined.frames import recv_message, send_message
-from ..confined.kernel import PR_SET_CHILD_SUBREAPER, die_with_starter, load_libc, outlive_starter
+from ..confined.frames import greet, recv_message, send_message
+from ..confined.kernel import PR_SET_CHILD_SUBREAPER, load_libc
 from .group import leader
 from .root import build_root
 
@@ -99,18 +98,7 @@ def spawn(mode: str, job: dict, fds: list, control) -> int:
 
 
 def zygote(control_fd: int) -> None:
-    control = socket.socket(fileno=control_fd)
-    die_with_starter(control)
-    cfg, _ = recv_message(control)
-    if cfg is None:
-        os._exit(0)
-    try:
-        mode = prepare(cfg)
-    except Exception as exc:  # noqa: BLE001
-        send_message(control, {"op": "fatal", "message": f"{type(exc).__name__}: {exc}"[:500]})
-        os._exit(3)
-    send_message(control, {"op": "ready", "isolation": mode})
-    outlive_starter()
+    control, mode, _ = greet(control_fd, lambda cfg: (prepare(cfg), None))
     statuses, leaders, uids = {}, set(), {}  # uids: leader -> the uid its ranks run as
     with contextlib.suppress(OSError, AttributeError):
         load_libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans come here, reaped at once

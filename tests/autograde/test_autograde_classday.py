@@ -18,6 +18,7 @@ import pytest
 
 from autograde import classrun
 from autograde.cli import main
+from tests.processes import alive, descendants
 from tools.browser import ROOT
 
 REFERENCE = (ROOT / "tests" / "redteam" / "reference_submission.py").read_text()
@@ -312,33 +313,6 @@ def test_a_roster_of_the_courses_own_form_keys_missing_students_apart(tmp_path):
 # ----------------------------------------------------------------------------- interruptions
 
 SLOW = "import time\ntime.sleep(0.4)\n"  # each student's file takes a moment: time to interrupt
-
-
-def descendants(pid: int) -> set:
-    """Process ids below ``pid`` (from /proc), living ones only."""
-    children: dict = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[1].split()
-            if fields[0] != "Z":
-                children.setdefault(int(fields[1]), []).append(int(entry))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.fixture(scope="module")

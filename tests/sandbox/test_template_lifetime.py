@@ -12,33 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import alive, children
+
 ROOT = Path(__file__).resolve().parents[2]
 
 STARTS = {
     "worker zygote": "from sandbox.handle import prestart\nprestart()\n",
     "rank zygote": "from sandbox.multirank import prestart\nprestart()\n",
 }
-
-
-def children(pid: int) -> list:
-    """Living processes whose parent is ``pid``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid and fields[0] != "Z":
-                found.append(int(entry))
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.parametrize("which", sorted(STARTS))
