@@ -22,3 +22,12 @@ def test_every_path_the_guide_names_exists():
     assert named, "the guide names no file"
     missing = sorted(n for n in named if not (ROOT / n).exists())
     assert not missing, f"the guide names files that do not exist: {missing}"
+
+
+def test_the_memory_probes_bound_is_the_graders():
+    from assignments import a3_zero
+
+    said = re.search(r"beyond the layer, (\d+) shards and (\d+(?:\.\d+)?) MiB", GUIDE)
+    assert said, "the guide no longer states A3's memory bound"
+    assert int(said.group(1)) == a3_zero.STATE_SHARDS
+    assert abs(float(said.group(2)) * 2**20 - a3_zero.PROBE_SLACK) < 1.0  # bytes
