@@ -14,6 +14,9 @@ chooses the five to minimise the squared log-error of the predicted tokens/s per
 default; :func:`leave_one_out` refits without each run in turn and predicts it, which is
 the honest error of the model on a run it has not seen.
 
+:func:`heldout` predicts the rows of the same tables that the fit never sees
+(:data:`solutions.facts.HELDOUT_RUNS`).
+
 References: narayanan2021megatron, dubey2024llama3, nvidia2025megatronbridge, liu2024deepseekv3.
 """
 from __future__ import annotations
@@ -26,7 +29,7 @@ import numpy as np
 
 from . import facts, steptime
 
-__all__ = ["BOUNDS", "Row", "predict", "residuals", "fit", "leave_one_out", "table", "summary"]
+__all__ = ["BOUNDS", "Row", "predict", "residuals", "fit", "leave_one_out", "table", "heldout", "summary"]
 
 #: The range each fitted constant may take: (gemm_traffic, attention, network, expert_s, contention).
 #: The multiplier on counted elementwise bytes is not fitted: the bytes are counted, and
@@ -106,6 +109,20 @@ def table(runs=None, calibration=None, loo=None) -> list:
         st = steptime.predict_run(run, cal)[0]
         rows.append(Row(run.name, steptime.published_tokens_per_s(run), st.tokens_per_s_per_gpu, loo[run.name],
                         st.fits))
+    return rows
+
+
+def heldout(runs=None, calibration=None) -> list:
+    """:class:`Row` per held-out run (:data:`solutions.facts.HELDOUT_RUNS` by default), under
+    the constants fitted on the course's table: runs the model has never seen, so the error
+    and the "leave-one-out" error are the same."""
+    runs = tuple(facts.HELDOUT_RUNS if runs is None else runs)
+    cal = calibration or steptime.CALIBRATION
+    rows = []
+    for run in runs:
+        st = steptime.predict_run(run, cal)[0]
+        rows.append(Row(run.name, steptime.published_tokens_per_s(run), st.tokens_per_s_per_gpu,
+                        st.tokens_per_s_per_gpu, st.fits))
     return rows
 
 

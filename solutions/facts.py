@@ -51,7 +51,7 @@ __all__ = [
     "NVLINK_DOMAINS",
     "RUN_SIZES_COMPARED",
     "PublishedRun",
-    "PUBLISHED_RUNS",
+    "PUBLISHED_RUNS", "HELDOUT_RUNS",
     "MEGATRON_TRAINING_ESTIMATES",
 ]
 
@@ -500,7 +500,9 @@ class PublishedRun:
     nodes it spans (NCCL's rail-optimised rings), ``'gpu'`` when each GPU's traffic went
     through its own adapter: DeepSpeed's ZeRO-3 of 2021, whose per-GPU throughput in
     Narayanan et al.'s Table 2 halves with every doubling of GPUs at a fixed batch, the
-    signature of a gather bound by one 200 Gb/s adapter per GPU."""
+    signature of a gather bound by one 200 Gb/s adapter per GPU. ``offload_layers``: the
+    layers whose activations the recipe kept in the host's memory (Megatron-Core's
+    ``cpu_offloading_num_layers``)."""
 
     name: str
     params: float
@@ -545,6 +547,7 @@ class PublishedRun:
     year: int = 2021
     where: str = ""
     nic_share: str = "domain"
+    offload_layers: int = 0
 
     @property
     def num_gpus(self) -> int:
@@ -580,11 +583,12 @@ def _megatron(params, heads, hidden, layers, tp, pp, gpus, batch, tflops):
 
 
 def _bridge(release, system, arch, n, precision, gbs, mbs, seq, tp, pp, cp, vp, ep, tokens, zero=1, overlap="default",
-            recompute="none"):
+            recompute="none", offload=0):
     """A row of the Megatron-Bridge performance summary (NVIDIA 2025-26): ``release`` the NeMo
     container whose table it is, ``system`` the DGX whose column, the layout (DP is what the
     GPUs leave: ``n / (tp pp cp)``, EP folded into it), the published tokens/s per GPU."""
-    gpu = {"DGX-H100": "H100 SXM", "DGX-B200": "B200", "DGX-GB200": "GB200", "DGX-GB300": "GB300"}[system]
+    gpu = {"DGX-H100": "H100 SXM", "DGX-B200": "B200", "DGX-B300": "B300", "DGX-GB200": "GB200",
+           "DGX-GB300": "GB300"}[system]
     a = MOE_ARCHITECTURES.get(arch) or ARCHITECTURES[arch]
     params = getattr(a, "total_params", None) or a.params
     name = f"{arch}, {n} {gpu}, {precision.upper()} ({release})"
@@ -592,9 +596,12 @@ def _bridge(release, system, arch, n, precision, gbs, mbs, seq, tp, pp, cp, vp, 
                         n // (tp * pp * cp), gbs, mbs, recompute, "nvidia2025megatronbridge", cp=cp, zero=zero,
                         schedule="interleaved" if vp > 1 else "1f1b", virtual_stages=vp, mlp="swiglu",
                         dropout=False, attention="flash", arch=arch, precision=precision, ep=ep,
-                        tokens_per_s_per_gpu=tokens, flops_counted="model", overlap=overlap, year=2025 + (release == "26.02"),
+                        tokens_per_s_per_gpu=tokens, flops_counted="model", overlap=overlap,
+                        year=2025 + (release.startswith("26")), offload_layers=offload,
                         where=f"{release} NeMo container, {system}, row {arch} {precision.upper()}",
-                        assumed="ZeRO-1 (Megatron's distributed optimizer); recomputation as the recipe "
+                        assumed=("Megatron-FSDP (ZeRO-3) with the activations of " f"{offload} layers offloaded to the "
+                                 "host, as the recipe sets; " if zero == 3 else "ZeRO-1 (Megatron's distributed optimizer); ")
+                        + "recomputation as the recipe "
                                 "(none, or 'selective' where it recomputes modules such as norms and MoE "
                                 "activations); MoE routing force-balanced, as the table's notes say")
 
@@ -715,6 +722,57 @@ PUBLISHED_RUNS = (
                          "all-to-alls hidden (its point); the RMSNorm and MLA up-projections recomputed (sec. 3.2.3) "
                          "read as selective recomputation; the multi-token-prediction module not counted"),
 )
+
+#: Rows of the same Megatron-Bridge tables (NeMo 25.11 and 26.02) that the calibration never
+#: sees: every pre-training row of the two tables not in :data:`PUBLISHED_RUNS` whose shape the
+#: course knows, as printed (columns as :data:`_BRIDGE_ROWS`, then ZeRO stage, overlap,
+#: recomputation and offloaded layers where the row's recipe sets them). FSDP rows are ZeRO-3;
+#: the Llama 3 70B FSDP recipes offload 20 (GB300) and 40 (GB200) layers' activations to the
+#: Grace CPU (scripts/performance/configs/llama in Megatron-Bridge, December 2025 to March
+#: 2026). The B200 DeepSeek-V3 row of 25.11 (with multi-token prediction) is left out.
+_HELDOUT_ROWS = (
+    ("25.11", "DGX-GB300", "Llama 3 8B", 8, "fp8", 128, 2, 8192, 1, 1, 1, 1, 1, 37556),
+    ("25.11", "DGX-GB300", "Llama 3 70B", 64, "fp8", 256, 2, 8192, 1, 1, 1, 1, 1, 4520, 3, "default", "none", 20),
+    ("25.11", "DGX-GB200", "Llama 3 70B", 64, "fp8", 256, 2, 8192, 1, 1, 1, 1, 1, 4312, 3, "default", "none", 40),
+    ("25.11", "DGX-H100", "Llama 3 8B", 8, "fp8", 128, 1, 8192, 1, 1, 1, 1, 1, 14451, 3),
+    ("25.11", "DGX-GB300", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 2, 1, 4, 32, 4357, 1, "default", "selective"),
+    ("25.11", "DGX-GB300", "gpt-oss-120b", 64, "bf16", 1280, 2, 8192, 1, 1, 1, 1, 64, 18347),
+    ("25.11", "DGX-B200", "gpt-oss-120b", 64, "bf16", 512, 4, 4096, 1, 1, 1, 1, 8, 8213, 1, "default", "selective"),
+    ("25.11", "DGX-GB300", "Qwen3-30B-A3B", 8, "mxfp8", 512, 4, 4096, 1, 1, 1, 1, 8, 28934),
+    ("25.11", "DGX-B200", "Qwen3-30B-A3B", 8, "mxfp8", 512, 1, 4096, 1, 1, 1, 1, 8, 9299),
+    ("25.11", "DGX-GB300", "Qwen3-235B-A22B", 256, "bf16", 8192, 2, 4096, 1, 4, 1, 12, 16, 6131),
+    ("25.11", "DGX-H100", "Qwen3-30B-A3B", 16, "fp8", 512, 2, 4096, 1, 2, 1, 24, 8, 5275),
+    ("26.02", "DGX-GB300", "Llama 3 70B", 64, "fp8", 256, 2, 8192, 1, 1, 1, 1, 1, 5003, 3, "default", "none", 20),
+    ("26.02", "DGX-GB200", "Llama 3 70B", 64, "fp8", 256, 2, 8192, 1, 1, 1, 1, 1, 4040, 3, "default", "none", 40),
+    ("26.02", "DGX-H100", "Llama 3 70B", 64, "fp8", 256, 1, 8192, 4, 8, 1, 5, 1, 1621),
+    ("26.02", "DGX-GB300", "Llama 3 405B", 256, "nvfp4", 1536, 1, 8192, 4, 8, 1, 4, 1, 1333),
+    ("26.02", "DGX-GB200", "Llama 3 405B", 256, "nvfp4", 1536, 1, 8192, 4, 16, 1, 8, 1, 1076),
+    ("26.02", "DGX-GB300", "Llama 3 405B", 256, "mxfp8", 1536, 1, 8192, 2, 8, 2, 4, 1, 931),
+    ("26.02", "DGX-GB200", "Llama 3 405B", 256, "mxfp8", 1536, 1, 8192, 4, 16, 1, 8, 1, 786),
+    ("26.02", "DGX-GB300", "Llama 3 405B", 256, "fp8", 1536, 1, 8192, 4, 8, 1, 4, 1, 988),
+    ("26.02", "DGX-GB200", "Llama 3 405B", 256, "fp8", 1536, 1, 8192, 4, 16, 1, 4, 1, 793),
+    ("26.02", "DGX-GB300", "DeepSeek-V3", 256, "mxfp8", 4096, 2, 4096, 1, 2, 1, 8, 32, 4612, 1, "default", "selective"),
+    ("26.02", "DGX-GB200", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 4, 1, 4, 64, 3955, 1, "default", "selective"),
+    ("26.02", "DGX-B300", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 16, 1, 1, 8, 2983, 1, "default", "selective"),
+    ("26.02", "DGX-B200", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 16, 1, 1, 8, 2689, 1, "default", "selective"),
+    ("26.02", "DGX-GB300", "gpt-oss-120b", 64, "bf16", 1280, 4, 4096, 1, 1, 1, 1, 64, 19412),
+    ("26.02", "DGX-GB200", "gpt-oss-120b", 64, "bf16", 1280, 4, 4096, 1, 1, 1, 1, 64, 15784, 1, "default", "selective"),
+    ("26.02", "DGX-B300", "gpt-oss-120b", 64, "bf16", 1280, 4, 4096, 1, 1, 1, 1, 64, 8359),
+    ("26.02", "DGX-B200", "gpt-oss-120b", 64, "bf16", 1280, 4, 4096, 1, 1, 1, 1, 64, 8047, 1, "default", "selective"),
+    ("26.02", "DGX-GB300", "Qwen3-30B-A3B", 8, "mxfp8", 512, 8, 4096, 1, 1, 1, 1, 8, 30376),
+    ("26.02", "DGX-GB200", "Qwen3-30B-A3B", 8, "mxfp8", 512, 4, 4096, 1, 1, 1, 1, 8, 26084),
+    ("26.02", "DGX-B300", "Qwen3-30B-A3B", 8, "mxfp8", 512, 8, 4096, 1, 1, 1, 1, 8, 29521),
+    ("26.02", "DGX-B200", "Qwen3-30B-A3B", 8, "mxfp8", 512, 1, 4096, 1, 1, 1, 1, 8, 9691),
+    ("26.02", "DGX-H100", "Qwen3-30B-A3B", 16, "fp8", 1024, 1, 4096, 1, 2, 1, 12, 8, 5113),
+    ("26.02", "DGX-GB300", "Qwen3-235B-A22B", 256, "mxfp8", 8192, 2, 4096, 1, 4, 1, 1, 32, 6583),
+    ("26.02", "DGX-GB200", "Qwen3-235B-A22B", 256, "mxfp8", 8192, 1, 4096, 1, 8, 1, 1, 32, 5448),
+    ("26.02", "DGX-B300", "Qwen3-235B-A22B", 256, "mxfp8", 8192, 1, 4096, 1, 8, 1, 4, 8, 2691),
+    ("26.02", "DGX-B200", "Qwen3-235B-A22B", 256, "mxfp8", 8192, 1, 4096, 1, 8, 1, 1, 8, 3805),
+    ("26.02", "DGX-H100", "Qwen3-235B-A22B", 256, "fp8", 8192, 1, 4096, 2, 8, 1, 4, 32, 1633),
+)
+
+#: The held-out runs: judged, never fitted (:func:`solutions.calibration.heldout`).
+HELDOUT_RUNS = tuple(_bridge(*row) for row in _HELDOUT_ROWS)
 
 #: Narayanan et al. 2021, sec. 5.1 (eq. 4, ``8 T P / (n X)``): their estimates of
 #: days to train at the throughput they measured.

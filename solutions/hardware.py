@@ -20,6 +20,8 @@ What the planner reads (:class:`GPUSpec`):
   GiB (vendors' HBM "GB" are binary: an "80 GB" H100 shows 81,559 MiB in nvidia-smi and
   79.11 GiB to CUDA). :data:`ALLOCATOR_RESERVE_BYTES` is kept back for the CUDA context and
   the communication buffers: :attr:`GPUSpec.usable_memory_bytes`;
+* ``host_link_bytes_per_s``: the link to the host's memory each way (PCIe, or NVLink-C2C to
+  a Grace CPU), over which activation offloading moves, where the datasheet gives it;
 * the scale-up domain (GPUs one NVLink or Infinity Fabric joins, bytes/s per GPU each way)
   and the scale-out NICs of the reference node, whose sum the node's GPUs share
   (:attr:`GPUSpec.network_bytes_per_s`: bytes/s per GPU each way).
@@ -85,6 +87,8 @@ class GPUSpec:
     chapter_note: str = ""
     lab_only: bool = False
     exp_per_s: float = 0.0
+    host_link_bytes_per_s: float = 0.0
+    host_link_name: str = ""
 
     @property
     def exponentials_per_s(self) -> float:
@@ -169,7 +173,8 @@ def load_table(path: Path = TABLE_PATH) -> dict:
             row["memory_source"], row["memory_vendor"], up.get("name", ""), row.get("vendor", ""),
             row.get("architecture", ""), row["released"], row["as_of"], tuple(row["cite"]),
             tuple(row.get("aliases", ())), tuple(row.get("device_names", ())), row.get("note", ""),
-            row.get("chapter_note", ""), bool(row.get("lab_only", False)), float(row.get("exp_per_s", 0.0)))
+            row.get("chapter_note", ""), bool(row.get("lab_only", False)), float(row.get("exp_per_s", 0.0)),
+            row.get("host_link", {}).get("gb_s", 0.0) * 1e9, row.get("host_link", {}).get("name", ""))
     return table
 
 

@@ -209,7 +209,7 @@ def _ep_choices(shape, t, c, d, ep, etp):
 def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, global_batch, convention="zero_16",
                    tp=None, cp=None, pp=None, dp=None, zero=None, micro_batch=None, recompute=None,
                    virtual_stages=None, schedule=None, attention="flash", ep=None, etp=1, precision_name="bf16",
-                   overlap=None, ep_dispatch="deepep"):
+                   overlap=None, ep_dispatch="deepep", offload_layers=0):
     """Every layout of ``count`` GPUs with the given degrees kept, predicted by
     :func:`solutions.steptime.step_time`: ``(fitting, others)``, each a list of
     ``(StepTime, Layout)``, ``fitting`` sorted by predicted step time, ``others`` (which do
@@ -240,6 +240,8 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
                 if dp and d != dp:
                     continue
                 per_stage = math.ceil(shape.layers / p)
+                if offload_layers >= per_stage:  # offloading keeps at least one layer per stage on the GPU
+                    continue
                 if p == 1:
                     scheds = [(schedule or "1f1b", 1)]
                 elif schedule and schedule != "interleaved":
@@ -252,7 +254,7 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
                 for e in _ep_choices(shape, t, c, d, ep, etp):
                     for z in zeros:
                         base = steptime.Layout(t, c, p, d, z, 1, "none", "1f1b", 1, attention, e, etp,
-                                               ep_dispatch=ep_dispatch)
+                                               ep_dispatch=ep_dispatch, offload_layers=offload_layers)
                         state = steptime.state_bytes(shape, base, convention, precision_name)
                         for b in mbs:
                             if global_batch % (d * b):
@@ -290,7 +292,8 @@ def _why_slower(st: steptime.StepTime, best: steptime.StepTime) -> str:
     key = max(diff, key=diff.get)
     names = {"compute": "compute (recomputation, smaller products, or more layers on the busiest stage)",
              "tp": "exposed TP traffic", "cp": "exposed CP traffic", "pp": "pipeline sends",
-             "dp": "exposed DP/ZeRO traffic", "ep": "exposed expert all-to-alls", "bubble": "pipeline bubble"}
+             "dp": "exposed DP/ZeRO traffic", "ep": "exposed expert all-to-alls", "bubble": "pipeline bubble",
+             "offload": "exposed activation offloading"}
     return f"{names[key]} +{diff[key]:.2f} s"
 
 
@@ -431,7 +434,7 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
               ffn_hidden=None, vocab=None, recompute=None, attention="flash", virtual_stages=None,
               schedule=None, network=None, precision="bf16", overlap=None, experts=None, top_k=None,
               expert_ffn=None, shared_experts=None, dense_layers=None, moe_layer_freq=None, imbalance=None,
-              ep=None, etp=None, ep_dispatch="deepep", nvlink=None) -> Plan:
+              ep=None, etp=None, ep_dispatch="deepep", nvlink=None, offload_layers=0) -> Plan:
     """Build a :class:`Plan`. Give ``budget`` (FLOPs; the model is then the compute-optimal
     one under ``constants``) or ``tokens`` and a model: ``model`` (parameters), or a shape
     (``layers``, ``hidden``, ``heads``), or ``arch`` naming a published one (dense or MoE).
@@ -486,6 +489,10 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     one_of("ep_dispatch", ep_dispatch, moe_step.DISPATCHERS)
     if schedule is not None:
         one_of("schedule", schedule, steptime.SCHEDULES)
+    if not isinstance(offload_layers, int) or isinstance(offload_layers, bool) or offload_layers < 0:
+        raise ValueError(f"offload_layers must be a non-negative integer, got {offload_layers!r}")
+    if offload_layers and not g.host_link_bytes_per_s:
+        raise ValueError(f"no host-link figure for the {g.name}: activation offloading cannot be planned on it")
     if tp is not None and tp > g.scale_up_gpus:
         raise ValueError(f"tp must be at most the {g.scale_up_gpus} GPUs of the {g.name}'s NVLink domain, got tp={tp}")
 
@@ -555,7 +562,10 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
                        "tokens, Llama 3's batch; --global-batch sets it)")
     fitting, others = search_layouts(shape, cluster, count, gb, convention, tp, cp, pp, dp, zero, micro_batch,
                                      recompute, virtual_stages, schedule, attention, ep, etp, precision, ov,
-                                     ep_dispatch)
+                                     ep_dispatch, offload_layers)
+    if not fitting and not others and offload_layers:
+        raise ValueError(f"offload_layers ({offload_layers}) must be fewer than the layers per pipeline stage "
+                         f"(the model has {shape.layers} layers)")
     if not fitting and not others:
         raise ValueError(f"no layout of {count} GPUs divides the global batch of {gb} sequences with the given "
                          f"degrees (tp={tp}, cp={cp}, pp={pp}, dp={dp}, ep={ep}, micro_batch={micro_batch}); "
@@ -694,7 +704,10 @@ def format_plan(plan: Plan) -> str:
               + f")  weights {_gib(plan.state['weights'])}, gradients {_gib(plan.state['grads'])}, "
               f"optimizer {_gib(plan.state['optimizer'])}",
               f"6. activations              {_gib(st.activation_bytes)} ({'no' if lay.recompute == 'none' else lay.recompute} "
-              f"recomputation, {lay.attention} attention, busiest pipeline stage)",
+              f"recomputation, {lay.attention} attention, busiest pipeline stage"
+              + (f"; {lay.offload_layers} layers' activations offloaded over {g.host_link_name}, "
+                 f"{_time(st.breakdown_s['offload'])} exposed + {_time(st.hidden_s['offload'])} hidden"
+                 if lay.offload_layers else "") + ")",
               f"7. total                    {_gib(st.memory_bytes)} of {_gib(st.usable_bytes)} usable "
               f"({_gib(g.memory_bytes)} as CUDA reports the {g.memory_vendor} less a "
               f"{hardware.ALLOCATOR_RESERVE_BYTES / 2**30:g} GiB reserve for the CUDA context and NCCL): {verdict}"]
@@ -743,7 +756,8 @@ def format_plan(plan: Plan) -> str:
 
 def _layout_json(lay: steptime.Layout) -> dict:
     return {k: getattr(lay, k) for k in ("tp", "cp", "pp", "dp", "zero", "virtual_stages", "micro_batch",
-                                         "recompute", "schedule", "attention", "ep", "etp", "ep_dispatch")}
+                                         "recompute", "schedule", "attention", "ep", "etp", "ep_dispatch",
+                                         "offload_layers")}
 
 
 def plan_json(plan: Plan) -> dict:
@@ -839,6 +853,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--moe-layer-freq", type=int, help="one MoE layer every this many layers (after the dense ones)")
     p.add_argument("--imbalance", type=float, help="busiest GPU's expert load over the mean (default 1)")
     p.add_argument("--ep-dispatch", default="deepep", help=f"token dispatch, one of {list(moe_step.DISPATCHERS)}")
+    p.add_argument("--offload-layers", type=int, default=0,
+                   help="layers per stage whose activations wait in the host's memory (Megatron's cpu_offloading_num_layers)")
     p.add_argument("--recompute", help=f"one of {list(steptime.RECOMPUTE)} (default: searched)")
     p.add_argument("--attention", default="flash", help=f"one of {list(steptime.ATTENTION)}")
     p.add_argument("--network-gbps", type=float,
@@ -872,7 +888,8 @@ def main(argv=None) -> int:
                          network=net, precision=args.precision, overlap=args.overlap, experts=args.experts,
                          top_k=args.top_k, expert_ffn=args.expert_ffn_hidden, shared_experts=args.shared_experts,
                          dense_layers=args.dense_layers, moe_layer_freq=args.moe_layer_freq,
-                         imbalance=args.imbalance, ep=args.ep, etp=args.etp, ep_dispatch=args.ep_dispatch)
+                         imbalance=args.imbalance, ep=args.ep, etp=args.etp, ep_dispatch=args.ep_dispatch,
+                         offload_layers=args.offload_layers)
     except ValueError as exc:
         print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2

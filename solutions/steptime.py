@@ -94,7 +94,7 @@ __all__ = [
     "RECOMPUTE", "SCHEDULES", "ATTENTION", "OVERLAP_AXES", "DEFAULT_OVERLAP", "GPUS_PER_SERVER",
     "Shape", "shape_of", "gpt_params", "Layout", "Cluster", "Calibration", "CPUCalibration", "CALIBRATION",
     "model_flops_per_token", "hardware_flops_per_token", "pipeline_bubble_time", "activation_bytes",
-    "state_bytes", "state_breakdown", "StepTime", "step_time", "days_to_train", "parse_overlap", "cpu_cluster",
+    "offload_bytes", "state_bytes", "state_breakdown", "StepTime", "step_time", "days_to_train", "parse_overlap", "cpu_cluster",
     "calibrate_cpu", "cluster_of", "PUBLISHED_BOUNDS", "run_shape", "run_cluster", "run_layout", "published_tokens_per_s",
     "published_mfu", "predict_run",
 ]
@@ -286,7 +286,9 @@ class Layout:
     ``schedule='interleaved'``); ``ep`` and ``etp`` (expert parallelism and the experts'
     tensor parallelism, folded into ``tp x cp x dp``) and how tokens reach the experts
     (``ep_dispatch``, :data:`solutions.moe_step.DISPATCHERS`); ``sequence_parallel`` with TP
-    (on since Megatron-LM 2022; the runs of 2021 had none)."""
+    (on since Megatron-LM 2022; the runs of 2021 had none); ``offload_layers``: the layers per
+    stage whose activations wait in the host's memory between the forward and the backward
+    pass (Megatron-Core's ``cpu_offloading_num_layers``; :func:`offload_bytes`)."""
 
     tp: int = 1
     cp: int = 1
@@ -302,9 +304,12 @@ class Layout:
     etp: int = 1
     sequence_parallel: bool = True
     ep_dispatch: str = "deepep"
+    offload_layers: int = 0
 
     def __post_init__(self):
         one_of("ep_dispatch", self.ep_dispatch, moe_step.DISPATCHERS)
+        if not isinstance(self.offload_layers, int) or isinstance(self.offload_layers, bool) or self.offload_layers < 0:
+            raise ValueError(f"offload_layers must be a non-negative integer, got {self.offload_layers!r}")
         for name in ("tp", "cp", "pp", "dp", "micro_batch", "virtual_stages", "ep", "etp"):
             positive_integer(name, getattr(self, name))
         one_of("zero", self.zero, memory.ZERO_STAGES)
@@ -531,7 +536,20 @@ def activation_bytes(shape: Shape, lay: Layout, m: int, precision_name: str = "b
     layer_micro = _layer_microbatches(shape.layers, lay.pp, flight)
     key = (lay.tp, lay.cp, lay.micro_batch, lay.recompute, lay.attention, lay.sequence_parallel)
     per, extra = _activation_per_layer(shape, key, precision_name)
-    return float(layer_micro * per + extra)
+    return float(max(layer_micro - lay.offload_layers * flight, 0) * per + extra)
+
+
+def offload_bytes(shape: Shape, lay: Layout, precision_name: str = "bf16") -> float:
+    """Bytes one micro-batch sends to the host's memory during its forward pass and fetches
+    back during its backward pass: the stored activations of ``lay.offload_layers`` layers
+    (the per-layer bytes of :func:`activation_bytes`). Megatron-Core copies them on their own
+    CUDA streams (the copy engines, not the SMs), layer by layer, so a copy hides behind the
+    compute of the pass it belongs to unless it takes longer (:func:`step_time`)."""
+    if not lay.offload_layers:
+        return 0.0
+    key = (lay.tp, lay.cp, lay.micro_batch, lay.recompute, lay.attention, lay.sequence_parallel)
+    per, _ = _activation_per_layer(shape, key, precision_name)
+    return float(lay.offload_layers * per)
 
 
 @lru_cache(maxsize=8192)
@@ -673,6 +691,9 @@ def _validate(shape, lay, global_batch):
     if lay.virtual_stages > math.ceil(shape.layers / lay.pp):
         raise ValueError(f"virtual_stages must be at most the layers per stage ({math.ceil(shape.layers / lay.pp)}), "
                          f"got {lay.virtual_stages}")
+    if lay.offload_layers >= math.ceil(shape.layers / lay.pp):
+        raise ValueError(f"offload_layers must be fewer than the layers per stage ({math.ceil(shape.layers / lay.pp)}), "
+                         f"got {lay.offload_layers}")
     if shape.moe is not None:
         moe_step.check_expert_layout(shape.moe, lay.ep, lay.etp, lay.tp, lay.cp, lay.dp)
     elif lay.ep > 1:
@@ -912,6 +933,16 @@ def step_time(shape: Shape, lay: Layout, cluster: Cluster, global_batch: int, co
         messages["ep"] = 4 * (lay.ep - 1) * moe_here * m
         e, hd = account("ep", t_layer, layer_all)
         exposed["ep"], hidden["ep"] = e * moe_here * m, hd * moe_here * m
+    # activation offloading: out during the forward pass, back during the backward pass, over
+    # the host link on the copy engines (hidden behind the pass unless it takes longer)
+    offload = None
+    if lay.offload_layers:
+        if cpu or not gpu.host_link_bytes_per_s:
+            raise ValueError(f"no host-link figure for the {gpu.name}: activation offloading cannot be planned on it")
+        moved = offload_bytes(shape, lay, precision_name)
+        t_copy = moved / gpu.host_link_bytes_per_s
+        out_e, in_e = max(0.0, t_copy - t_fwd), max(0.0, t_copy - t_bwd)
+        offload = (m * (out_e + in_e), m * (2 * t_copy - out_e - in_e), 2 * moved * m)
     # (S10) bubble
     bubble = pipeline_bubble_time(lay.pp, m, lay.schedule, t_fwd, t_bwd, lay.virtual_stages)
 
@@ -919,6 +950,9 @@ def step_time(shape: Shape, lay: Layout, cluster: Cluster, global_batch: int, co
     if not cpu:  # the SMs NCCL takes from the compute it overlaps
         compute_s += cal.contention * sum(hidden.values())
     breakdown = {"compute": compute_s, **{a: exposed[a] for a in OVERLAP_AXES}, "bubble": bubble}
+    if offload is not None:
+        breakdown["offload"], hidden["offload"], nbytes["offload"] = offload
+        links["offload"], messages["offload"] = gpu.host_link_name, 2 * lay.offload_layers * m
     step = sum(breakdown.values())
     tokens = global_batch * s
     tps = tokens / step
@@ -1030,7 +1064,7 @@ def run_layout(run: facts.PublishedRun, virtual_stages=1) -> Layout:
     v = run.virtual_stages if run.virtual_stages is not None else virtual_stages
     return Layout(run.tp, run.cp, run.pp, run.dp, run.zero, run.micro_batch, run.recompute,
                   run.schedule if v > 1 or run.schedule != "interleaved" else "1f1b", v, run.attention,
-                  run.ep, run.etp, run.sequence_parallel)
+                  run.ep, run.etp, run.sequence_parallel, offload_layers=run.offload_layers)
 
 
 def published_tokens_per_s(run: facts.PublishedRun) -> float:
