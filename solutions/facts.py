@@ -51,7 +51,7 @@ __all__ = [
     "NVLINK_DOMAINS",
     "RUN_SIZES_COMPARED",
     "PublishedRun",
-    "PUBLISHED_RUNS", "HELDOUT_RUNS",
+    "PUBLISHED_RUNS", "HELDOUT_RUNS", "GPT_OSS_ATTENTION_REGRESSION",
     "MEGATRON_TRAINING_ESTIMATES",
 ]
 
@@ -773,6 +773,13 @@ _HELDOUT_ROWS = (
 
 #: The held-out runs: judged, never fitted (:func:`solutions.calibration.heldout`).
 HELDOUT_RUNS = tuple(_bridge(*row) for row in _HELDOUT_ROWS)
+
+#: The Megatron-Bridge tables of the 26.06 and 26.06.01 NeMo containers (DGX-GB200, 64 GPUs,
+#: MXFP8, gpt-oss-120b): tokens/s per GPU before and after a regression the later table's
+#: footnote traces to cuDNN's attention (cudnn-frontend issue 256): how much one attention
+#: kernel moves this model.
+GPT_OSS_ATTENTION_REGRESSION = {"before": 28947, "after": 18304, "cite": "nvidia2025megatronbridge",
+                                "where": "26.06 and 26.06.01 NeMo containers, DGX-GB200 MXFP8 rows and footnote"}
 
 #: Narayanan et al. 2021, sec. 5.1 (eq. 4, ``8 T P / (n X)``): their estimates of
 #: days to train at the throughput they measured.
