@@ -36,9 +36,9 @@ def test_the_copy_hides_behind_its_pass_or_shows_what_it_exceeds():
     base = S.step_time(LLAMA70, FSDP, _cluster(), 256, precision_name="fp8")
     st = S.step_time(LLAMA70, off, _cluster(), 256, precision_name="fp8")
     m = st.microbatches
-    t_copy = moved / hardware.find_gpu("GB200").host_link_bytes_per_s  # 450e9 bytes/s each way
+    t_copy = moved / hardware.find_gpu("GB200").host_link_bytes_per_s  # 225e9 bytes/s each way
     assert st.bytes["offload"] == pytest.approx(2 * moved * m, rel=1e-12)
-    assert st.breakdown_s["offload"] == 0.0  # 0.32 s a way against seconds of compute a pass
+    assert st.breakdown_s["offload"] == 0.0  # 0.65 s a way against more than a second of compute a pass
     assert st.hidden_s["offload"] == pytest.approx(2 * t_copy * m, rel=1e-12)
     assert st.step_s == pytest.approx(base.step_s, rel=1e-12)  # the copy engines, not the SMs
     assert st.activation_bytes < base.activation_bytes and st.fits and not base.fits
