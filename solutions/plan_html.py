@@ -107,7 +107,10 @@ def plan_tables(plan: planner.Plan, names: dict | None = None) -> str:
              f"weights {_gb(mem['weights_bytes'])}, gradients {_gb(mem['grads_bytes'])}, "
              f"optimizer state {_gb(mem['optimizer_bytes'])}"),
         _row(6, "activations", f"{_gb(mem['activation_bytes'])} ({recompute} recomputation, {e(lay['attention'])} "
-                               "attention, busiest pipeline stage)"),
+                               "attention, busiest pipeline stage"
+             + (f"; {lay['offload_layers']} layers' activations offloaded over {e(j['links']['offload'])}, "
+                f"{_time(b['offload'])} exposed + {_time(j['hidden_s']['offload'])} hidden"
+                if lay.get("offload_layers") else "") + ")"),
         _row(7, "total", f"{_gb(j['memory_per_gpu_bytes'])} of {_gb(mem['gpu_bytes'])}: "
                          + ("fits" if mem["fits"] else "<strong>does not fit</strong>")),
         _section("Step (predicted)"),

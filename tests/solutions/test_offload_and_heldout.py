@@ -115,3 +115,15 @@ def test_heldout_errors():
     assert s["within_20"] >= 23
     assert statistics.median(r.error for r in rows) == pytest.approx(
         statistics.median(r.predicted / r.published - 1 for r in rows), abs=1e-12)
+
+
+def test_plan_says_what_it_offloads_in_print_json_and_html():
+    from solutions import plan as planner, plan_html
+
+    p = planner.make_plan(arch="Llama 3 70B", tokens=1e12, gpu="GB200", count=64, tp=1, pp=1, zero=3, micro_batch=2,
+                     global_batch=256, seq_len=8192, precision="fp8", recompute="none", offload_layers=40)
+    j = planner.plan_json(p)
+    assert j["layout"]["offload_layers"] == 40 and j["links"]["offload"].startswith("NVLink-C2C")
+    assert j["bytes_per_step"]["offload"] > 0 and j["breakdown_s"]["offload"] == 0.0
+    assert "40 layers' activations offloaded over NVLink-C2C" in planner.format_plan(p)
+    assert "40 layers' activations offloaded over NVLink-C2C" in plan_html.plan_tables(p)
