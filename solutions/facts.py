@@ -723,13 +723,16 @@ PUBLISHED_RUNS = (
                          "read as selective recomputation; the multi-token-prediction module not counted"),
 )
 
-#: Rows of the same Megatron-Bridge tables (NeMo 25.11 and 26.02) that the calibration never
-#: sees: every pre-training row of the two tables not in :data:`PUBLISHED_RUNS` whose shape the
-#: course knows, as printed (columns as :data:`_BRIDGE_ROWS`, then ZeRO stage, overlap,
+#: Rows of the Megatron-Bridge tables (NeMo 25.11, 26.02 and 26.06) that the calibration never
+#: sees: every pre-training row of the three tables not in :data:`PUBLISHED_RUNS` whose shape
+#: the course knows, as printed (columns as :data:`_BRIDGE_ROWS`, then ZeRO stage, overlap,
 #: recomputation and offloaded layers where the row's recipe sets them). FSDP rows are ZeRO-3;
 #: the Llama 3 70B FSDP recipes offload 20 (GB300) and 40 (GB200) layers' activations to the
 #: Grace CPU (scripts/performance/configs/llama in Megatron-Bridge, December 2025 to March
-#: 2026). The B200 DeepSeek-V3 row of 25.11 (with multi-token prediction) is left out.
+#: 2026). The B200 DeepSeek-V3 row of 25.11 (with multi-token prediction), 26.06's DeepSeek-V3
+#: row at a batch of 15,360 and its Kimi K2 and Nemotron rows (shapes the course lacks) are left
+#: out; 26.06's DeepSeek-V3 recipes recompute the MLA up-projections on GB200 and B300, nothing
+#: on GB300 (scripts/performance/configs/deepseek, June 2026).
 _HELDOUT_ROWS = (
     ("25.11", "DGX-GB300", "Llama 3 8B", 8, "fp8", 128, 2, 8192, 1, 1, 1, 1, 1, 37556),
     ("25.11", "DGX-GB300", "Llama 3 70B", 64, "fp8", 256, 2, 8192, 1, 1, 1, 1, 1, 4520, 3, "default", "none", 20),
@@ -769,6 +772,26 @@ _HELDOUT_ROWS = (
     ("26.02", "DGX-B300", "Qwen3-235B-A22B", 256, "mxfp8", 8192, 1, 4096, 1, 8, 1, 4, 8, 2691),
     ("26.02", "DGX-B200", "Qwen3-235B-A22B", 256, "mxfp8", 8192, 1, 4096, 1, 8, 1, 1, 8, 3805),
     ("26.02", "DGX-H100", "Qwen3-235B-A22B", 256, "fp8", 8192, 1, 4096, 2, 8, 1, 4, 32, 1633),
+    # The 26.06 table (June 2026): the same models six months of software later.
+    ("26.06", "DGX-GB300", "Llama 3 405B", 256, "fp8", 1536, 1, 8192, 4, 8, 1, 4, 1, 1048),
+    ("26.06", "DGX-GB300", "Llama 3 405B", 256, "mxfp8", 1536, 1, 8192, 2, 8, 2, 4, 1, 952),
+    ("26.06", "DGX-GB300", "Llama 3 405B", 256, "nvfp4", 1536, 1, 8192, 4, 8, 1, 4, 1, 1413),
+    ("26.06", "DGX-GB200", "Llama 3 405B", 256, "fp8", 1536, 1, 8192, 4, 16, 1, 4, 1, 843),
+    ("26.06", "DGX-GB200", "Llama 3 405B", 256, "mxfp8", 1536, 1, 8192, 4, 16, 1, 8, 1, 783),
+    ("26.06", "DGX-GB200", "Llama 3 405B", 256, "nvfp4", 1536, 1, 8192, 4, 16, 1, 8, 1, 1166),
+    ("26.06", "DGX-H100", "Llama 3 405B", 1024, "fp8", 1536, 1, 8192, 8, 8, 2, 8, 1, 326),
+    ("26.06", "DGX-GB300", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 2, 1, 8, 32, 6338),
+    ("26.06", "DGX-GB200", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 4, 1, 4, 64, 4969, 1, "default", "selective"),
+    ("26.06", "DGX-B300", "DeepSeek-V3", 256, "mxfp8", 4096, 2, 4096, 1, 8, 1, 1, 8, 3541, 1, "default", "selective"),
+    ("26.06", "DGX-GB300", "gpt-oss-120b", 64, "mxfp8", 1280, 4, 4096, 1, 1, 1, 1, 16, 33166),
+    ("26.06", "DGX-GB200", "gpt-oss-120b", 64, "mxfp8", 1280, 4, 4096, 1, 1, 1, 1, 64, 28947),
+    ("26.06", "DGX-B300", "gpt-oss-120b", 64, "mxfp8", 1280, 4, 4096, 1, 1, 1, 1, 8, 18534),
+    ("26.06", "DGX-GB300", "Qwen3-30B-A3B", 8, "mxfp8", 512, 8, 4096, 1, 1, 1, 1, 8, 45275),
+    ("26.06", "DGX-GB200", "Qwen3-30B-A3B", 8, "mxfp8", 512, 4, 4096, 1, 1, 1, 1, 8, 40706),
+    ("26.06", "DGX-B300", "Qwen3-30B-A3B", 8, "mxfp8", 512, 8, 4096, 1, 1, 1, 1, 8, 40769),
+    ("26.06", "DGX-H100", "Qwen3-30B-A3B", 16, "fp8", 1024, 1, 4096, 1, 1, 1, 1, 16, 8826),
+    ("26.06", "DGX-GB300", "Qwen3-235B-A22B", 256, "mxfp8", 8192, 2, 4096, 1, 4, 1, 12, 32, 9015),
+    ("26.06", "DGX-GB200", "Qwen3-235B-A22B", 256, "mxfp8", 8192, 1, 4096, 1, 8, 1, 3, 32, 7376),
 )
 
 #: The held-out runs: judged, never fitted (:func:`solutions.calibration.heldout`).
