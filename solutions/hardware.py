@@ -101,6 +101,13 @@ class GPUSpec:
         """Scale-out bytes/s per GPU each way: the node's NICs shared by its GPUs."""
         return self.nics_per_node * self.nic_bytes_per_s / self.gpus_per_node
 
+    def host_link(self) -> float:
+        """Bytes/s each way to the host's memory (a ``ValueError`` in one line where the table
+        has no figure: activation offloading cannot be planned on that GPU)."""
+        if not self.host_link_bytes_per_s:
+            raise ValueError(f"no host-link figure for the {self.name}: activation offloading cannot be planned on it")
+        return self.host_link_bytes_per_s
+
     @property
     def usable_memory_bytes(self) -> float:
         """What CUDA reports, less :data:`ALLOCATOR_RESERVE_BYTES`."""

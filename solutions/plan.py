@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from . import after_chinchilla, facts, hardware, memory, moe_step, precision, scaling, steptime
-from ._validate import one_of, positive, positive_integer, terse_argparse_errors
+from ._validate import nonnegative_integer, one_of, positive, positive_integer, terse_argparse_errors
 
 __all__ = [
     "GPUS_PER_SERVER", "STATE_SHARE", "DEFAULT_BATCH_TOKENS", "DEFAULT_CONSTANTS", "RECOMPUTE_MODES", "Plan",
@@ -489,10 +489,9 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     one_of("ep_dispatch", ep_dispatch, moe_step.DISPATCHERS)
     if schedule is not None:
         one_of("schedule", schedule, steptime.SCHEDULES)
-    if not isinstance(offload_layers, int) or isinstance(offload_layers, bool) or offload_layers < 0:
-        raise ValueError(f"offload_layers must be a non-negative integer, got {offload_layers!r}")
-    if offload_layers and not g.host_link_bytes_per_s:
-        raise ValueError(f"no host-link figure for the {g.name}: activation offloading cannot be planned on it")
+    offload_layers = nonnegative_integer("offload_layers", offload_layers)
+    if offload_layers:
+        g.host_link()  # one line where the GPU has no figure
     if tp is not None and tp > g.scale_up_gpus:
         raise ValueError(f"tp must be at most the {g.scale_up_gpus} GPUs of the {g.name}'s NVLink domain, got tp={tp}")
 

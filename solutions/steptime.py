@@ -87,7 +87,7 @@ from typing import Optional
 import numpy as np
 
 from . import communication, context, efficiency, facts, hardware, memory, moe_step, network, precision
-from ._validate import one_of, positive, positive_integer
+from ._validate import nonnegative_integer, one_of, positive, positive_integer
 from .layer_time import Terms, coefficients, layer_terms, output_terms
 
 __all__ = [
@@ -308,8 +308,7 @@ class Layout:
 
     def __post_init__(self):
         one_of("ep_dispatch", self.ep_dispatch, moe_step.DISPATCHERS)
-        if not isinstance(self.offload_layers, int) or isinstance(self.offload_layers, bool) or self.offload_layers < 0:
-            raise ValueError(f"offload_layers must be a non-negative integer, got {self.offload_layers!r}")
+        nonnegative_integer("offload_layers", self.offload_layers)
         for name in ("tp", "cp", "pp", "dp", "micro_batch", "virtual_stages", "ep", "etp"):
             positive_integer(name, getattr(self, name))
         one_of("zero", self.zero, memory.ZERO_STAGES)
@@ -534,9 +533,13 @@ def activation_bytes(shape: Shape, lay: Layout, m: int, precision_name: str = "b
     while it is recomputed."""
     flight = _in_flight(lay.pp, m, lay.schedule, lay.virtual_stages)
     layer_micro = _layer_microbatches(shape.layers, lay.pp, flight)
-    key = (lay.tp, lay.cp, lay.micro_batch, lay.recompute, lay.attention, lay.sequence_parallel)
-    per, extra = _activation_per_layer(shape, key, precision_name)
+    per, extra = _activation_per_layer(shape, _activation_key(lay), precision_name)
     return float(max(layer_micro - lay.offload_layers * flight, 0) * per + extra)
+
+
+def _activation_key(lay: Layout) -> tuple:
+    """What a layer's stored activations depend on (the cache key of :func:`_activation_per_layer`)."""
+    return lay.tp, lay.cp, lay.micro_batch, lay.recompute, lay.attention, lay.sequence_parallel
 
 
 def offload_bytes(shape: Shape, lay: Layout, precision_name: str = "bf16") -> float:
@@ -547,8 +550,7 @@ def offload_bytes(shape: Shape, lay: Layout, precision_name: str = "bf16") -> fl
     compute of the pass it belongs to unless it takes longer (:func:`step_time`)."""
     if not lay.offload_layers:
         return 0.0
-    key = (lay.tp, lay.cp, lay.micro_batch, lay.recompute, lay.attention, lay.sequence_parallel)
-    per, _ = _activation_per_layer(shape, key, precision_name)
+    per, _ = _activation_per_layer(shape, _activation_key(lay), precision_name)
     return float(lay.offload_layers * per)
 
 
@@ -937,10 +939,8 @@ def step_time(shape: Shape, lay: Layout, cluster: Cluster, global_batch: int, co
     # the host link on the copy engines (hidden behind the pass unless it takes longer)
     offload = None
     if lay.offload_layers:
-        if cpu or not gpu.host_link_bytes_per_s:
-            raise ValueError(f"no host-link figure for the {gpu.name}: activation offloading cannot be planned on it")
         moved = offload_bytes(shape, lay, precision_name)
-        t_copy = moved / gpu.host_link_bytes_per_s
+        t_copy = moved / gpu.host_link()
         out_e, in_e = max(0.0, t_copy - t_fwd), max(0.0, t_copy - t_bwd)
         offload = (m * (out_e + in_e), m * (2 * t_copy - out_e - in_e), 2 * moved * m)
     # (S10) bubble
