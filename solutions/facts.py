@@ -575,11 +575,14 @@ _OVERLAP_2021 = "pp,dp"
 
 def _megatron(params, heads, hidden, layers, tp, pp, gpus, batch, tflops):
     """A row of Narayanan et al. 2021, Table 1: GPT shapes, 2,048-token sequences,
-    51,200-token vocabulary, full recomputation, on Selene's A100s."""
+    51,200-token vocabulary, full recomputation, on Selene's A100s, and "the interleaved
+    pipeline schedule with the scatter/gather optimization" (sec. 5.1); the chunks per stage
+    are not published."""
     return PublishedRun(f"Megatron {params:g}B", params * 1e9, layers, hidden, heads, 2048, 51200, "A100 80GB",
                         A100_NVLINK, SELENE_NETWORK, tp, pp, gpus // (tp * pp), batch, 1, "full",
                         "narayanan2021megatron", tflops_per_gpu=tflops, sequence_parallel=False, overlap=_OVERLAP_2021,
-                        assumed="micro-batch 1; non-interleaved 1F1B; no ZeRO", where=f"Table 1, {params:g}B row")
+                        schedule="interleaved" if pp > 1 else "1f1b", virtual_stages=None if pp > 1 else 1,
+                        assumed="micro-batch 1; no ZeRO; chunks per stage not published", where=f"Table 1, {params:g}B row")
 
 
 def _bridge(release, system, arch, n, precision, gbs, mbs, seq, tp, pp, cp, vp, ep, tokens, zero=1, overlap="default",
@@ -666,7 +669,10 @@ PUBLISHED_RUNS = (
     # (PTD-P: TP8 x PP12 for 174.6B, TP8 x PP35 for 529.6B), micro-batch 1 ...
     *(PublishedRun(f"PTD-P {p_b}B, {n:,} GPUs", p_b * 1e9, layers, hidden, heads, 2048, 51200, "A100 80GB",
                    A100_NVLINK, SELENE_NETWORK, 8, pp, n // (8 * pp), batch, 1, "full", "narayanan2021megatron",
-                   tflops_per_gpu=x, assumed="full recomputation; non-interleaved 1F1B", sequence_parallel=False,
+                   tflops_per_gpu=x, assumed="full recomputation; the interleaved schedule of sec. 5.1's runs (sec. 5.2 "
+                                                    "compares the same system), chunks per stage not published",
+                   sequence_parallel=False,
+                   schedule="interleaved", virtual_stages=None,
                    overlap=_OVERLAP_2021, where=f"Table 2, PTD-P, {p_b}B, {n:,} GPUs")
       for p_b, layers, hidden, heads, pp, batch, n, x in (
           (174.6, 96, 12288, 96, 12, 1536, 384, 153), (174.6, 96, 12288, 96, 12, 1536, 768, 149),
@@ -701,9 +707,11 @@ PUBLISHED_RUNS = (
                    "dubey2024llama3", cp=cp, zero=2, schedule="interleaved", virtual_stages=None, kv_heads=8,
                    ffn_hidden=53248, mlp="swiglu", dropout=False, attention="flash", tflops_per_gpu=tf,
                    flops_counted="model", mfu=mfu, year=2024, where=f"Table 4, {n:,} GPUs, CP{cp}",
+                   overlap="tp,pp,dp",
                    assumed="micro-batch 1; FSDP sharding optimizer state and gradients without resharding the "
                            "weights after the forward pass (sec. 3.3.2), read as ZeRO-2; chunks per stage not published; "
-                           "the overlaps of a 2024 production stack")
+                           "the overlaps of a 2024 production stack, except context parallelism's all-gather of "
+                           "keys and values, which sec. 3.3.2 says is exposed")
       for n, cp, dp, s, per_dp, tf, mfu in ((8192, 1, 64, 8192, 32, 430, 0.43), (16384, 1, 128, 8192, 16, 400, 0.41),
                                             (16384, 16, 8, 131_072, 16, 380, 0.38))),
     # NVIDIA's Megatron-Bridge performance tables (NeMo containers 25.11 and 26.02): tokens/s

@@ -401,14 +401,14 @@ class CPUCalibration:
 
 #: (S3)-(S4)'s constants, fitted by :func:`solutions.calibration.fit` on every run of
 #: :data:`solutions.facts.PUBLISHED_RUNS` (``tests/solutions/test_steptime.py`` re-derives them): the
-#: products' exposed memory traffic (2.23x their minimal bytes), the elementwise multiplier
+#: products' exposed memory traffic (2.45x their minimal bytes), the elementwise multiplier
 #: (not fitted: the bytes are counted and move at the HBM's bandwidth), FlashAttention at
-#: 53% of the BF16 matmul ceiling, the network at 73% of its line rate, 0.26 ms per local
-#: expert of a MoE layer and micro-batch, and 0.38 s of compute lost per second of
+#: 55% of the BF16 matmul ceiling, the network at 73% of its line rate, 0.25 ms per local
+#: expert of a MoE layer and micro-batch, and 0.36 s of compute lost per second of
 #: communication hidden behind it.
-CALIBRATION = Calibration(gemm_traffic=2.204, elementwise=1.0, attention=0.5272, network=0.7333,
-                          set_by=("every run of solutions.facts.PUBLISHED_RUNS",), layer_s=0.0, expert_s=2.597e-4,
-                          contention=0.3775)
+CALIBRATION = Calibration(gemm_traffic=2.4464, elementwise=1.0, attention=0.5532, network=0.7257,
+                          set_by=("every run of solutions.facts.PUBLISHED_RUNS",), layer_s=0.0, expert_s=2.5226e-4,
+                          contention=0.3554)
 #: What the model promises on the course's table (relative error of tokens/s per GPU): the
 #: median over every run and over the leave-one-out predictions, the worst case, and the band
 #: the book draws. ``tests/solutions/test_steptime.py`` holds the model to them.
@@ -1094,7 +1094,7 @@ def predict_run(run: facts.PublishedRun, calibration: Calibration | None = None,
     options = [1]
     if run.virtual_stages is None and run.pp > 1:
         per_stage = math.ceil(shape.layers / run.pp)
-        options = [v for v in (1, 2, 4, 8) if per_stage % v == 0]
+        options = [v for v in range(1, 9) if per_stage % v == 0]
     best = None
     for v in options:
         lay = run_layout(run, v)
