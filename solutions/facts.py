@@ -419,6 +419,16 @@ MOE_ARCHITECTURES = {
                         head_dim=128, mla=(("q_lora", 1536), ("kv_lora", 512), ("qk_nope", 128), ("qk_rope", 64),
                                            ("v_head", 128)),
                         note="node-limited routing; one multi-token-prediction module on top (not counted)"),
+        # Kimi Team 2025 (Kimi K2), sec. 2.3 and Table 2: DeepSeek-V3's architecture with 384
+        # routed experts (8 per token) and one shared, 64 attention heads instead of 128, and
+        # one dense layer instead of three; 61 layers of width 7,168, experts 2,048 wide;
+        # 1.04T stored, 32.6B active. MLA widths as DeepSeek-V3's; dense MLP 18,432 wide;
+        # vocabulary 163,840 (released configuration). Pre-trained with MuonClip, whose
+        # optimizer step the step-time model does not count.
+        MoEArchitecture("Kimi K2", 1.04e12, 32.6e9, 61, 7168, 64, 384, 8, 2048, "kimi2025k2",
+                        shared_experts=1, dense_layers=1, vocab=163840, ffn_hidden=18432, head_dim=128,
+                        mla=(("q_lora", 1536), ("kv_lora", 512), ("qk_nope", 128), ("qk_rope", 64), ("v_head", 128)),
+                        note="MuonClip optimizer (one momentum buffer, not Adam's two)"),
         # Yang et al. 2025 (Qwen3 technical report), Table 2: 94 layers, 64 query and 4 K/V
         # heads, 128 experts, 8 per token, no shared expert; 235B stored, 22B active. Width
         # 4,096, head size 128, experts 1,536 wide, vocabulary 151,936 (released configuration).

@@ -173,7 +173,7 @@ def test_dispatch_by_hand():
 @pytest.mark.parametrize("name, total, active, tol", [
     ("DeepSeek-V3", 671e9, 37e9, 0.03), ("Qwen3-235B-A22B", 235e9, 22e9, 0.04),
     ("Llama 4 Maverick", 400e9, 17e9, 0.04), ("Mixtral 8x22B", 141e9, 39e9, 0.03),
-    ("gpt-oss-120b", 116.8e9, 5.1e9, 0.03), ("Mixtral 8x7B", 47e9, 13e9, 0.04)])
+    ("gpt-oss-120b", 116.8e9, 5.1e9, 0.03), ("Mixtral 8x7B", 47e9, 13e9, 0.04), ("Kimi K2", 1.04e12, 32.6e9, 0.03)])
 def test_named_moe_shapes_count_their_published_parameters(name, total, active, tol):
     arch = facts.MOE_ARCHITECTURES[name]
     shape = S.shape_of(arch, params=None)
