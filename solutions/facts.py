@@ -741,16 +741,18 @@ PUBLISHED_RUNS = (
                          "read as selective recomputation; the multi-token-prediction module not counted"),
 )
 
-#: Rows of the Megatron-Bridge tables (NeMo 25.11, 26.02 and 26.06) that the calibration never
-#: sees: every pre-training row of the three tables not in :data:`PUBLISHED_RUNS` whose shape
-#: the course knows, as printed (columns as :data:`_BRIDGE_ROWS`, then ZeRO stage, overlap,
-#: recomputation and offloaded layers where the row's recipe sets them). FSDP rows are ZeRO-3;
-#: the Llama 3 70B FSDP recipes offload 20 (GB300) and 40 (GB200) layers' activations to the
-#: Grace CPU (scripts/performance/configs/llama in Megatron-Bridge, December 2025 to March
-#: 2026). The B200 DeepSeek-V3 row of 25.11 (with multi-token prediction), 26.06's DeepSeek-V3
-#: row at a batch of 15,360 and its Kimi K2 and Nemotron rows (shapes the course lacks) are left
-#: out; 26.06's DeepSeek-V3 recipes recompute the MLA up-projections on GB200 and B300, nothing
-#: on GB300 (scripts/performance/configs/deepseek, June 2026).
+#: Rows of the Megatron-Bridge tables (NeMo 25.11, 26.02, 26.04, 26.06 and 26.08) that the
+#: calibration never sees: every pre-training row of those tables not in :data:`PUBLISHED_RUNS`
+#: whose shape the course knows, as printed (columns as :data:`_BRIDGE_ROWS`, then ZeRO stage,
+#: overlap, recomputation and offloaded layers where the row's recipe sets them). FSDP rows are
+#: ZeRO-3; the Llama 3 70B FSDP recipes offload 20 (GB300) and 40 (GB200) layers' activations to
+#: the Grace CPU (scripts/performance/configs/llama in Megatron-Bridge, December 2025 to April
+#: 2026). Recomputation is read from the recipe the row's container shipped (the release tag for
+#: 26.04, src/megatron/bridge/perf_recipes for 26.08); a recipe that asks for selective
+#: recomputation of an empty list of modules recomputes nothing. The B200 DeepSeek-V3 row of
+#: 25.11 (with multi-token prediction), 26.06's DeepSeek-V3 row at a batch of 15,360 and the
+#: Nemotron and DeepSeek-V4 rows (shapes the course lacks) are left out; the tables' ".01"
+#: re-releases are not taken.
 _HELDOUT_ROWS = (
     ("25.11", "DGX-GB300", "Llama 3 8B", 8, "fp8", 128, 2, 8192, 1, 1, 1, 1, 1, 37556),
     ("25.11", "DGX-GB300", "Llama 3 70B", 64, "fp8", 256, 2, 8192, 1, 1, 1, 1, 1, 4520, 3, "default", "none", 20),
@@ -790,6 +792,39 @@ _HELDOUT_ROWS = (
     ("26.02", "DGX-B300", "Qwen3-235B-A22B", 256, "mxfp8", 8192, 1, 4096, 1, 8, 1, 4, 8, 2691),
     ("26.02", "DGX-B200", "Qwen3-235B-A22B", 256, "mxfp8", 8192, 1, 4096, 1, 8, 1, 1, 8, 3805),
     ("26.02", "DGX-H100", "Qwen3-235B-A22B", 256, "fp8", 8192, 1, 4096, 2, 8, 1, 4, 32, 1633),
+    # The 26.04 table (April 2026).
+    ("26.04", "DGX-GB300", "Llama 3 70B", 64, "nvfp4", 256, 1, 8192, 1, 4, 1, 5, 1, 7397),
+    ("26.04", "DGX-GB200", "Llama 3 70B", 64, "nvfp4", 256, 1, 8192, 2, 4, 1, 5, 1, 4898),
+    ("26.04", "DGX-GB300", "Llama 3 70B", 64, "mxfp8", 256, 1, 8192, 1, 4, 1, 5, 1, 4742),
+    ("26.04", "DGX-GB200", "Llama 3 70B", 64, "mxfp8", 256, 1, 8192, 2, 4, 1, 5, 1, 3828),
+    ("26.04", "DGX-GB300", "Llama 3 70B", 64, "fp8", 256, 2, 8192, 1, 1, 1, 1, 1, 5243, 3, "default", "none", 20),
+    ("26.04", "DGX-GB200", "Llama 3 70B", 64, "fp8", 256, 2, 8192, 1, 1, 1, 1, 1, 4143, 3, "default", "none", 40),
+    ("26.04", "DGX-H100", "Llama 3 70B", 64, "fp8", 256, 1, 8192, 4, 8, 1, 5, 1, 1633),
+    ("26.04", "DGX-GB300", "Llama 3 405B", 256, "nvfp4", 1536, 1, 8192, 4, 8, 1, 4, 1, 1424),
+    ("26.04", "DGX-GB200", "Llama 3 405B", 256, "nvfp4", 1536, 1, 8192, 4, 16, 1, 8, 1, 1136),
+    ("26.04", "DGX-GB300", "Llama 3 405B", 256, "mxfp8", 1536, 1, 8192, 2, 8, 2, 4, 1, 968),
+    ("26.04", "DGX-GB200", "Llama 3 405B", 256, "mxfp8", 1536, 1, 8192, 4, 16, 1, 8, 1, 793),
+    ("26.04", "DGX-GB300", "Llama 3 405B", 256, "fp8", 1536, 1, 8192, 4, 8, 1, 4, 1, 1036),
+    ("26.04", "DGX-GB200", "Llama 3 405B", 256, "fp8", 1536, 1, 8192, 4, 16, 1, 4, 1, 842),
+    ("26.04", "DGX-GB300", "DeepSeek-V3", 256, "mxfp8", 4096, 2, 4096, 1, 2, 1, 8, 32, 4965, 1, "default", "selective"),
+    ("26.04", "DGX-GB200", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 4, 1, 4, 64, 4193, 1, "default", "selective"),
+    ("26.04", "DGX-B300", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 16, 1, 1, 8, 3131, 1, "default", "selective"),
+    ("26.04", "DGX-B200", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 16, 1, 1, 8, 2815, 1, "default", "selective"),
+    ("26.04", "DGX-GB300", "gpt-oss-120b", 64, "bf16", 1280, 4, 4096, 1, 1, 1, 1, 64, 19275),
+    ("26.04", "DGX-GB200", "gpt-oss-120b", 64, "bf16", 1280, 4, 4096, 1, 1, 1, 1, 64, 15938, 1, "default", "selective"),
+    ("26.04", "DGX-B300", "gpt-oss-120b", 64, "bf16", 1280, 4, 4096, 1, 1, 1, 1, 8, 15114),
+    ("26.04", "DGX-B200", "gpt-oss-120b", 64, "bf16", 1280, 4, 4096, 1, 1, 1, 1, 8, 13045, 1, "default", "selective"),
+    ("26.04", "DGX-H100", "gpt-oss-120b", 64, "bf16", 1280, 1, 4096, 1, 4, 1, 1, 8, 5810, 1, "default", "selective"),
+    ("26.04", "DGX-GB300", "Qwen3-30B-A3B", 8, "mxfp8", 512, 8, 4096, 1, 1, 1, 1, 8, 31470),
+    ("26.04", "DGX-GB200", "Qwen3-30B-A3B", 8, "mxfp8", 512, 4, 4096, 1, 1, 1, 1, 8, 26032),
+    ("26.04", "DGX-B300", "Qwen3-30B-A3B", 8, "mxfp8", 512, 8, 4096, 1, 1, 1, 1, 8, 30553),
+    ("26.04", "DGX-B200", "Qwen3-30B-A3B", 8, "mxfp8", 512, 4, 4096, 1, 1, 1, 1, 8, 26859),
+    ("26.04", "DGX-H100", "Qwen3-30B-A3B", 16, "fp8", 1024, 1, 4096, 1, 1, 1, 1, 16, 8901),
+    ("26.04", "DGX-GB300", "Qwen3-235B-A22B", 256, "mxfp8", 8192, 2, 4096, 1, 4, 1, 12, 32, 6994),
+    ("26.04", "DGX-GB200", "Qwen3-235B-A22B", 256, "mxfp8", 8192, 1, 4096, 1, 8, 1, 3, 32, 5672),
+    ("26.04", "DGX-B300", "Qwen3-235B-A22B", 256, "mxfp8", 8192, 2, 4096, 1, 8, 1, 1, 8, 4865),
+    ("26.04", "DGX-H100", "Qwen3-235B-A22B", 256, "fp8", 8192, 1, 4096, 2, 8, 1, 4, 32, 1686),
+    ("26.04", "DGX-GB300", "Kimi K2", 256, "mxfp8", 4096, 2, 4096, 1, 4, 1, 4, 64, 5332, 1, "default", "selective"),
     # The 26.06 table (June 2026): the same models six months of software later.
     ("26.06", "DGX-GB300", "Llama 3 405B", 256, "fp8", 1536, 1, 8192, 4, 8, 1, 4, 1, 1048),
     ("26.06", "DGX-GB300", "Llama 3 405B", 256, "mxfp8", 1536, 1, 8192, 2, 8, 2, 4, 1, 952),
@@ -810,6 +845,16 @@ _HELDOUT_ROWS = (
     ("26.06", "DGX-H100", "Qwen3-30B-A3B", 16, "fp8", 1024, 1, 4096, 1, 1, 1, 1, 16, 8826),
     ("26.06", "DGX-GB300", "Qwen3-235B-A22B", 256, "mxfp8", 8192, 2, 4096, 1, 4, 1, 12, 32, 9015),
     ("26.06", "DGX-GB200", "Qwen3-235B-A22B", 256, "mxfp8", 8192, 1, 4096, 1, 8, 1, 3, 32, 7376),
+    ("26.06", "DGX-GB300", "Kimi K2", 256, "mxfp8", 4096, 2, 4096, 1, 4, 1, 4, 64, 5372, 1, "default", "selective"),
+    # The 26.08 table (August 2026): MoE rows only.
+    ("26.08", "DGX-GB300", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 2, 1, 8, 32, 6288),
+    ("26.08", "DGX-GB200", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 4, 1, 4, 64, 4912, 1, "default", "selective"),
+    ("26.08", "DGX-GB300", "gpt-oss-120b", 64, "mxfp8", 1280, 4, 4096, 1, 1, 1, 1, 16, 33024),
+    ("26.08", "DGX-GB200", "gpt-oss-120b", 64, "mxfp8", 1280, 4, 4096, 1, 1, 1, 1, 64, 28672),
+    ("26.08", "DGX-GB300", "Qwen3-30B-A3B", 8, "mxfp8", 512, 8, 4096, 1, 1, 1, 1, 8, 44544),
+    ("26.08", "DGX-GB200", "Qwen3-30B-A3B", 8, "mxfp8", 512, 4, 4096, 1, 1, 1, 1, 8, 39936),
+    ("26.08", "DGX-GB300", "Qwen3-235B-A22B", 256, "mxfp8", 8192, 2, 4096, 1, 4, 1, 12, 32, 8816),
+    ("26.08", "DGX-GB200", "Qwen3-235B-A22B", 256, "mxfp8", 8192, 1, 4096, 1, 8, 1, 3, 32, 7280),
 )
 
 #: The held-out runs: judged, never fitted (:func:`solutions.calibration.heldout`).

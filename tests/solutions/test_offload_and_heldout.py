@@ -85,7 +85,8 @@ def test_planner_refuses_bad_offloading_in_one_line(args, message):
 
 def test_heldout_rows_are_never_fitted_and_are_cited():
     fitted = {r.name for r in facts.PUBLISHED_RUNS}
-    assert len(facts.HELDOUT_RUNS) >= 50
+    assert len(facts.HELDOUT_RUNS) >= 95
+    assert len({r.name for r in facts.HELDOUT_RUNS}) == len(facts.HELDOUT_RUNS)  # no row twice
     for r in facts.HELDOUT_RUNS:
         assert r.name not in fitted and r.where and r.cite == "nvidia2025megatronbridge", r.name
     assert set(S.CALIBRATION.set_by) == {"every run of solutions.facts.PUBLISHED_RUNS"}
@@ -105,14 +106,14 @@ def test_no_heldout_layout_that_ran_is_called_out_of_memory():
 def test_heldout_errors():
     """Prints every held-out row. Pinned, as a regression guard and not a target: the median
     |error| and the count within 20% that the constants fitted on the course's table gave when
-    the rows were added (13.8% and 33 of 57), within a point and a row."""
+    the rows were added (13.0% and 60 of 98), within a point and a row."""
     rows = calibration.heldout()
     for r in rows:
         print(f"{r.name:52s} {r.published:10.1f} {r.predicted:10.1f} {r.error:+7.1%}")
     s = calibration.summary(rows)
     print(s)
-    assert s["median"] <= 0.148
-    assert s["within_20"] >= 32
+    assert s["median"] <= 0.140
+    assert s["within_20"] >= 59
     assert statistics.median(r.error for r in rows) == pytest.approx(
         statistics.median(r.predicted / r.published - 1 for r in rows), abs=1e-12)
 
