@@ -66,6 +66,27 @@ def test_the_table_reaches_2026():
         assert r.num_gpus == r.tp * r.cp * r.pp * r.dp
 
 
+def test_the_runs_are_read_as_their_sources_say():
+    """Narayanan et al. 2021 sec. 5.1: Table 1 ran the interleaved schedule; with the chunks not
+    published, the model takes the count it predicts fastest among the divisors of the layers
+    per stage (529.6B: 105 layers over 35 stages, 3 each, so 1 or 3 chunks; 3 halves neither).
+    Dubey et al. 2024 sec. 3.3.2: Llama 3's context-parallel all-gather is exposed."""
+    meg = RUNS["Megatron 529.6B"]
+    assert meg.schedule == "interleaved" and meg.virtual_stages is None
+    st, lay = S.predict_run(meg)
+    assert lay.virtual_stages == 3
+    one = S.step_time(S.run_shape(meg), S.run_layout(meg, 1), S.run_cluster(meg), meg.global_batch,
+                      overlap=meg.overlap)
+    # (p - 1) / (v m) against (p - 1) / m: the bubble shrinks by the chunk count
+    assert st.breakdown_s["bubble"] < one.breakdown_s["bubble"] / 2
+    assert RUNS["Megatron 1.7B"].schedule == "1f1b"  # no pipeline, nothing to interleave
+    assert RUNS["MT-NLG 530B, 2,240 GPUs"].schedule == "1f1b"
+    long = RUNS["Llama 3 405B, 16,384 GPUs, 128K context"]
+    st, _ = S.predict_run(long)
+    assert st.breakdown_s["cp"] > 0 and st.hidden_s["cp"] == 0
+    assert st.breakdown_s["cp"] == pytest.approx(st.comm_s["cp"], rel=1e-9)
+
+
 def test_calibration_is_rederived_from_the_table():
     cal = calibration.fit()
     ref = S.CALIBRATION
