@@ -397,6 +397,11 @@ class MoEArchitecture:
     sliding_share: float = 0.0
 
 
+#: DeepSeek-V3's multi-head latent attention (Liu et al. 2024, sec. 4.2): query and key/value
+#: compressions of 1,536 and 512, 128 + 64 (rope) per head for queries and keys, 128 for values;
+#: Kimi K2 keeps them (Kimi Team 2025, sec. 2.3).
+_DEEPSEEK_V3_MLA = (("q_lora", 1536), ("kv_lora", 512), ("qk_nope", 128), ("qk_rope", 64), ("v_head", 128))
+
 MOE_ARCHITECTURES = {
     a.name: a
     for a in (
@@ -416,8 +421,7 @@ MOE_ARCHITECTURES = {
         # for queries and keys, 128 for values; vocabulary 129,280; 4,096-token sequences.
         MoEArchitecture("DeepSeek-V3", 671e9, 37e9, 61, 7168, 128, 256, 8, 2048, "liu2024deepseekv3",
                         shared_experts=1, dense_layers=3, node_limit=4, vocab=129280, ffn_hidden=18432,
-                        head_dim=128, mla=(("q_lora", 1536), ("kv_lora", 512), ("qk_nope", 128), ("qk_rope", 64),
-                                           ("v_head", 128)),
+                        head_dim=128, mla=_DEEPSEEK_V3_MLA,
                         note="node-limited routing; one multi-token-prediction module on top (not counted)"),
         # Kimi Team 2025 (Kimi K2), sec. 2.3 and Table 2: DeepSeek-V3's architecture with 384
         # routed experts (8 per token) and one shared, 64 attention heads instead of 128, and
@@ -427,7 +431,7 @@ MOE_ARCHITECTURES = {
         # optimizer step the step-time model does not count.
         MoEArchitecture("Kimi K2", 1.04e12, 32.6e9, 61, 7168, 64, 384, 8, 2048, "kimi2025k2",
                         shared_experts=1, dense_layers=1, vocab=163840, ffn_hidden=18432, head_dim=128,
-                        mla=(("q_lora", 1536), ("kv_lora", 512), ("qk_nope", 128), ("qk_rope", 64), ("v_head", 128)),
+                        mla=_DEEPSEEK_V3_MLA,
                         note="MuonClip optimizer (one momentum buffer, not Adam's two)"),
         # Yang et al. 2025 (Qwen3 technical report), Table 2: 94 layers, 64 query and 4 K/V
         # heads, 128 experts, 8 per token, no shared expert; 235B stored, 22B active. Width
