@@ -5,6 +5,7 @@ mistake loses points with feedback that names it; a built-in collective or a soc
 outside scores 0."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,35 @@ def test_the_master_notebook_calls_the_labs_ring_and_its_student_version_does_no
     assert "from labs.collectives import ring_all_reduce" in region
     stub, regions, _ = strip_solutions(cell)
     assert regions == 1 and "labs.collectives" not in stub and "NotImplementedError" in stub
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                    reason="forked ranks drop to an unprivileged user only when the grader runs as root")
+def test_self_check_works_from_a_checkout_the_ranks_cannot_read(tmp_path):
+    """The master notebook's answer imports ``labs.collectives`` inside a rank, and a forked
+    rank runs as an unprivileged user: from a clone in a 0700 folder (``mktemp -d``) it could
+    not read the module, and scored 0. The self-check imports it before the ranks fork."""
+    import shutil
+    import subprocess
+    import sys
+
+    from sandbox.multirank import namespaces_available
+
+    if not namespaces_available()[0]:
+        pytest.skip("no namespaces here: the ranks keep the grader's user")
+    hidden = tmp_path / "private"
+    shutil.copytree(ROOT / "labs", hidden / "labs", ignore=shutil.ignore_patterns("__pycache__"))
+    hidden.chmod(0o700)
+    program = (
+        "import sys\n"
+        f"sys.path[:0] = [{str(hidden)!r}, {str(ROOT)!r}]\n"
+        "from assignments.a1_ring import self_check\n"
+        "def ring_all_reduce(tensor, op='sum'):\n"
+        "    from labs.collectives import ring_all_reduce as course_ring\n"
+        "    return course_ring(tensor, op=op)\n"
+        "print('SCORE', self_check(ring_all_reduce))\n")
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "No module named 'labs'" not in out.stdout
+    last = out.stdout.strip().splitlines()[-1].split()
+    assert last[0] == "SCORE" and float(last[1]) == pytest.approx(10, abs=1e-9), out.stdout[-2000:]
