@@ -51,7 +51,7 @@ __all__ = [
     "NVLINK_DOMAINS",
     "RUN_SIZES_COMPARED",
     "PublishedRun",
-    "PUBLISHED_RUNS", "HELDOUT_RUNS", "GPT_OSS_ATTENTION_REGRESSION",
+    "PUBLISHED_RUNS", "HELDOUT_RUNS", "OTHER_STACK_RUNS", "GPT_OSS_ATTENTION_REGRESSION",
     "MEGATRON_TRAINING_ESTIMATES",
 ]
 
@@ -516,7 +516,8 @@ class PublishedRun:
     Narayanan et al.'s Table 2 halves with every doubling of GPUs at a fixed batch, the
     signature of a gather bound by one 200 Gb/s adapter per GPU. ``offload_layers``: the
     layers whose activations the recipe kept in the host's memory (Megatron-Core's
-    ``cpu_offloading_num_layers``)."""
+    ``cpu_offloading_num_layers``). ``memory_gib``: the peak memory per GPU the source
+    reports, in GiB (torchtitan logs the caching allocator's peak reserved bytes)."""
 
     name: str
     params: float
@@ -562,6 +563,7 @@ class PublishedRun:
     where: str = ""
     nic_share: str = "domain"
     offload_layers: int = 0
+    memory_gib: Optional[float] = None
 
     @property
     def num_gpus(self) -> int:
@@ -863,6 +865,50 @@ _HELDOUT_ROWS = (
 
 #: The held-out runs: judged, never fitted (:func:`solutions.calibration.heldout`).
 HELDOUT_RUNS = tuple(_bridge(*row) for row in _HELDOUT_ROWS)
+
+
+def _fsdp_stack(stack, cite, where, arch, gpu, n, precision, gbs, mbs, seq, pp, cp, vp, ep, tokens, recompute,
+                assumed, memory_gib=None):
+    """A pre-training row of a PyTorch-native stack: FSDP2 (ZeRO-3) over what the pipeline and
+    context split leave, no tensor parallelism, EP folded into the FSDP ranks, the tokens/s
+    per GPU as published; recomputation as the row's recipe sets it."""
+    a = MOE_ARCHITECTURES.get(arch) or ARCHITECTURES[arch]
+    params = getattr(a, "total_params", None) or a.params
+    return PublishedRun(f"{arch}, {n} {gpu}, {precision.upper()} ({stack})", params, a.layers, a.d_model, a.heads,
+                        seq, a.vocab, gpu, None, None, 1, pp, n // (pp * cp), gbs, mbs, recompute, cite, cp=cp,
+                        zero=3, schedule="interleaved" if vp > 1 else "1f1b", virtual_stages=vp, mlp="swiglu",
+                        dropout=False, attention="flash", arch=arch, precision=precision, ep=ep,
+                        tokens_per_s_per_gpu=tokens, flops_counted="model", year=2025, where=where, memory_gib=memory_gib,
+                        assumed="FSDP2 read as ZeRO-3 with its gathers prefetched behind compute; " + assumed)
+
+
+#: Pre-training rows of two other software stacks, judged and never fitted: the calibration's
+#: rows all ran Megatron-LM, Megatron-Core or DeepSpeed. NVIDIA's NeMo AutoModel (PyTorch's
+#: FSDP2 with Transformer Engine kernels and DeepEP; performance summary of October 2025 to
+#: April 2026, DGX-H100, BF16, routing force-balanced, recomputation from the benchmark recipe
+#: each row links) and torchtitan on 4 and 8 HGX H200 nodes (Trainy, June 2025: FSDP over all
+#: GPUs, torch.compile, Float8 linear layers with FP8 weight gathers, per-op selective
+#: recomputation, the llama3_8b preset's 8,192-token sequences). Left out: AutoModel's
+#: gpt-oss-120b row (its EP column is empty while the recipe it links sets 64, and the recipe
+#: of its date had another layout), its Nemotron rows (Mamba layers the course cannot express)
+#: and torchtitan's Grand Teton tables (500 W H100s with HBM2e, whose peak, in the table's own
+#: words, is not known).
+OTHER_STACK_RUNS = (
+    *(_fsdp_stack("AutoModel", "nvidia2025automodel", f"pre-training table, DGX-H100 BF16, row {arch} {n} GPUs",
+                  arch, "H100 SXM", n, "bf16", gbs, mbs, seq, pp, cp, vp, ep, tokens, "full",
+                  "activation checkpointing of every layer, as the linked recipe sets")
+      for arch, n, gbs, mbs, seq, pp, cp, vp, ep, tokens in (
+          ("DeepSeek-V3", 1024, 8192, 1, 4096, 4, 1, 8, 64, 865),
+          ("DeepSeek-V3", 256, 512, 1, 4096, 4, 1, 8, 64, 1002),
+          ("Kimi K2", 256, 512, 1, 4096, 8, 1, 4, 32, 924),
+          ("Qwen3-30B-A3B", 8, 512, 4, 4096, 1, 1, 1, 8, 12040),
+          ("Llama 3 70B", 64, 128, 1, 8192, 1, 2, 1, 1, 866.77))),
+    *(_fsdp_stack("torchtitan", "trainy2025torchtitan", f"results table, {n // 8} nodes", "Llama 3 8B", "H200", n,
+                  "fp8", 2 * n, 2, 8192, 1, 1, 1, 1, tokens, "selective",
+                  "torchtitan's per-op selective recomputation read as selective; FP8 the tensorwise recipe",
+                  memory_gib=memory)
+      for n, tokens, memory in ((32, 10938, 47.96), (64, 10753, 46.97))),
+)
 
 #: The Megatron-Bridge tables of the 26.06 and 26.06.01 NeMo containers (DGX-GB200, 64 GPUs,
 #: MXFP8, gpt-oss-120b): tokens/s per GPU before and after a regression the later table's

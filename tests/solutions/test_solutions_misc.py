@@ -123,6 +123,7 @@ def _all_cites():
     yield from (m.cite for m in facts.MODELS.values())
     yield from (lay.cite for lay in facts.LAYOUTS)
     yield from (a.cite for a in facts.ARCHITECTURES.values())
+    yield from (r.cite for r in facts.PUBLISHED_RUNS + facts.HELDOUT_RUNS + facts.OTHER_STACK_RUNS)
     yield facts.LLAMA3_405B_BATCH_SCHEDULE.cite
     yield from (row["cite"] for row in facts.MFU.values())
     yield facts.ZERO_EXAMPLE["cite"]
