@@ -28,8 +28,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import facts, steptime
+from ._validate import terse_argparse_errors
 
-__all__ = ["BOUNDS", "Row", "predict", "residuals", "fit", "leave_one_out", "table", "heldout", "summary"]
+__all__ = ["BOUNDS", "Row", "predict", "residuals", "fit", "leave_one_out", "table", "heldout", "summary", "format_rows",
+           "main"]
 
 #: The range each fitted constant may take: (gemm_traffic, attention, network, expert_s, contention).
 #: The multiplier on counted elementwise bytes is not fitted: the bytes are counted, and
@@ -132,3 +134,61 @@ def summary(rows) -> dict:
     l = [abs(r.loo_error) for r in rows]
     return {"runs": len(rows), "median": statistics.median(e), "worst": max(e), "loo_median": statistics.median(l),
             "loo_worst": max(l), "within_20": sum(x <= 0.2 for x in e), "oom": [r.name for r in rows if not r.fits]}
+
+
+SETS = {"table": "PUBLISHED_RUNS", "heldout": "HELDOUT_RUNS", "other-stacks": "OTHER_STACK_RUNS"}
+
+
+def format_rows(rows, cal, title) -> str:
+    """The constants, one line per run (published, predicted, error, leave-one-out error) and
+    the summary, as printed by ``python -m solutions.calibration``."""
+    lines = [title,
+             f"constants (fitted on the course's table): gemm traffic x{cal.gemm_traffic:.3f}, attention at "
+             f"{cal.attention:.1%} of the matmul ceiling, network at {cal.network:.1%} of line rate, "
+             f"{cal.expert_s * 1e6:.0f} us per local expert and MoE layer, contention {cal.contention:.3f}",
+             f"{'run':56s} {'published':>10s} {'predicted':>10s} {'error':>8s} {'left out':>9s}"]
+    for r in rows:
+        flag = "" if r.fits else "  OUT OF MEMORY"
+        lines.append(f"{r.name:56s} {r.published:10,.1f} {r.predicted:10,.1f} {r.error:+8.1%} {r.loo_error:+9.1%}{flag}")
+    s = summary(rows)
+    lines.append(f"{s['runs']} runs: median |error| {s['median']:.1%} (left out {s['loo_median']:.1%}), worst "
+                 f"{s['worst']:.1%}, {s['within_20']} within 20%, {len(s['oom'])} called out of memory")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    import argparse
+    import json
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m solutions.calibration",
+                                     description="The step-time model against published runs: the fitted constants, "
+                                                 "every run's error and its leave-one-out error.")
+    terse_argparse_errors(parser)
+    parser.add_argument("--set", choices=list(SETS), default="table",
+                        help="table: the course's calibration set (errors and leave-one-out errors); heldout: the "
+                             "rows the fit never sees; other-stacks: rows of other software stacks, never fitted")
+    parser.add_argument("--json", action="store_true", help="print the rows and the summary as one JSON object")
+    args = parser.parse_args(argv)
+    cal = steptime.CALIBRATION
+    runs = getattr(facts, SETS[args.set])
+    rows = table(runs, cal) if args.set == "table" else heldout(runs, cal)
+    if args.json:
+        out = {"set": args.set, "constants": {"gemm_traffic": cal.gemm_traffic, "attention": cal.attention,
+                                              "network": cal.network, "expert_s": cal.expert_s,
+                                              "contention": cal.contention},
+               "rows": [{"name": r.name, "published": r.published, "predicted": r.predicted, "error": r.error,
+                         "loo_error": r.loo_error, "fits": r.fits} for r in rows],
+               "summary": summary(rows)}
+        json.dump(out, sys.stdout, indent=1)
+        print()
+    else:
+        title = {"table": "the course's table (fitted; 'left out': refitted without the run)",
+                 "heldout": "held-out rows (never fitted; 'left out' is the same error)",
+                 "other-stacks": "rows of other software stacks (never fitted; 'left out' is the same error)"}[args.set]
+        print(format_rows(rows, cal, title))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
