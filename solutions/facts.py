@@ -601,6 +601,12 @@ def _megatron(params, heads, hidden, layers, tp, pp, gpus, batch, tflops):
                         assumed="micro-batch 1; no ZeRO; chunks per stage not published", where=f"Table 1, {params:g}B row")
 
 
+def _named_shape(arch):
+    """``(shape, stored parameters)`` of a named dense or MoE architecture."""
+    a = MOE_ARCHITECTURES.get(arch) or ARCHITECTURES[arch]
+    return a, getattr(a, "total_params", None) or a.params
+
+
 def _bridge(release, system, arch, n, precision, gbs, mbs, seq, tp, pp, cp, vp, ep, tokens, zero=1, overlap="default",
             recompute="none", offload=0):
     """A row of the Megatron-Bridge performance summary (NVIDIA 2025-26): ``release`` the NeMo
@@ -608,8 +614,7 @@ def _bridge(release, system, arch, n, precision, gbs, mbs, seq, tp, pp, cp, vp, 
     GPUs leave: ``n / (tp pp cp)``, EP folded into it), the published tokens/s per GPU."""
     gpu = {"DGX-H100": "H100 SXM", "DGX-B200": "B200", "DGX-B300": "B300", "DGX-GB200": "GB200",
            "DGX-GB300": "GB300"}[system]
-    a = MOE_ARCHITECTURES.get(arch) or ARCHITECTURES[arch]
-    params = getattr(a, "total_params", None) or a.params
+    a, params = _named_shape(arch)
     name = f"{arch}, {n} {gpu}, {precision.upper()} ({release})"
     return PublishedRun(name, params, a.layers, a.d_model, a.heads, seq, a.vocab, gpu, None, None, tp, pp,
                         n // (tp * pp * cp), gbs, mbs, recompute, "nvidia2025megatronbridge", cp=cp, zero=zero,
@@ -872,8 +877,7 @@ def _fsdp_stack(stack, cite, where, arch, gpu, n, precision, gbs, mbs, seq, pp, 
     """A pre-training row of a PyTorch-native stack: FSDP2 (ZeRO-3) over what the pipeline and
     context split leave, no tensor parallelism, EP folded into the FSDP ranks, the tokens/s
     per GPU as published; recomputation as the row's recipe sets it."""
-    a = MOE_ARCHITECTURES.get(arch) or ARCHITECTURES[arch]
-    params = getattr(a, "total_params", None) or a.params
+    a, params = _named_shape(arch)
     return PublishedRun(f"{arch}, {n} {gpu}, {precision.upper()} ({stack})", params, a.layers, a.d_model, a.heads,
                         seq, a.vocab, gpu, None, None, 1, pp, n // (pp * cp), gbs, mbs, recompute, cite, cp=cp,
                         zero=3, schedule="interleaved" if vp > 1 else "1f1b", virtual_stages=vp, mlp="swiglu",
