@@ -51,7 +51,7 @@ __all__ = [
     "NVLINK_DOMAINS",
     "RUN_SIZES_COMPARED",
     "PublishedRun",
-    "PUBLISHED_RUNS", "HELDOUT_RUNS", "OTHER_STACK_RUNS", "GPT_OSS_ATTENTION_REGRESSION",
+    "PUBLISHED_RUNS", "HELDOUT_RUNS", "OTHER_STACK_RUNS", "GPT_OSS_KERNEL_REGRESSION",
     "MEGATRON_TRAINING_ESTIMATES",
 ]
 
@@ -900,13 +900,15 @@ def _fsdp_stack(stack, cite, where, arch, gpu, n, precision, gbs, mbs, seq, pp, 
 OTHER_STACK_RUNS = (
     *(_fsdp_stack("AutoModel", "nvidia2025automodel", f"pre-training table, DGX-H100 BF16, row {arch} {n} GPUs",
                   arch, "H100 SXM", n, "bf16", gbs, mbs, seq, pp, cp, vp, ep, tokens, "full",
-                  "activation checkpointing of every layer, as the linked recipe sets")
-      for arch, n, gbs, mbs, seq, pp, cp, vp, ep, tokens in (
-          ("DeepSeek-V3", 1024, 8192, 1, 4096, 4, 1, 8, 64, 865),
-          ("DeepSeek-V3", 256, 512, 1, 4096, 4, 1, 8, 64, 1002),
-          ("Kimi K2", 256, 512, 1, 4096, 8, 1, 4, 32, 924),
-          ("Qwen3-30B-A3B", 8, 512, 4, 4096, 1, 1, 1, 8, 12040),
-          ("Llama 3 70B", 64, 128, 1, 8192, 1, 2, 1, 1, 866.77))),
+                  "activation checkpointing of every layer, as the linked recipe sets" + extra)
+      for arch, n, gbs, mbs, seq, pp, cp, vp, ep, tokens, extra in (
+          ("DeepSeek-V3", 1024, 8192, 1, 4096, 4, 1, 8, 64, 865,
+           " (deepseek_v3_te_deepep.yaml, the only DeepSeek-V3 recipe when the row was published; a "
+           "deepseek_v3_te_deepep_1024.yaml of April 2026, which the summary does not link, drops it)"),
+          ("DeepSeek-V3", 256, 512, 1, 4096, 4, 1, 8, 64, 1002, ""),
+          ("Kimi K2", 256, 512, 1, 4096, 8, 1, 4, 32, 924, ""),
+          ("Qwen3-30B-A3B", 8, 512, 4, 4096, 1, 1, 1, 8, 12040, ""),
+          ("Llama 3 70B", 64, 128, 1, 8192, 1, 2, 1, 1, 866.77, ""))),
     *(_fsdp_stack("torchtitan", "trainy2025torchtitan", f"results table, {n // 8} nodes", "Llama 3 8B", "H200", n,
                   "fp8", 2 * n, 2, 8192, 1, 1, 1, 1, tokens, "selective",
                   "torchtitan's per-op selective recomputation read as selective; FP8 the tensorwise recipe",
@@ -916,10 +918,12 @@ OTHER_STACK_RUNS = (
 
 #: The Megatron-Bridge tables of the 26.06 and 26.06.01 NeMo containers (DGX-GB200, 64 GPUs,
 #: MXFP8, gpt-oss-120b): tokens/s per GPU before and after a regression the later table's
-#: footnote traces to cuDNN's attention (cudnn-frontend issue 256): how much one attention
-#: kernel moves this model.
-GPT_OSS_ATTENTION_REGRESSION = {"before": 28947, "after": 18304, "cite": "nvidia2025megatronbridge",
-                                "where": "26.06 and 26.06.01 NeMo containers, DGX-GB200 MXFP8 rows and footnote"}
+#: footnote traces to cudnn-frontend issue 256, which reports cuDNN's fused grouped product
+#: with the GLU's backward (``grouped_gemm_dglu_wrapper_sm100``, the experts' backward pass on
+#: Blackwell) about ten times slower from cudnn-frontend 1.24: how much one kernel moves this model.
+GPT_OSS_KERNEL_REGRESSION = {"before": 28947, "after": 18304, "cite": "nvidia2025megatronbridge",
+                             "kernel_cite": "cudnnfrontend2026issue256",
+                             "where": "26.06 and 26.06.01 NeMo containers, DGX-GB200 MXFP8 rows and footnote"}
 
 #: Narayanan et al. 2021, sec. 5.1 (eq. 4, ``8 T P / (n X)``): their estimates of
 #: days to train at the throughput they measured.
