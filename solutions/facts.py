@@ -564,6 +564,8 @@ class PublishedRun:
     nic_share: str = "domain"
     offload_layers: int = 0
     memory_gib: Optional[float] = None
+    expert_kernels: str = "grouped"
+    attention_precision: str = "bf16"
 
     @property
     def num_gpus(self) -> int:
@@ -607,27 +609,58 @@ def _named_shape(arch):
     return a, getattr(a, "total_params", None) or a.params
 
 
+#: The rows whose recipes run the routed experts as one fused grouped MLP (Transformer Engine's
+#: CuTe DSL grouped GEMM with the GLU in its epilogue, ``cutedsl_fused_grouped_mlp`` or
+#: ``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1``) replayed in a full-iteration CUDA graph
+#: (``cuda_graph_impl='full_iteration'``), with the attention's precision: ``'fp8'`` where the
+#: recipe also sets ``fp8_dot_product_attention``. Read from Megatron-Bridge's recipes at the
+#: release of each table: scripts/performance/configs/{deepseek,qwen,gpt_oss}/*workload_base_configs.py
+#: at v0.5.0 (26.06; the *_FP8_MX_V1 and V2 configs) and src/megatron/bridge/perf_recipes/*/gb{200,300}
+#: at v0.6.0 (26.08; _enable_deepseek_full_iteration_mxfp8, _enable_hybridep_full_iteration_mxfp8,
+#: _apply_gpt_oss_120b_full_iter_fp8mx_configs). No recipe of 25.11 to 26.04 sets either, and
+#: in 26.06 the B300 rows of DeepSeek-V3 and gpt-oss-120b and the Kimi K2 row keep the grouped GEMM.
+_FUSED_EXPERT_RECIPES = {
+    **{(rel, sys_, arch, "mxfp8"): attn
+       for rel in ("26.06", "26.08")
+       for (sys_, arch), attn in {("DGX-GB300", "DeepSeek-V3"): "fp8", ("DGX-GB200", "DeepSeek-V3"): "bf16",
+                                  ("DGX-GB300", "Qwen3-235B-A22B"): "fp8", ("DGX-GB200", "Qwen3-235B-A22B"): "fp8",
+                                  ("DGX-GB300", "Qwen3-30B-A3B"): "fp8", ("DGX-GB200", "Qwen3-30B-A3B"): "fp8",
+                                  ("DGX-GB300", "gpt-oss-120b"): "fp8", ("DGX-GB200", "gpt-oss-120b"): "fp8"}.items()},
+    ("26.06", "DGX-B300", "Qwen3-30B-A3B", "mxfp8"): "fp8",
+}
+
+
 def _bridge(release, system, arch, n, precision, gbs, mbs, seq, tp, pp, cp, vp, ep, tokens, zero=1, overlap="default",
             recompute="none", offload=0):
     """A row of the Megatron-Bridge performance summary (NVIDIA 2025-26): ``release`` the NeMo
     container whose table it is, ``system`` the DGX whose column, the layout (DP is what the
-    GPUs leave: ``n / (tp pp cp)``, EP folded into it), the published tokens/s per GPU."""
+    GPUs leave: ``n / (tp pp cp)``, EP folded into it), the published tokens/s per GPU; the
+    experts' kernels and the attention's precision as :data:`_FUSED_EXPERT_RECIPES` reads the
+    row's recipe."""
     gpu = {"DGX-H100": "H100 SXM", "DGX-B200": "B200", "DGX-B300": "B300", "DGX-GB200": "GB200",
            "DGX-GB300": "GB300"}[system]
     a, params = _named_shape(arch)
     name = f"{arch}, {n} {gpu}, {precision.upper()} ({release})"
+    fused = _FUSED_EXPERT_RECIPES.get((release, system, arch, precision))
     return PublishedRun(name, params, a.layers, a.d_model, a.heads, seq, a.vocab, gpu, None, None, tp, pp,
                         n // (tp * pp * cp), gbs, mbs, recompute, "nvidia2025megatronbridge", cp=cp, zero=zero,
                         schedule="interleaved" if vp > 1 else "1f1b", virtual_stages=vp, mlp="swiglu",
                         dropout=False, attention="flash", arch=arch, precision=precision, ep=ep,
                         tokens_per_s_per_gpu=tokens, flops_counted="model", overlap=overlap,
+                        expert_kernels="fused" if fused is not None else "grouped",
+                        attention_precision=fused or "bf16",
                         year=2025 + (release.startswith("26")), offload_layers=offload,
                         where=f"{release} NeMo container, {system}, row {arch} {precision.upper()}",
                         assumed=("Megatron-FSDP (ZeRO-3) with the activations of " f"{offload} layers offloaded to the "
                                  "host, as the recipe sets; " if zero == 3 else "ZeRO-1 (Megatron's distributed optimizer); ")
                         + "recomputation as the recipe "
                                 "(none, or 'selective' where it recomputes modules such as norms and MoE "
-                                "activations); MoE routing force-balanced, as the table's notes say")
+                                "activations); MoE routing force-balanced, as the table's notes say"
+                        + ("; the experts as one fused grouped MLP in a full-iteration CUDA graph"
+                           + (" and FP8 attention" if fused == "fp8" else "") + ", as the recipe sets; its "
+                           "overlap of the experts' all-to-all not modelled (left exposed, as on the course's table, where two "
+                           "rows' recipes overlap it too)"
+                           if fused is not None else ""))
 
 
 #: (release, system, shape, GPUs, precision, global batch, micro-batch, sequence, TP, PP, CP, VP, EP,

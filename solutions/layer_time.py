@@ -19,13 +19,19 @@ al. 2009, with the GPU's measured matmul ceiling in place of its peak):
    ``2 s_ctx (d_qk + d_v)`` FLOPs per token and head with ``s_ctx`` the mean number of keys a
    query sees (``s/2`` causal, about the window for sliding-window layers), backward 2.5
    times that (it recomputes the scores). It runs at ``epsilon`` of the BF16 ceiling
-   (calibrated). Standard attention (the runs of 2021-22) is two batched products over
+   (calibrated), or of the FP8 ceiling where both products run in FP8 (Transformer Engine's
+   FP8 dot-product attention; the exponentials are the same). Standard attention (the runs of 2021-22) is two batched products over
    the full ``s x s`` scores and memory-bound softmax and dropout passes over them.
 3. **Elementwise work**: norms, residual additions, dropout and its masks, the MLP's
    activation (GeLU, SwiGLU), rotary embeddings, quantisation to FP8/FP4, the MoE
    permutations, the loss. Their bytes are counted per token (a few times ``h`` and ``f``,
    against the products' ``h^2`` FLOPs: the elementwise share falls like ``1/h``) and cost
-   ``beta x bytes / B`` (``beta`` calibrated). Sequence parallelism splits the ``h``-wide ones
+   ``beta x bytes / B`` (``beta`` = 1: the counted bytes move at the HBM's bandwidth).
+4. **Work per local expert** of a MoE layer outside its grouped products (the fitted seconds
+   per expert: per-expert launches, splits and quantisation of Megatron-Core's grouped GEMM),
+   unless the experts run as a fused grouped MLP: one launch over every local expert with the
+   activation in the products' epilogue (Transformer Engine's CuTe DSL grouped MLP, replayed
+   in a full-iteration CUDA graph), which has neither that work nor the activation's pass. Sequence parallelism splits the ``h``-wide ones
    ``tp`` ways; without it (Megatron-LM before 2022) every TP rank repeats them.
 
 The backward pass is twice the forward's elementwise work; recomputation adds a forward.
@@ -166,7 +172,8 @@ def layer_terms(shape, lay, gpu, recipe, moe_layer=False, imbalance=None) -> Ter
     # attention core
     if lay.attention == "flash":
         ctx = shape.mean_context
-        t = t + flash_terms(T, ctx, a, d_qk, d_v, c16, gpu.exponentials_per_s,
+        c_attn = gpu.ceiling("fp8") if lay.attention_precision == "fp8" else c16  # FP8 attention: both products
+        t = t + flash_terms(T, ctx, a, d_qk, d_v, c_attn, gpu.exponentials_per_s,
                             recompute=full or lay.recompute == "selective")
         scores = 0.0
     else:
@@ -186,12 +193,16 @@ def layer_terms(shape, lay, gpu, recipe, moe_layer=False, imbalance=None) -> Ter
         fe = m.expert_ffn / lay.etp
         t = t + product(Tm, h, m.experts)  # router
         t = t + product(rows, h, up * fe, local) + product(rows, fe, h, local)
-        _add(t, "experts", local / 3.0, 2.0 * local / 3.0)
+        fused = lay.expert_kernels == "fused"
+        if not fused:  # the work per local expert outside the grouped products (fitted)
+            _add(t, "experts", local / 3.0, 2.0 * local / 3.0)
         if m.shared_experts:
             fs = m.shared_experts * m.expert_ffn / tp
             t = t + product(T, h, up * fs) + product(T, fs, h)
             gemm_in, gemm_out = gemm_in + h + fs, gemm_out + up * fs + h
-        mlp_bytes = Tm * m.top_k * k_imb * (act * fe + 8.0 * h) + (act * m.shared_experts * m.expert_ffn / tp) * T
+        # a fused grouped MLP applies the activation in its products' epilogue: no pass of its own
+        routed_act = 0.0 if fused else act * fe
+        mlp_bytes = Tm * m.top_k * k_imb * (routed_act + 8.0 * h) + (act * m.shared_experts * m.expert_ffn / tp) * T
         quant_mlp = Tm * m.top_k * k_imb * (h + fe) , Tm * m.top_k * k_imb * (up * fe + h)
     else:
         f = shape.ffn / tp

@@ -31,13 +31,18 @@ from . import moe
 from ._validate import positive, positive_integer
 
 __all__ = ["MoEConfig", "Counts", "moe_layer_count", "transformer_params", "check_expert_layout",
-           "expert_gemms", "all_to_all_bytes", "DISPATCHERS", "dispatch_split", "state_shards"]
+           "expert_gemms", "all_to_all_bytes", "DISPATCHERS", "EXPERT_KERNELS", "dispatch_split", "state_shards"]
 
 #: How token copies reach the experts: ``'alltoall'``, one copy per chosen expert on another
 #: GPU (Megatron-Core's default dispatcher); ``'deepep'``, one copy per remote scale-up
 #: domain over the network, fanned out over NVLink on arrival (DeepSeek's DeepEP; NVIDIA's
 #: HybridEP), which DeepSeek-V3 pairs with routing limited to 4 nodes (report sec. 3.2.2).
 DISPATCHERS = ("alltoall", "deepep")
+#: How the routed experts' MLPs run: ``'grouped'``, a grouped product per projection with
+#: work per local expert outside it (Megatron-Core's grouped GEMM, launched from the host,
+#: the fitted cost per local expert); ``'fused'``, one fused kernel for the whole MLP of
+#: every local expert, replayed in a full-iteration CUDA graph (no per-expert cost).
+EXPERT_KERNELS = ("grouped", "fused")
 
 
 @dataclass(frozen=True)

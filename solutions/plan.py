@@ -209,7 +209,8 @@ def _ep_choices(shape, t, c, d, ep, etp):
 def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, global_batch, convention="zero_16",
                    tp=None, cp=None, pp=None, dp=None, zero=None, micro_batch=None, recompute=None,
                    virtual_stages=None, schedule=None, attention="flash", ep=None, etp=1, precision_name="bf16",
-                   overlap=None, ep_dispatch="deepep", offload_layers=0):
+                   overlap=None, ep_dispatch="deepep", offload_layers=0, expert_kernels="grouped",
+                   attention_precision="bf16"):
     """Every layout of ``count`` GPUs with the given degrees kept, predicted by
     :func:`solutions.steptime.step_time`: ``(fitting, others)``, each a list of
     ``(StepTime, Layout)``, ``fitting`` sorted by predicted step time, ``others`` (which do
@@ -254,7 +255,8 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
                 for e in _ep_choices(shape, t, c, d, ep, etp):
                     for z in zeros:
                         base = steptime.Layout(t, c, p, d, z, 1, "none", "1f1b", 1, attention, e, etp,
-                                               ep_dispatch=ep_dispatch, offload_layers=offload_layers)
+                                               ep_dispatch=ep_dispatch, offload_layers=offload_layers,
+                                               expert_kernels=expert_kernels, attention_precision=attention_precision)
                         state = steptime.state_bytes(shape, base, convention, precision_name)
                         for b in mbs:
                             if global_batch % (d * b):
@@ -434,7 +436,8 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
               ffn_hidden=None, vocab=None, recompute=None, attention="flash", virtual_stages=None,
               schedule=None, network=None, precision="bf16", overlap=None, experts=None, top_k=None,
               expert_ffn=None, shared_experts=None, dense_layers=None, moe_layer_freq=None, imbalance=None,
-              ep=None, etp=None, ep_dispatch="deepep", nvlink=None, offload_layers=0) -> Plan:
+              ep=None, etp=None, ep_dispatch="deepep", nvlink=None, offload_layers=0, expert_kernels="grouped",
+              attention_precision="bf16") -> Plan:
     """Build a :class:`Plan`. Give ``budget`` (FLOPs; the model is then the compute-optimal
     one under ``constants``) or ``tokens`` and a model: ``model`` (parameters), or a shape
     (``layers``, ``hidden``, ``heads``), or ``arch`` naming a published one (dense or MoE).
@@ -444,7 +447,9 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     (:mod:`solutions.precision`), ``overlap`` what hides behind compute
     (:func:`solutions.steptime.parse_overlap`). ``experts``, ``top_k``, ``expert_ffn``,
     ``shared_experts``, ``dense_layers``, ``moe_layer_freq`` and ``imbalance`` make the model a
-    mixture of experts (or change a named MoE); ``ep`` and ``etp`` fix expert parallelism.
+    mixture of experts (or change a named MoE); ``ep`` and ``etp`` fix expert parallelism;
+    ``expert_kernels`` says how the experts run (:data:`solutions.moe_step.EXPERT_KERNELS`) and
+    ``attention_precision`` FlashAttention's precision (``'fp8'`` where the GPU has FP8).
     ``mfu`` overrides the predicted MFU in the time to train. With ``inference_tokens``, the
     plan also names the over-trained alternative that reaches the compute-optimal loss at the
     lowest lifetime cost (Sardana et al. 2024)."""
@@ -487,6 +492,14 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
         one_of("recompute", recompute, steptime.RECOMPUTE)
     one_of("attention", attention, steptime.ATTENTION)
     one_of("ep_dispatch", ep_dispatch, moe_step.DISPATCHERS)
+    one_of("expert_kernels", expert_kernels, moe_step.EXPERT_KERNELS)
+    one_of("attention_precision", attention_precision, steptime.ATTENTION_PRECISIONS)
+    if attention_precision == "fp8":
+        if attention != "flash":
+            raise ValueError("attention_precision fp8 needs attention='flash' (FP8 attention is a fused kernel)")
+        if not g.supports("fp8"):
+            raise ValueError(f"attention_precision fp8: precision fp8 is not available on the {g.name} "
+                             f"(it has {', '.join(g.formats)})")
     if schedule is not None:
         one_of("schedule", schedule, steptime.SCHEDULES)
     offload_layers = nonnegative_integer("offload_layers", offload_layers)
@@ -561,7 +574,7 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
                        "tokens, Llama 3's batch; --global-batch sets it)")
     fitting, others = search_layouts(shape, cluster, count, gb, convention, tp, cp, pp, dp, zero, micro_batch,
                                      recompute, virtual_stages, schedule, attention, ep, etp, precision, ov,
-                                     ep_dispatch, offload_layers)
+                                     ep_dispatch, offload_layers, expert_kernels, attention_precision)
     if not fitting and not others and offload_layers:
         raise ValueError(f"offload_layers ({offload_layers}) must be fewer than the layers per pipeline stage "
                          f"(the model has {shape.layers} layers)")
@@ -595,7 +608,7 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
         try:
             t_r, p_r, d_r, z_r, _ = choose_layout(N, count, g.usable_memory_bytes, convention)
             if gb % d_r == 0 and shape.heads % t_r == 0 and t_r <= g.scale_up_gpus:
-                lay_r = steptime.Layout(t_r, 1, p_r, d_r, z_r, 1, "none")
+                lay_r = steptime.Layout(t_r, 1, p_r, d_r, z_r, 1, "none", attention_precision=attention_precision)
                 for r in steptime.RECOMPUTE:  # the lightest recomputation that fits, as the rule's planner did
                     lay_r = replace(lay_r, recompute=r)
                     st_r = steptime.step_time(shape, lay_r, cluster, gb, convention, precision_name=precision,
@@ -682,7 +695,8 @@ def format_plan(plan: Plan) -> str:
         m = sh.moe
         moe = (f"; {sh.moe_layers} MoE layers of {m.experts} experts ({m.expert_ffn:,} wide), top-{m.top_k}"
                + (f" + {m.shared_experts} shared" if m.shared_experts else "")
-               + (f", imbalance x{m.imbalance:g}" if m.imbalance != 1 else ""))
+               + (f", imbalance x{m.imbalance:g}" if m.imbalance != 1 else "")
+               + f", {lay.expert_kernels} expert kernels")
     ep = f" (EP{lay.ep} x ETP{lay.etp} folded into TP x CP x DP, {lay.ep_dispatch} dispatch)" if lay.ep > 1 else ""
     lines += ["== layout",
               f"3. shape                    {plan.shape_name}: {sh.layers} layers, d_model {sh.hidden:,}, {attn}, "
@@ -691,7 +705,8 @@ def format_plan(plan: Plan) -> str:
               f"{g.name}{ep}, ZeRO stage {lay.zero}, micro-batch {lay.micro_batch}, "
               f"{'no' if lay.recompute == 'none' else lay.recompute} recomputation, "
               f"{lay.schedule}" + (f" (v={lay.virtual_stages})" if lay.virtual_stages > 1 else "")
-              + f", {lay.attention} attention, {plan.precision.upper()}"]
+              + f", {lay.attention} attention" + (" in FP8" if lay.attention_precision == "fp8" else "")
+              + f", {plan.precision.upper()}"]
     lines += [f"     why: {r}" for r in plan.reasons]
     conv = memory.get_convention(plan.convention)
     rec = precision.recipe(plan.precision)
@@ -755,8 +770,8 @@ def format_plan(plan: Plan) -> str:
 
 def _layout_json(lay: steptime.Layout) -> dict:
     return {k: getattr(lay, k) for k in ("tp", "cp", "pp", "dp", "zero", "virtual_stages", "micro_batch",
-                                         "recompute", "schedule", "attention", "ep", "etp", "ep_dispatch",
-                                         "offload_layers")}
+                                         "recompute", "schedule", "attention", "attention_precision", "ep", "etp",
+                                         "ep_dispatch", "expert_kernels", "offload_layers")}
 
 
 def plan_json(plan: Plan) -> dict:
@@ -852,10 +867,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--moe-layer-freq", type=int, help="one MoE layer every this many layers (after the dense ones)")
     p.add_argument("--imbalance", type=float, help="busiest GPU's expert load over the mean (default 1)")
     p.add_argument("--ep-dispatch", default="deepep", help=f"token dispatch, one of {list(moe_step.DISPATCHERS)}")
+    p.add_argument("--expert-kernels", default="grouped",
+                   help=f"how the experts run, one of {list(moe_step.EXPERT_KERNELS)}: 'fused' is one fused grouped MLP "
+                        "in a full-iteration CUDA graph (Megatron-Bridge's 2026 MXFP8 recipes)")
     p.add_argument("--offload-layers", type=int, default=0,
                    help="layers per stage whose activations wait in the host's memory (Megatron's cpu_offloading_num_layers)")
     p.add_argument("--recompute", help=f"one of {list(steptime.RECOMPUTE)} (default: searched)")
     p.add_argument("--attention", default="flash", help=f"one of {list(steptime.ATTENTION)}")
+    p.add_argument("--attention-precision", default="bf16",
+                   help=f"FlashAttention's products, one of {list(steptime.ATTENTION_PRECISIONS)} (fp8: Transformer "
+                        "Engine's FP8 attention)")
     p.add_argument("--network-gbps", type=float,
                    help="network bandwidth per GPU across nodes, Gb/s (default: the GPU's reference node)")
     p.add_argument("--convention", default="zero_16", help=f"bytes per parameter, one of {sorted(memory.BYTE_CONVENTIONS)}")
@@ -888,7 +909,8 @@ def main(argv=None) -> int:
                          top_k=args.top_k, expert_ffn=args.expert_ffn_hidden, shared_experts=args.shared_experts,
                          dense_layers=args.dense_layers, moe_layer_freq=args.moe_layer_freq,
                          imbalance=args.imbalance, ep=args.ep, etp=args.etp, ep_dispatch=args.ep_dispatch,
-                         offload_layers=args.offload_layers)
+                         offload_layers=args.offload_layers, expert_kernels=args.expert_kernels,
+                         attention_precision=args.attention_precision)
     except ValueError as exc:
         print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2

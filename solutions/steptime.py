@@ -91,7 +91,7 @@ from ._validate import nonnegative_integer, one_of, positive, positive_integer
 from .layer_time import Terms, coefficients, layer_terms, output_terms
 
 __all__ = [
-    "RECOMPUTE", "SCHEDULES", "ATTENTION", "OVERLAP_AXES", "DEFAULT_OVERLAP", "GPUS_PER_SERVER",
+    "RECOMPUTE", "SCHEDULES", "ATTENTION", "ATTENTION_PRECISIONS", "OVERLAP_AXES", "DEFAULT_OVERLAP", "GPUS_PER_SERVER",
     "Shape", "shape_of", "gpt_params", "Layout", "Cluster", "Calibration", "CPUCalibration", "CALIBRATION",
     "model_flops_per_token", "hardware_flops_per_token", "pipeline_bubble_time", "activation_bytes",
     "offload_bytes", "state_bytes", "state_breakdown", "StepTime", "step_time", "days_to_train", "parse_overlap", "cpu_cluster",
@@ -105,6 +105,9 @@ ATTENTION = ("flash", "standard")
 OVERLAP_AXES = ("tp", "cp", "pp", "dp", "ep")
 #: What the production stacks' recommended settings overlap with compute (see the docstring).
 DEFAULT_OVERLAP = frozenset({"tp", "cp", "pp", "dp"})
+#: The precision of FlashAttention's two products: BF16, or FP8 (Transformer Engine's FP8
+#: dot-product attention through cuDNN, ``fp8_dot_product_attention``).
+ATTENTION_PRECISIONS = ("bf16", "fp8")
 #: GPUs one NVLink domain joins in an HGX/DGX server (:data:`solutions.facts.NVLINK_DOMAINS`).
 GPUS_PER_SERVER = facts.NVLINK_DOMAINS["HGX H100"]["gpus"]
 
@@ -288,7 +291,9 @@ class Layout:
     (``ep_dispatch``, :data:`solutions.moe_step.DISPATCHERS`); ``sequence_parallel`` with TP
     (on since Megatron-LM 2022; the runs of 2021 had none); ``offload_layers``: the layers per
     stage whose activations wait in the host's memory between the forward and the backward
-    pass (Megatron-Core's ``cpu_offloading_num_layers``; :func:`offload_bytes`)."""
+    pass (Megatron-Core's ``cpu_offloading_num_layers``; :func:`offload_bytes`);
+    ``expert_kernels`` how the routed experts run (:data:`solutions.moe_step.EXPERT_KERNELS`)
+    and ``attention_precision`` FlashAttention's (:data:`ATTENTION_PRECISIONS`)."""
 
     tp: int = 1
     cp: int = 1
@@ -305,9 +310,13 @@ class Layout:
     sequence_parallel: bool = True
     ep_dispatch: str = "deepep"
     offload_layers: int = 0
+    expert_kernels: str = "grouped"
+    attention_precision: str = "bf16"
 
     def __post_init__(self):
         one_of("ep_dispatch", self.ep_dispatch, moe_step.DISPATCHERS)
+        one_of("expert_kernels", self.expert_kernels, moe_step.EXPERT_KERNELS)
+        one_of("attention_precision", self.attention_precision, ATTENTION_PRECISIONS)
         nonnegative_integer("offload_layers", self.offload_layers)
         for name in ("tp", "cp", "pp", "dp", "micro_batch", "virtual_stages", "ep", "etp"):
             positive_integer(name, getattr(self, name))
@@ -713,15 +722,15 @@ def _compute_terms(shape: Shape, lay: Layout, gpu: hardware.GPUSpec, precision_n
     layers, MoE and dense in the model's proportion, and the output layer); cached on what
     they depend on (not dp, ZeRO or the schedule, which a layout search varies most)."""
     key = (lay.tp, lay.cp, lay.pp, lay.micro_batch, lay.recompute, lay.attention, lay.ep, lay.etp,
-           lay.sequence_parallel)
+           lay.sequence_parallel, lay.expert_kernels, lay.attention_precision)
     return _terms_by_key(shape, key, gpu, precision_name)
 
 
 @lru_cache(maxsize=8192)
 def _terms_by_key(shape: Shape, key: tuple, gpu: hardware.GPUSpec, precision_name: str) -> tuple:
-    tp, cp, pp, b, recompute, attention, ep, etp, sp = key
+    tp, cp, pp, b, recompute, attention, ep, etp, sp, kernels, attn_precision = key
     lay = Layout(tp=tp, cp=cp, pp=pp, micro_batch=b, recompute=recompute, attention=attention, ep=ep, etp=etp,
-                 sequence_parallel=sp)
+                 sequence_parallel=sp, expert_kernels=kernels, attention_precision=attn_precision)
     rec = precision.recipe(precision_name)
     here = math.ceil(shape.layers / lay.pp)
     dense_t = layer_terms(shape, lay, gpu, rec, moe_layer=False)
@@ -769,6 +778,13 @@ def step_time(shape: Shape, lay: Layout, cluster: Cluster, global_batch: int, co
     else:
         rec = precision.recipe(precision_name)
         gpu.peak(precision_name)  # one line if the GPU lacks it
+        if lay.attention_precision == "fp8":
+            if lay.attention != "flash":
+                raise ValueError("attention_precision fp8 needs attention='flash' (FP8 attention is a fused kernel)")
+            try:
+                gpu.peak("fp8")
+            except ValueError as e:
+                raise ValueError(f"attention_precision fp8: {e}") from None
     axes = frozenset() if (cpu or not cluster.overlap) else parse_overlap(overlap)
     m = global_batch // (lay.dp * lay.micro_batch)
     b, s, h, nb = lay.micro_batch, shape.seq_len, shape.hidden, bytes_per_element
@@ -1064,7 +1080,8 @@ def run_layout(run: facts.PublishedRun, virtual_stages=1) -> Layout:
     v = run.virtual_stages if run.virtual_stages is not None else virtual_stages
     return Layout(run.tp, run.cp, run.pp, run.dp, run.zero, run.micro_batch, run.recompute,
                   run.schedule if v > 1 or run.schedule != "interleaved" else "1f1b", v, run.attention,
-                  run.ep, run.etp, run.sequence_parallel, offload_layers=run.offload_layers)
+                  run.ep, run.etp, run.sequence_parallel, offload_layers=run.offload_layers,
+                  expert_kernels=run.expert_kernels, attention_precision=run.attention_precision)
 
 
 def published_tokens_per_s(run: facts.PublishedRun) -> float:

@@ -105,15 +105,16 @@ def test_no_heldout_layout_that_ran_is_called_out_of_memory():
 
 def test_heldout_errors():
     """Prints every held-out row. Pinned, as a regression guard and not a target: the median
-    |error| and the count within 20% that the constants fitted on the course's table gave when
-    the rows were added (13.0% and 60 of 98), within a point and a row."""
+    |error| and the count within 20% that the constants fitted on the course's table gave once
+    the 2026 recipes' fused experts and FP8 attention were read (11.9% and 71 of 98; 13.0% and 60
+    before), within a point and a row."""
     rows = calibration.heldout()
     for r in rows:
         print(f"{r.name:52s} {r.published:10.1f} {r.predicted:10.1f} {r.error:+7.1%}")
     s = calibration.summary(rows)
     print(s)
-    assert s["median"] <= 0.140
-    assert s["within_20"] >= 59
+    assert s["median"] <= 0.129
+    assert s["within_20"] >= 70
     assert statistics.median(r.error for r in rows) == pytest.approx(
         statistics.median(r.predicted / r.published - 1 for r in rows), abs=1e-12)
 
