@@ -6,7 +6,8 @@ precision and every shape (:class:`solutions.steptime.Calibration`): a multiplie
 product's counted memory traffic, charged on top of its FLOPs (what its kernel does not hide
 behind them), FlashAttention's share of the BF16
 matmul ceiling, the network's share of its line rate, a fixed cost per local expert and MoE
-layer (routing, permutation, one grouped GEMM's launch), and the share of overlapped
+layer (routing, permutation, one grouped GEMM's launch; a fused grouped MLP has none, and
+no row of the course's table runs one), and the share of overlapped
 communication charged back to compute (NCCL's kernels take SMs from the kernels they overlap).
 The counted elementwise bytes move at the HBM's bandwidth (a multiplier of 1, not fitted).
 Everything else is a datasheet figure, a measured matmul ceiling or a count. :func:`fit`
