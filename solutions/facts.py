@@ -658,8 +658,8 @@ def _bridge(release, system, arch, n, precision, gbs, mbs, seq, tp, pp, cp, vp, 
                                 "activations); MoE routing force-balanced, as the table's notes say"
                         + ("; the experts as one fused grouped MLP in a full-iteration CUDA graph"
                            + (" and FP8 attention" if fused == "fp8" else "") + ", as the recipe sets; its "
-                           "overlap of the experts' all-to-all not modelled (left exposed, as on the course's table, where two "
-                           "rows' recipes overlap it too)"
+                           "overlap of the experts' all-to-all not modelled (left exposed, as on the two rows of the course's "
+                           "table whose recipes overlap it too)"
                            if fused is not None else ""))
 
 
