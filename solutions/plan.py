@@ -546,6 +546,9 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     etp = etp or 1
     if ep is not None and not shape.is_moe and ep > 1:
         raise ValueError(f"ep > 1 needs experts (--experts, or --arch naming a mixture of experts), got ep={ep}")
+    if expert_kernels != "grouped" and not shape.is_moe:
+        raise ValueError(f"expert_kernels {expert_kernels!r} needs experts (--experts, or --arch naming a mixture of "
+                         "experts)")
     if ep is not None and shape.is_moe and shape.moe.experts % ep:
         raise ValueError(f"ep must divide the number of experts: {shape.moe.experts} experts are not divisible "
                          f"by ep={ep}")

@@ -158,6 +158,13 @@ def test_the_planner_refuses_bad_switches_in_one_line(args, message):
     assert len(out.stderr.strip().splitlines()) == 1 and message in out.stderr
 
 
+def test_fused_experts_on_a_dense_model_is_one_line():
+    out = subprocess.run([sys.executable, "-m", "solutions.plan", "--model", "7e9", "--tokens", "1e11",
+                          "--expert-kernels", "fused"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout == "" and len(out.stderr.strip().splitlines()) == 1
+    assert "expert_kernels 'fused' needs experts" in out.stderr
+
+
 def test_fp8_attention_on_a_gpu_without_fp8_is_one_line():
     out = subprocess.run([sys.executable, "-m", "solutions.plan", "--model", "7e9", "--tokens", "1e11", "--gpu", "A100",
                           "--attention-precision", "fp8"], capture_output=True, text=True, timeout=120)
