@@ -1,6 +1,6 @@
 """The compute time of one transformer layer on one GPU, from the shapes it actually runs.
 
-Every layer is three kinds of work, each timed by what limits it (a roofline, Williams et
+Every layer is four kinds of work, each timed by what limits it (a roofline, Williams et
 al. 2009, with the GPU's measured matmul ceiling in place of its peak):
 
 1. **Matrix products** (the linear layers; the experts; the output layer), with the shapes
@@ -20,25 +20,27 @@ al. 2009, with the GPU's measured matmul ceiling in place of its peak):
    query sees (``s/2`` causal, about the window for sliding-window layers), backward 2.5
    times that (it recomputes the scores). It runs at ``epsilon`` of the BF16 ceiling
    (calibrated), or of the FP8 ceiling where both products run in FP8 (Transformer Engine's
-   FP8 dot-product attention; the exponentials are the same). Standard attention (the runs of 2021-22) is two batched products over
-   the full ``s x s`` scores and memory-bound softmax and dropout passes over them.
+   FP8 dot-product attention; the exponentials are the same). Standard attention (the runs of
+   2021-22) is two batched products over the full ``s x s`` scores and memory-bound softmax and
+   dropout passes over them.
 3. **Elementwise work**: norms, residual additions, dropout and its masks, the MLP's
    activation (GeLU, SwiGLU), rotary embeddings, quantisation to FP8/FP4, the MoE
    permutations, the loss. Their bytes are counted per token (a few times ``h`` and ``f``,
    against the products' ``h^2`` FLOPs: the elementwise share falls like ``1/h``) and cost
    ``beta x bytes / B`` (``beta`` = 1: the counted bytes move at the HBM's bandwidth).
+   Sequence parallelism splits the ``h``-wide ones ``tp`` ways; without it (Megatron-LM
+   before 2022) every TP rank repeats them.
 4. **Work per local expert** of a MoE layer outside its grouped products (the fitted seconds
    per expert: per-expert launches, splits and quantisation of Megatron-Core's grouped GEMM),
    unless the experts run as a fused grouped MLP: one launch over every local expert with the
    activation in the products' epilogue (Transformer Engine's CuTe DSL grouped MLP, replayed
-   in a full-iteration CUDA graph), which has neither that work nor the activation's pass. Sequence parallelism splits the ``h``-wide ones
-   ``tp`` ways; without it (Megatron-LM before 2022) every TP rank repeats them.
+   in a full-iteration CUDA graph), which has neither that work nor the activation's pass.
 
 The backward pass is twice the forward's elementwise work; recomputation adds a forward.
 A result is a :class:`Terms`: per component, seconds (or counts) for the forward and the
 backward pass, so that the calibrated constants multiply them linearly.
 
-References: williams2009roofline, dao2022flashattention, dao2023flashattention2,
+References: williams2009roofline, dao2022flashattention, dao2023flashattention2, nvidia2025megatronbridge,
 shah2024flashattention3, korthikanti2022reducing, narayanan2021megatron.
 """
 from __future__ import annotations

@@ -40,8 +40,9 @@ __all__ = ["MoEConfig", "Counts", "moe_layer_count", "transformer_params", "chec
 DISPATCHERS = ("alltoall", "deepep")
 #: How the routed experts' MLPs run: ``'grouped'``, a grouped product per projection with
 #: work per local expert outside it (Megatron-Core's grouped GEMM, launched from the host,
-#: the fitted cost per local expert); ``'fused'``, one fused kernel for the whole MLP of
-#: every local expert, replayed in a full-iteration CUDA graph (no per-expert cost).
+#: the fitted cost per local expert); ``'fused'``, grouped products that launch once over
+#: every local expert with the activation in their epilogue, replayed in a full-iteration
+#: CUDA graph (no per-expert cost, no activation pass of its own).
 EXPERT_KERNELS = ("grouped", "fused")
 
 
