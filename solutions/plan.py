@@ -645,6 +645,15 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     if lay.pp > 1 and st.breakdown_s["bubble"] > 0.1 * st.step_s:
         advice.append(f"the pipeline bubble is {st.breakdown_s['bubble'] / st.step_s:.0%} of the step: more "
                       "micro-batches per step, or interleaved stages (--virtual-stages)")
+    if shape.is_moe and lay.expert_kernels == "grouped":
+        # what the work per local expert costs: the same layout with the experts fused
+        fused = steptime.step_time(shape, replace(lay, expert_kernels="fused"), cluster, gb, convention,
+                                   precision_name=precision, overlap=ov)
+        share = 1 - fused.step_s / st.step_s
+        if share > 0.1:
+            advice.append(f"the experts' work outside their products ({shape.moe.experts // lay.ep} on each GPU) is "
+                          f"{share:.0%} of the step: fewer on each GPU (a larger --ep, where the GPUs allow), or one fused grouped MLP in a "
+                          "full-iteration CUDA graph (--expert-kernels fused, as 2026's MXFP8 recipes on Blackwell run)")
 
     return Plan(N, D, C, budget is not None, optimal, twenty, g, count, base, shape, shape_name, regime(N), lay,
                 convention, tuple(reasons), state, st, gb, steps, used_mfu, mfu is not None, days, given,

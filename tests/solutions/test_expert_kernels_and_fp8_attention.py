@@ -147,6 +147,18 @@ def test_the_planner_takes_both_switches():
     assert "fused expert kernels" in text and "flash attention in FP8" in text
 
 
+def test_the_plan_says_what_the_work_per_expert_costs():
+    """The advice names the share of the step a fused grouped MLP would save, computed as the
+    same layout's step with the experts fused; a fused plan gets no such advice."""
+    grouped = json.loads(_plan("--json").stdout)
+    fused = json.loads(_plan("--json", "--expert-kernels", "fused").stdout)
+    advice = [a for a in grouped["advice"] if "work outside their products" in a]
+    share = 1 - fused["step_time_s"] / grouped["step_time_s"]
+    assert len(advice) == 1 and "(16 on each GPU)" in advice[0] and f"{share:.0%} of the step" in advice[0]
+    assert 0.2 < share < 0.4
+    assert not [a for a in fused["advice"] if "work outside their products" in a]
+
+
 @pytest.mark.parametrize("args, message", [
     (("--expert-kernels", "cutlass"), "expert_kernels must be one of ('grouped', 'fused'), got 'cutlass'"),
     (("--attention-precision", "fp4"), "attention_precision must be one of ('bf16', 'fp8'), got 'fp4'"),
