@@ -493,13 +493,7 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     one_of("attention", attention, steptime.ATTENTION)
     one_of("ep_dispatch", ep_dispatch, moe_step.DISPATCHERS)
     one_of("expert_kernels", expert_kernels, moe_step.EXPERT_KERNELS)
-    one_of("attention_precision", attention_precision, steptime.ATTENTION_PRECISIONS)
-    if attention_precision == "fp8":
-        if attention != "flash":
-            raise ValueError("attention_precision fp8 needs attention='flash' (FP8 attention is a fused kernel)")
-        if not g.supports("fp8"):
-            raise ValueError(f"attention_precision fp8: precision fp8 is not available on the {g.name} "
-                             f"(it has {', '.join(g.formats)})")
+    steptime.check_attention_precision(g, attention_precision)
     if schedule is not None:
         one_of("schedule", schedule, steptime.SCHEDULES)
     offload_layers = nonnegative_integer("offload_layers", offload_layers)

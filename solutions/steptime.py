@@ -91,7 +91,7 @@ from ._validate import nonnegative_integer, one_of, positive, positive_integer
 from .layer_time import Terms, coefficients, layer_terms, output_terms
 
 __all__ = [
-    "RECOMPUTE", "SCHEDULES", "ATTENTION", "ATTENTION_PRECISIONS", "OVERLAP_AXES", "DEFAULT_OVERLAP", "GPUS_PER_SERVER",
+    "RECOMPUTE", "SCHEDULES", "ATTENTION", "ATTENTION_PRECISIONS", "check_attention_precision", "OVERLAP_AXES", "DEFAULT_OVERLAP", "GPUS_PER_SERVER",
     "Shape", "shape_of", "gpt_params", "Layout", "Cluster", "Calibration", "CPUCalibration", "CALIBRATION",
     "model_flops_per_token", "hardware_flops_per_token", "pipeline_bubble_time", "activation_bytes",
     "offload_bytes", "state_bytes", "state_breakdown", "StepTime", "step_time", "days_to_train", "parse_overlap", "cpu_cluster",
@@ -317,6 +317,8 @@ class Layout:
         one_of("ep_dispatch", self.ep_dispatch, moe_step.DISPATCHERS)
         one_of("expert_kernels", self.expert_kernels, moe_step.EXPERT_KERNELS)
         one_of("attention_precision", self.attention_precision, ATTENTION_PRECISIONS)
+        if self.attention_precision == "fp8" and self.attention != "flash":
+            raise ValueError("attention_precision fp8 needs attention='flash' (FP8 attention is a fused kernel)")
         nonnegative_integer("offload_layers", self.offload_layers)
         for name in ("tp", "cp", "pp", "dp", "micro_batch", "virtual_stages", "ep", "etp"):
             positive_integer(name, getattr(self, name))
@@ -442,6 +444,17 @@ def parse_overlap(overlap) -> frozenset:
     if bad:
         raise ValueError(f"overlap must be 'default', 'none', 'all' or axes among {list(OVERLAP_AXES)}, got {bad}")
     return axes
+
+
+def check_attention_precision(gpu: hardware.GPUSpec, attention_precision: str) -> None:
+    """``ValueError`` (one line, naming what the chip has) unless ``gpu`` runs attention in
+    ``attention_precision``."""
+    one_of("attention_precision", attention_precision, ATTENTION_PRECISIONS)
+    if attention_precision != "bf16":
+        try:
+            gpu.peak(attention_precision)
+        except ValueError as e:
+            raise ValueError(f"attention_precision {attention_precision}: {e}") from None
 
 
 # --------------------------------------------------------------------------
@@ -778,13 +791,7 @@ def step_time(shape: Shape, lay: Layout, cluster: Cluster, global_batch: int, co
     else:
         rec = precision.recipe(precision_name)
         gpu.peak(precision_name)  # one line if the GPU lacks it
-        if lay.attention_precision == "fp8":
-            if lay.attention != "flash":
-                raise ValueError("attention_precision fp8 needs attention='flash' (FP8 attention is a fused kernel)")
-            try:
-                gpu.peak("fp8")
-            except ValueError as e:
-                raise ValueError(f"attention_precision fp8: {e}") from None
+        check_attention_precision(gpu, lay.attention_precision)
     axes = frozenset() if (cpu or not cluster.overlap) else parse_overlap(overlap)
     m = global_batch // (lay.dp * lay.micro_batch)
     b, s, h, nb = lay.micro_batch, shape.seq_len, shape.hidden, bytes_per_element
