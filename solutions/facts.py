@@ -52,6 +52,7 @@ __all__ = [
     "RUN_SIZES_COMPARED",
     "PublishedRun",
     "PUBLISHED_RUNS", "HELDOUT_RUNS", "OTHER_STACK_RUNS", "GPT_OSS_KERNEL_REGRESSION",
+    "MCORE_MOE_REPORT_TFLOPS", "PARALLEL_FOLDING_EXAMPLE",
     "MEGATRON_TRAINING_ESTIMATES",
 ]
 
@@ -957,6 +958,18 @@ OTHER_STACK_RUNS = (
 GPT_OSS_KERNEL_REGRESSION = {"before": 28947, "after": 18304, "cite": "nvidia2025megatronbridge",
                              "kernel_cite": "cudnnfrontend2026issue256",
                              "where": "26.06 and 26.06.01 NeMo containers, DGX-GB200 MXFP8 rows and footnote"}
+
+#: NVIDIA's 2026 report on mixture-of-experts training with Megatron-Core (arXiv 2603.07685,
+#: abstract): model TFLOP/s per GPU, counted as the report counts them, on GB300 and GB200.
+MCORE_MOE_REPORT_TFLOPS = {"DeepSeek-V3": {"GB300": 1233, "GB200": 1048},
+                           "Qwen3-235B-A22B": {"GB300": 974, "GB200": 919},
+                           "cite": "nvidia2026megatronmoe", "where": "abstract"}
+
+#: Megatron-Bridge's MoE optimization guide (v0.6.0, "Parallel Folding"): 256 GPUs whose
+#: attention layers run TP4 x CP2 x DP8 x PP4 and whose experts run EP64 with ETP1; without
+#: folding, expert parallelism is carved out of data parallelism alone (EP at most DP).
+PARALLEL_FOLDING_EXAMPLE = {"gpus": 256, "tp": 4, "cp": 2, "dp": 8, "pp": 4, "ep": 64, "etp": 1,
+                            "cite": "nvidia2026moeoptimization", "where": "section Parallel Folding"}
 
 #: Narayanan et al. 2021, sec. 5.1 (eq. 4, ``8 T P / (n X)``): their estimates of
 #: days to train at the throughput they measured.
