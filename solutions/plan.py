@@ -463,6 +463,8 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     named = arch is not None and (arch in facts.ARCHITECTURES or moe_named)
     if budget is not None and (model is not None or tokens is not None):
         raise ValueError("give either budget, or model and tokens, not both")
+    if budget is None and tokens is None and (named or model is not None):
+        raise ValueError(f"give --tokens (how many tokens the run trains on) with --{'arch' if named else 'model'}")
     if budget is None and (tokens is None or (model is None and not shape_given and not named)):
         raise ValueError("give a budget, or both model and tokens")
     moe_args = (experts, top_k, expert_ffn, shared_experts, dense_layers, moe_layer_freq, imbalance)
