@@ -749,12 +749,16 @@ PUBLISHED_RUNS = (
                    where=f"sec. 3.3, throughput on {35 * d} DGX A100 nodes")
       for d, x in ((8, 126), (10, 121), (12, 113))),
     # Le Scao et al. 2022 (BLOOM), sec. 3.4: 384 A100 80GB, TP4 x PP12 x DP8, ZeRO-1,
-    # 2,048 sequences of 2,048 tokens; "about 150 TFLOPs" per GPU (BigScience 2022).
+    # 2,048 sequences of 2,048 tokens; "about 150 TFLOPs" per GPU (BigScience 2022). The run's
+    # launch script (bigscience2022tr11) sets micro-batches of 2 sequences ("was MBS=1 till
+    # GBS=784", i.e. during the batch ramp) and --checkpoint-activations (full recomputation).
     PublishedRun("BLOOM 176B", 176.2e9, 70, 14336, 112, 2048, 250_880, "A100 80GB", A100_NVLINK,
-                 JEAN_ZAY_NETWORK, 4, 12, 8, 2048, 1, "full", "lescao2022bloom", zero=1, tflops_per_gpu=150,
-                 assumed="micro-batch 1; full recomputation; non-interleaved 1F1B",
-                 note="throughput from bigscience2022bloomtraining", sequence_parallel=False, overlap=_OVERLAP_2021,
-                 year=2022, where="sec. 3.4 (layout) and the training chronicle (throughput)"),
+                 JEAN_ZAY_NETWORK, 4, 12, 8, 2048, 2, "full", "lescao2022bloom", zero=1, tflops_per_gpu=150,
+                 assumed="DeepSpeed's pipeline schedule read as non-interleaved 1F1B",
+                 note="throughput from bigscience2022bloomtraining; micro-batch and recomputation from the "
+                      "launch script, bigscience2022tr11", sequence_parallel=False, overlap=_OVERLAP_2021,
+                 year=2022, where="sec. 3.4 (layout), the launch script (micro-batch, recomputation) and the "
+                                  "training chronicle (throughput)"),
     # Dubey et al. 2024, Table 4: Llama 3 405B on H100s, 16M-token batches,
     # BF16 MFU; interleaved 1F1B (sec. 3.3.2), no activation checkpointing at 8K.
     *(PublishedRun(f"Llama 3 405B, {n:,} GPUs{', 128K context' if cp > 1 else ''}", 405e9, 126, 16384, 128, s,

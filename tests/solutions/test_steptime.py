@@ -81,6 +81,10 @@ def test_the_runs_are_read_as_their_sources_say():
     assert st.breakdown_s["bubble"] < one.breakdown_s["bubble"] / 2
     assert RUNS["Megatron 1.7B"].schedule == "1f1b"  # no pipeline, nothing to interleave
     assert RUNS["MT-NLG 530B, 2,240 GPUs"].schedule == "1f1b"
+    # BigScience's launch script for BLOOM: micro-batches of 2 and --checkpoint-activations
+    bloom = RUNS["BLOOM 176B"]
+    assert (bloom.micro_batch, bloom.recompute) == (2, "full") and "bigscience2022tr11" in bloom.note
+    assert "micro-batch" not in bloom.assumed  # read from the script, not assumed
     long = RUNS["Llama 3 405B, 16,384 GPUs, 128K context"]
     st, _ = S.predict_run(long)
     assert st.breakdown_s["cp"] > 0 and st.hidden_s["cp"] == 0
