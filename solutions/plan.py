@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from dataclasses import asdict, dataclass, field, replace
 
@@ -429,6 +430,12 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
     return shape, base, base.name + ("'s, with " + ", ".join(sorted(custom)) + " given" if custom else "'s")
 
 
+def _name_key(name) -> str:
+    """A published architecture's name as a user may type it: any case, without spaces,
+    hyphens or underscores ("Qwen3-30B-A3B", "qwen3_30b_a3b" and "qwen3 30b a3b" agree)."""
+    return re.sub(r"[\s_-]+", "", str(name).lower())
+
+
 def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=None, tp=None, pp=None, zero=None,
               convention="zero_16", constants=DEFAULT_CONSTANTS, batch_tokens=DEFAULT_BATCH_TOKENS,
               arch=None, inference_tokens=None, cp=None, dp=None, seq_len=None, global_batch=None,
@@ -454,11 +461,11 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     plan also names the over-trained alternative that reaches the compute-optimal loss at the
     lowest lifetime cost (Sardana et al. 2024)."""
     shape_given = layers is not None and hidden is not None and heads is not None
-    if arch is not None:  # any case: "deepseek-v3" is DeepSeek-V3
-        names = {k.lower(): k for k in (*facts.ARCHITECTURES, *facts.MOE_ARCHITECTURES)}
-        if str(arch).lower() not in names:
+    if arch is not None:  # any case, spaces, hyphens or underscores: "llama3-8b" is Llama 3 8B
+        names = {_name_key(k): k for k in (*facts.ARCHITECTURES, *facts.MOE_ARCHITECTURES)}
+        if _name_key(arch) not in names:
             raise ValueError(f"arch must be one of {sorted(names.values())}, got {arch!r}")
-        arch = names[str(arch).lower()]
+        arch = names[_name_key(arch)]
     moe_named = arch in facts.MOE_ARCHITECTURES
     named = arch is not None and (arch in facts.ARCHITECTURES or moe_named)
     if budget is not None and (model is not None or tokens is not None):
@@ -474,6 +481,7 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     one_of("constants", constants, scaling.CONSTANT_SETS)
     g = find_gpu(gpu)
     count = int(positive_integer("count", count))
+    precision = str(precision).lower()  # "NVFP4", as vendors write it, is nvfp4
     one_of("precision", precision, hardware.PRECISIONS)
     g.peak(precision)  # one line if the GPU lacks it
     ov = steptime.parse_overlap(overlap)

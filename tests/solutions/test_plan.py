@@ -312,3 +312,21 @@ def test_arch_names_in_any_case():
     b = plan.make_plan(arch="DeepSeek-V3", tokens=1e12, gpu="H800", count=2048, precision="fp8", tp=1, pp=16,
                        dp=128, ep=64, zero=1, micro_batch=1, recompute="none")
     assert a.step.step_s == b.step.step_s and a.shape == b.shape
+
+
+def test_arch_names_as_users_type_them():
+    """Spaces, hyphens and underscores do not matter, nor case; no two names collide."""
+    keys = [plan._name_key(k) for k in (*facts.ARCHITECTURES, *facts.MOE_ARCHITECTURES)]
+    assert len(keys) == len(set(keys))
+    for typed, name in (("llama3-8b", "Llama 3 8B"), ("qwen3_30b_a3b", "Qwen3-30B-A3B"), ("GPT OSS 120B", "gpt-oss-120b"),
+                        ("mixtral-8x22b", "Mixtral 8x22B"), ("kimi-k2", "Kimi K2")):
+        p = plan.make_plan(arch=typed, tokens=1e12, gpu="H100", count=8)
+        assert p.arch.name == name, typed
+
+
+def test_precision_in_any_case():
+    upper = plan.make_plan(model=7e9, tokens=1e12, gpu="H100", count=8, precision="FP8", tp=1, pp=1, dp=8)
+    lower = plan.make_plan(model=7e9, tokens=1e12, gpu="H100", count=8, precision="fp8", tp=1, pp=1, dp=8)
+    assert upper.precision == "fp8" and upper.step.step_s == lower.step.step_s
+    with pytest.raises(ValueError, match="not available on the H100"):
+        plan.make_plan(model=7e9, tokens=1e12, gpu="H100", count=8, precision="NVFP4")
