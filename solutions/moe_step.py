@@ -35,9 +35,11 @@ __all__ = ["MoEConfig", "Counts", "moe_layer_count", "transformer_params", "chec
 
 #: How token copies reach the experts: ``'alltoall'``, one copy per chosen expert on another
 #: GPU (Megatron-Core's default dispatcher); ``'deepep'``, one copy per remote scale-up
-#: domain over the network, fanned out over NVLink on arrival (DeepSeek's DeepEP; NVIDIA's
-#: HybridEP), which DeepSeek-V3 pairs with routing limited to 4 nodes (report sec. 3.2.2).
-DISPATCHERS = ("alltoall", "deepep")
+#: domain over the network, fanned out over NVLink on arrival (DeepSeek's DeepEP), which
+#: DeepSeek-V3 pairs with routing limited to 4 nodes (report sec. 3.2.2); ``'hybridep'``,
+#: NVIDIA's Hybrid-EP (Megatron-Core's flex dispatcher, the one Megatron-Bridge's recipes
+#: choose on NVL72 racks), which forwards the same way and is counted as ``'deepep'``.
+DISPATCHERS = ("alltoall", "deepep", "hybridep")
 #: How the routed experts' MLPs run: ``'grouped'``, a grouped product per projection with
 #: work per local expert outside it (Megatron-Core's grouped GEMM, launched from the host,
 #: the fitted cost per local expert); ``'fused'``, grouped products that launch once over
@@ -182,7 +184,7 @@ def dispatch_split(tokens, hidden, cfg: MoEConfig, ep: int, local: int, dispatch
     layer and micro-batch (dispatch and combine, forward and backward), when ``local`` of the
     ``ep`` ranks of its EP group share its scale-up domain and each token's ``k`` experts are
     spread uniformly. ``'alltoall'`` sends every copy bound for another GPU, over the network
-    for the ``ep - local`` ranks beyond the domain. ``'deepep'`` sends a token once to each
+    for the ``ep - local`` ranks beyond the domain. ``'deepep'`` (and ``'hybridep'``) sends a token once to each
     remote domain holding one of its experts: ``(D - 1)(1 - (1 - 1/D)^k)`` domains on average
     for ``D = ep / local`` domains (at most ``node_limit`` when routing is node-limited), and
     the copies for its other experts go over NVLink, on either side. Times the imbalance."""

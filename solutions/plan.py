@@ -501,6 +501,7 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     if recompute is not None:
         one_of("recompute", recompute, steptime.RECOMPUTE)
     one_of("attention", attention, steptime.ATTENTION)
+    ep_dispatch = str(ep_dispatch).lower()  # "HybridEP" or "DeepEP", as their authors write them
     one_of("ep_dispatch", ep_dispatch, moe_step.DISPATCHERS)
     one_of("expert_kernels", expert_kernels, moe_step.EXPERT_KERNELS)
     steptime.check_attention_precision(g, attention_precision)

@@ -330,3 +330,13 @@ def test_precision_in_any_case():
     assert upper.precision == "fp8" and upper.step.step_s == lower.step.step_s
     with pytest.raises(ValueError, match="not available on the H100"):
         plan.make_plan(model=7e9, tokens=1e12, gpu="H100", count=8, precision="NVFP4")
+
+
+def test_ep_dispatch_names_as_their_authors_write_them():
+    kw = dict(arch="DeepSeek-V3", tokens=1e12, gpu="H800", count=2048, precision="fp8", tp=1, pp=16, dp=128, ep=64,
+              zero=1, micro_batch=1, recompute="none")
+    hybrid = plan.make_plan(ep_dispatch="HybridEP", **kw)
+    deep = plan.make_plan(ep_dispatch="deepep", **kw)
+    nccl = plan.make_plan(ep_dispatch="alltoall", **kw)
+    assert hybrid.layout.ep_dispatch == "hybridep" and hybrid.step.step_s == deep.step.step_s
+    assert nccl.step.comm_s["ep"] > deep.step.comm_s["ep"]  # every remote copy crosses the network

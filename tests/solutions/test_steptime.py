@@ -399,3 +399,12 @@ def test_gpu_table_is_dated_cited_and_dense():
     assert hardware.find_gpu("gb200 nvl72") is hardware.GPU_TABLE["GB200"]
     # facts.GPUS, the chapter's six, are read from the same table
     assert facts.GPUS["H100 SXM"].peak_flops_per_s == hardware.GPU_TABLE["H100 SXM"].bf16_peak
+
+
+def test_hybridep_counts_as_deepep():
+    """NVIDIA's Hybrid-EP forwards a token once per remote domain, as DeepEP does."""
+    cfg = moe_step.MoEConfig(256, 8, 2048)
+    assert moe_step.dispatch_split(4096, 7168, cfg, 64, 8, 1, 2, "hybridep") == \
+        moe_step.dispatch_split(4096, 7168, cfg, 64, 8, 1, 2, "deepep")
+    with pytest.raises(ValueError, match="ep_dispatch must be one of"):
+        moe_step.dispatch_split(4096, 7168, cfg, 64, 8, 1, 2, "nccl")
