@@ -654,9 +654,8 @@ def _bridge(release, system, arch, n, precision, gbs, mbs, seq, tp, pp, cp, vp, 
                         where=f"{release} NeMo container, {system}, row {arch} {precision.upper()}",
                         assumed=("Megatron-FSDP (ZeRO-3) with the activations of " f"{offload} layers offloaded to the "
                                  "host, as the recipe sets; " if zero == 3 else "ZeRO-1 (Megatron's distributed optimizer); ")
-                        + "recomputation as the recipe "
-                                "(none, or 'selective' where it recomputes modules such as norms and MoE "
-                                "activations); MoE routing force-balanced, as the table's notes say"
+                        + "recomputation as the recipe sets it (none, or the modules its recompute_modules "
+                          "names); MoE routing force-balanced, as the table's notes say"
                         + ("; the experts as one fused grouped MLP in a full-iteration CUDA graph"
                            + (" and FP8 attention" if fused == "fp8" else "") + ", as the recipe sets; its "
                            "overlap of the experts' all-to-all not modelled (left exposed, as on the two rows of the course's "
@@ -665,7 +664,14 @@ def _bridge(release, system, arch, n, precision, gbs, mbs, seq, tp, pp, cp, vp, 
 
 
 #: (release, system, shape, GPUs, precision, global batch, micro-batch, sequence, TP, PP, CP, VP, EP,
-#: tokens/s per GPU), as printed in the Megatron-Bridge performance summary.
+#: tokens/s per GPU), as printed in the Megatron-Bridge performance summary; then, where the
+#: row's recipe sets them, ZeRO, overlap and recomputation. The recomputation is the recipe's
+#: ``recompute_modules`` (:data:`solutions.layer_time.RECOMPUTE_MODULES`), read in Megatron-Bridge
+#: at the release of each table (scripts/performance/configs/*/…workload_base_configs.py at
+#: v0.2.0 for 25.11, v0.3.0 for 26.02, v0.4.0 for 26.04, v0.5.0 for 26.06; the perf_recipes at
+#: v0.6.0 for 26.08): DeepSeek-V3 and Kimi K2 redo MLA's up-projections (DeepSeek-V3 on GB300 in
+#: 25.11 the experts' activation, on GB200 in 26.04 the dense MLPs), gpt-oss-120b its norms and
+#: experts' activation; none of them the attention core.
 _BRIDGE_ROWS = (
     ("25.11", "DGX-H100", "Llama 3 70B", 64, "fp8", 128, 1, 8192, 4, 8, 1, 5, 1, 1602),
     ("25.11", "DGX-H100", "Llama 3 405B", 1024, "fp8", 512, 1, 8192, 8, 8, 2, 8, 1, 292),
@@ -679,19 +685,19 @@ _BRIDGE_ROWS = (
     ("26.02", "DGX-GB200", "Llama 3 70B", 64, "mxfp8", 256, 1, 8192, 2, 4, 1, 5, 1, 3613),
     ("26.02", "DGX-GB300", "Llama 3 70B", 64, "nvfp4", 256, 1, 8192, 1, 4, 1, 5, 1, 6798),
     ("26.02", "DGX-GB200", "Llama 3 70B", 64, "nvfp4", 256, 1, 8192, 2, 4, 1, 5, 1, 4458),
-    ("25.11", "DGX-GB200", "DeepSeek-V3", 256, "bf16", 4096, 1, 4096, 1, 4, 1, 4, 64, 3139, 1, "default", "selective"),
-    ("25.11", "DGX-GB200", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 8, 1, 4, 32, 4018, 1, "default", "selective"),
-    ("25.11", "DGX-GB300", "DeepSeek-V3", 256, "bf16", 4096, 1, 4096, 1, 2, 1, 4, 32, 3848, 1, "default", "selective"),
+    ("25.11", "DGX-GB200", "DeepSeek-V3", 256, "bf16", 4096, 1, 4096, 1, 4, 1, 4, 64, 3139, 1, "default", "mla_up_proj"),
+    ("25.11", "DGX-GB200", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 8, 1, 4, 32, 4018, 1, "default", "mla_up_proj"),
+    ("25.11", "DGX-GB300", "DeepSeek-V3", 256, "bf16", 4096, 1, 4096, 1, 2, 1, 4, 32, 3848, 1, "default", "moe_act"),
     ("25.11", "DGX-GB200", "Qwen3-235B-A22B", 256, "bf16", 8192, 1, 4096, 1, 8, 1, 3, 32, 4916),
     ("25.11", "DGX-H100", "Qwen3-235B-A22B", 256, "fp8", 2048, 1, 4096, 2, 8, 1, 4, 32, 1575),
     ("25.11", "DGX-B200", "Qwen3-235B-A22B", 64, "mxfp8", 1024, 1, 4096, 1, 8, 1, 2, 8, 3269),
     ("25.11", "DGX-GB200", "Qwen3-30B-A3B", 8, "mxfp8", 512, 4, 4096, 1, 1, 1, 1, 8, 23766),
-    ("25.11", "DGX-GB200", "gpt-oss-120b", 64, "bf16", 1280, 1, 8192, 1, 1, 1, 1, 64, 15876, 1, "default", "selective"),
+    ("25.11", "DGX-GB200", "gpt-oss-120b", 64, "bf16", 1280, 1, 8192, 1, 1, 1, 1, 64, 15876, 1, "default", "layernorm,moe_act"),
     # The 25.11 DGX-H100 row (GBS 512, MBS 4, PP4, GA 2, 5,630) cannot hold together: with PP4 and
     # DP16, MBS 4 x GA 2 x DP 16 is 128 sequences, not 512. The recipe it points to
     # (scripts/performance/configs/gpt_oss, H100 BF16) sets MBS 1, and the 26.02 table prints
     # that layout consistently: its row is the one kept.
-    ("26.02", "DGX-H100", "gpt-oss-120b", 64, "bf16", 1280, 1, 4096, 1, 4, 1, 1, 8, 5993, 1, "default", "selective"),
+    ("26.02", "DGX-H100", "gpt-oss-120b", 64, "bf16", 1280, 1, 4096, 1, 4, 1, 1, 8, 5993, 1, "default", "layernorm,moe_act"),
 )
 
 
@@ -781,13 +787,13 @@ PUBLISHED_RUNS = (
     # DualPipe, EP64 over 8 nodes, ZeRO-1 over DP128, no TP (sec. 3.2); FP8 (sec. 3.3);
     # 4K-token sequences and a batch that ramps to 15,360 (sec. 4.2).
     PublishedRun("DeepSeek-V3, 2,048 H800", 671e9, 61, 7168, 128, 4096, 129280, "H800", None, None, 1, 16, 128,
-                 15360, 1, "selective", "liu2024deepseekv3", zero=1, arch="DeepSeek-V3", precision="fp8", ep=64,
+                 15360, 1, "layernorm,mla_up_proj", "liu2024deepseekv3", zero=1, arch="DeepSeek-V3", precision="fp8", ep=64,
                  mlp="swiglu", dropout=False, attention="flash", tokens_per_s_per_gpu=14.8e12 / (2.664e6 * 3600),
                  overlap="default,ep", year=2025, flops_counted="model",
                  where="Table 1 (pre-training GPU-hours), sec. 3.2-3.3 (layout, FP8), sec. 4.2 (batch)",
                  assumed="micro-batch 1; the final batch of 15,360 throughout; DualPipe read as 1F1B with the "
-                         "all-to-alls hidden (its point); the RMSNorm and MLA up-projections recomputed (sec. 3.2.3) "
-                         "read as selective recomputation; the multi-token-prediction module not counted"),
+                         "all-to-alls hidden (its point); the multi-token-prediction module not counted",
+                 note="recomputation of the RMSNorms and MLA's up-projections only, as sec. 3.2.3 says"),
 )
 
 #: Rows of the Megatron-Bridge tables (NeMo 25.11, 26.02, 26.04, 26.06 and 26.08) that the
@@ -807,9 +813,9 @@ _HELDOUT_ROWS = (
     ("25.11", "DGX-GB300", "Llama 3 70B", 64, "fp8", 256, 2, 8192, 1, 1, 1, 1, 1, 4520, 3, "default", "none", 20),
     ("25.11", "DGX-GB200", "Llama 3 70B", 64, "fp8", 256, 2, 8192, 1, 1, 1, 1, 1, 4312, 3, "default", "none", 40),
     ("25.11", "DGX-H100", "Llama 3 8B", 8, "fp8", 128, 1, 8192, 1, 1, 1, 1, 1, 14451, 3),
-    ("25.11", "DGX-GB300", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 2, 1, 4, 32, 4357, 1, "default", "selective"),
+    ("25.11", "DGX-GB300", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 2, 1, 4, 32, 4357, 1, "default", "moe_act"),
     ("25.11", "DGX-GB300", "gpt-oss-120b", 64, "bf16", 1280, 2, 8192, 1, 1, 1, 1, 64, 18347),
-    ("25.11", "DGX-B200", "gpt-oss-120b", 64, "bf16", 512, 4, 4096, 1, 1, 1, 1, 8, 8213, 1, "default", "selective"),
+    ("25.11", "DGX-B200", "gpt-oss-120b", 64, "bf16", 512, 4, 4096, 1, 1, 1, 1, 8, 8213, 1, "default", "layernorm,moe_act"),
     ("25.11", "DGX-GB300", "Qwen3-30B-A3B", 8, "mxfp8", 512, 4, 4096, 1, 1, 1, 1, 8, 28934),
     ("25.11", "DGX-B200", "Qwen3-30B-A3B", 8, "mxfp8", 512, 1, 4096, 1, 1, 1, 1, 8, 9299),
     ("25.11", "DGX-GB300", "Qwen3-235B-A22B", 256, "bf16", 8192, 2, 4096, 1, 4, 1, 12, 16, 6131),
@@ -823,14 +829,14 @@ _HELDOUT_ROWS = (
     ("26.02", "DGX-GB200", "Llama 3 405B", 256, "mxfp8", 1536, 1, 8192, 4, 16, 1, 8, 1, 786),
     ("26.02", "DGX-GB300", "Llama 3 405B", 256, "fp8", 1536, 1, 8192, 4, 8, 1, 4, 1, 988),
     ("26.02", "DGX-GB200", "Llama 3 405B", 256, "fp8", 1536, 1, 8192, 4, 16, 1, 4, 1, 793),
-    ("26.02", "DGX-GB300", "DeepSeek-V3", 256, "mxfp8", 4096, 2, 4096, 1, 2, 1, 8, 32, 4612, 1, "default", "selective"),
-    ("26.02", "DGX-GB200", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 4, 1, 4, 64, 3955, 1, "default", "selective"),
-    ("26.02", "DGX-B300", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 16, 1, 1, 8, 2983, 1, "default", "selective"),
-    ("26.02", "DGX-B200", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 16, 1, 1, 8, 2689, 1, "default", "selective"),
+    ("26.02", "DGX-GB300", "DeepSeek-V3", 256, "mxfp8", 4096, 2, 4096, 1, 2, 1, 8, 32, 4612, 1, "default", "mla_up_proj"),
+    ("26.02", "DGX-GB200", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 4, 1, 4, 64, 3955, 1, "default", "mla_up_proj"),
+    ("26.02", "DGX-B300", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 16, 1, 1, 8, 2983, 1, "default", "mla_up_proj"),
+    ("26.02", "DGX-B200", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 16, 1, 1, 8, 2689, 1, "default", "mla_up_proj"),
     ("26.02", "DGX-GB300", "gpt-oss-120b", 64, "bf16", 1280, 4, 4096, 1, 1, 1, 1, 64, 19412),
-    ("26.02", "DGX-GB200", "gpt-oss-120b", 64, "bf16", 1280, 4, 4096, 1, 1, 1, 1, 64, 15784, 1, "default", "selective"),
+    ("26.02", "DGX-GB200", "gpt-oss-120b", 64, "bf16", 1280, 4, 4096, 1, 1, 1, 1, 64, 15784, 1, "default", "layernorm,moe_act"),
     ("26.02", "DGX-B300", "gpt-oss-120b", 64, "bf16", 1280, 4, 4096, 1, 1, 1, 1, 64, 8359),
-    ("26.02", "DGX-B200", "gpt-oss-120b", 64, "bf16", 1280, 4, 4096, 1, 1, 1, 1, 64, 8047, 1, "default", "selective"),
+    ("26.02", "DGX-B200", "gpt-oss-120b", 64, "bf16", 1280, 4, 4096, 1, 1, 1, 1, 64, 8047, 1, "default", "layernorm,moe_act"),
     ("26.02", "DGX-GB300", "Qwen3-30B-A3B", 8, "mxfp8", 512, 8, 4096, 1, 1, 1, 1, 8, 30376),
     ("26.02", "DGX-GB200", "Qwen3-30B-A3B", 8, "mxfp8", 512, 4, 4096, 1, 1, 1, 1, 8, 26084),
     ("26.02", "DGX-B300", "Qwen3-30B-A3B", 8, "mxfp8", 512, 8, 4096, 1, 1, 1, 1, 8, 29521),
@@ -855,15 +861,15 @@ _HELDOUT_ROWS = (
     ("26.04", "DGX-GB200", "Llama 3 405B", 256, "mxfp8", 1536, 1, 8192, 4, 16, 1, 8, 1, 793),
     ("26.04", "DGX-GB300", "Llama 3 405B", 256, "fp8", 1536, 1, 8192, 4, 8, 1, 4, 1, 1036),
     ("26.04", "DGX-GB200", "Llama 3 405B", 256, "fp8", 1536, 1, 8192, 4, 16, 1, 4, 1, 842),
-    ("26.04", "DGX-GB300", "DeepSeek-V3", 256, "mxfp8", 4096, 2, 4096, 1, 2, 1, 8, 32, 4965, 1, "default", "selective"),
-    ("26.04", "DGX-GB200", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 4, 1, 4, 64, 4193, 1, "default", "selective"),
-    ("26.04", "DGX-B300", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 16, 1, 1, 8, 3131, 1, "default", "selective"),
-    ("26.04", "DGX-B200", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 16, 1, 1, 8, 2815, 1, "default", "selective"),
+    ("26.04", "DGX-GB300", "DeepSeek-V3", 256, "mxfp8", 4096, 2, 4096, 1, 2, 1, 8, 32, 4965, 1, "default", "mla_up_proj"),
+    ("26.04", "DGX-GB200", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 4, 1, 4, 64, 4193, 1, "default", "mlp"),
+    ("26.04", "DGX-B300", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 16, 1, 1, 8, 3131, 1, "default", "mla_up_proj"),
+    ("26.04", "DGX-B200", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 16, 1, 1, 8, 2815, 1, "default", "mla_up_proj"),
     ("26.04", "DGX-GB300", "gpt-oss-120b", 64, "bf16", 1280, 4, 4096, 1, 1, 1, 1, 64, 19275),
-    ("26.04", "DGX-GB200", "gpt-oss-120b", 64, "bf16", 1280, 4, 4096, 1, 1, 1, 1, 64, 15938, 1, "default", "selective"),
+    ("26.04", "DGX-GB200", "gpt-oss-120b", 64, "bf16", 1280, 4, 4096, 1, 1, 1, 1, 64, 15938, 1, "default", "layernorm,moe_act"),
     ("26.04", "DGX-B300", "gpt-oss-120b", 64, "bf16", 1280, 4, 4096, 1, 1, 1, 1, 8, 15114),
-    ("26.04", "DGX-B200", "gpt-oss-120b", 64, "bf16", 1280, 4, 4096, 1, 1, 1, 1, 8, 13045, 1, "default", "selective"),
-    ("26.04", "DGX-H100", "gpt-oss-120b", 64, "bf16", 1280, 1, 4096, 1, 4, 1, 1, 8, 5810, 1, "default", "selective"),
+    ("26.04", "DGX-B200", "gpt-oss-120b", 64, "bf16", 1280, 4, 4096, 1, 1, 1, 1, 8, 13045, 1, "default", "layernorm,moe_act"),
+    ("26.04", "DGX-H100", "gpt-oss-120b", 64, "bf16", 1280, 1, 4096, 1, 4, 1, 1, 8, 5810, 1, "default", "layernorm,moe_act"),
     ("26.04", "DGX-GB300", "Qwen3-30B-A3B", 8, "mxfp8", 512, 8, 4096, 1, 1, 1, 1, 8, 31470),
     ("26.04", "DGX-GB200", "Qwen3-30B-A3B", 8, "mxfp8", 512, 4, 4096, 1, 1, 1, 1, 8, 26032),
     ("26.04", "DGX-B300", "Qwen3-30B-A3B", 8, "mxfp8", 512, 8, 4096, 1, 1, 1, 1, 8, 30553),
@@ -873,7 +879,7 @@ _HELDOUT_ROWS = (
     ("26.04", "DGX-GB200", "Qwen3-235B-A22B", 256, "mxfp8", 8192, 1, 4096, 1, 8, 1, 3, 32, 5672),
     ("26.04", "DGX-B300", "Qwen3-235B-A22B", 256, "mxfp8", 8192, 2, 4096, 1, 8, 1, 1, 8, 4865),
     ("26.04", "DGX-H100", "Qwen3-235B-A22B", 256, "fp8", 8192, 1, 4096, 2, 8, 1, 4, 32, 1686),
-    ("26.04", "DGX-GB300", "Kimi K2", 256, "mxfp8", 4096, 2, 4096, 1, 4, 1, 4, 64, 5332, 1, "default", "selective"),
+    ("26.04", "DGX-GB300", "Kimi K2", 256, "mxfp8", 4096, 2, 4096, 1, 4, 1, 4, 64, 5332, 1, "default", "mla_up_proj"),
     # The 26.06 table (June 2026): the same models six months of software later.
     ("26.06", "DGX-GB300", "Llama 3 405B", 256, "fp8", 1536, 1, 8192, 4, 8, 1, 4, 1, 1048),
     ("26.06", "DGX-GB300", "Llama 3 405B", 256, "mxfp8", 1536, 1, 8192, 2, 8, 2, 4, 1, 952),
@@ -883,8 +889,8 @@ _HELDOUT_ROWS = (
     ("26.06", "DGX-GB200", "Llama 3 405B", 256, "nvfp4", 1536, 1, 8192, 4, 16, 1, 8, 1, 1166),
     ("26.06", "DGX-H100", "Llama 3 405B", 1024, "fp8", 1536, 1, 8192, 8, 8, 2, 8, 1, 326),
     ("26.06", "DGX-GB300", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 2, 1, 8, 32, 6338),
-    ("26.06", "DGX-GB200", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 4, 1, 4, 64, 4969, 1, "default", "selective"),
-    ("26.06", "DGX-B300", "DeepSeek-V3", 256, "mxfp8", 4096, 2, 4096, 1, 8, 1, 1, 8, 3541, 1, "default", "selective"),
+    ("26.06", "DGX-GB200", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 4, 1, 4, 64, 4969, 1, "default", "mla_up_proj"),
+    ("26.06", "DGX-B300", "DeepSeek-V3", 256, "mxfp8", 4096, 2, 4096, 1, 8, 1, 1, 8, 3541, 1, "default", "mla_up_proj"),
     ("26.06", "DGX-GB300", "gpt-oss-120b", 64, "mxfp8", 1280, 4, 4096, 1, 1, 1, 1, 16, 33166),
     ("26.06", "DGX-GB200", "gpt-oss-120b", 64, "mxfp8", 1280, 4, 4096, 1, 1, 1, 1, 64, 28947),
     ("26.06", "DGX-B300", "gpt-oss-120b", 64, "mxfp8", 1280, 4, 4096, 1, 1, 1, 1, 8, 18534),
@@ -894,10 +900,10 @@ _HELDOUT_ROWS = (
     ("26.06", "DGX-H100", "Qwen3-30B-A3B", 16, "fp8", 1024, 1, 4096, 1, 1, 1, 1, 16, 8826),
     ("26.06", "DGX-GB300", "Qwen3-235B-A22B", 256, "mxfp8", 8192, 2, 4096, 1, 4, 1, 12, 32, 9015),
     ("26.06", "DGX-GB200", "Qwen3-235B-A22B", 256, "mxfp8", 8192, 1, 4096, 1, 8, 1, 3, 32, 7376),
-    ("26.06", "DGX-GB300", "Kimi K2", 256, "mxfp8", 4096, 2, 4096, 1, 4, 1, 4, 64, 5372, 1, "default", "selective"),
+    ("26.06", "DGX-GB300", "Kimi K2", 256, "mxfp8", 4096, 2, 4096, 1, 4, 1, 4, 64, 5372, 1, "default", "mla_up_proj"),
     # The 26.08 table (August 2026): MoE rows only.
     ("26.08", "DGX-GB300", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 2, 1, 8, 32, 6288),
-    ("26.08", "DGX-GB200", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 4, 1, 4, 64, 4912, 1, "default", "selective"),
+    ("26.08", "DGX-GB200", "DeepSeek-V3", 256, "mxfp8", 4096, 1, 4096, 1, 4, 1, 4, 64, 4912, 1, "default", "mla_up_proj"),
     ("26.08", "DGX-GB300", "gpt-oss-120b", 64, "mxfp8", 1280, 4, 4096, 1, 1, 1, 1, 16, 33024),
     ("26.08", "DGX-GB200", "gpt-oss-120b", 64, "mxfp8", 1280, 4, 4096, 1, 1, 1, 1, 64, 28672),
     ("26.08", "DGX-GB300", "Qwen3-30B-A3B", 8, "mxfp8", 512, 8, 4096, 1, 1, 1, 1, 8, 44544),

@@ -36,7 +36,12 @@ al. 2009, with the GPU's measured matmul ceiling in place of its peak):
    activation in the products' epilogue (Transformer Engine's CuTe DSL grouped MLP, replayed
    in a full-iteration CUDA graph), which has neither that work nor the activation's pass.
 
-The backward pass is twice the forward's elementwise work; recomputation adds a forward.
+The backward pass is twice the forward's elementwise work; recomputation adds a forward:
+of every layer (full), of the attention core, the norms and the MLP's activation
+(``'selective'``, Korthikanti et al. 2022 with the norms and activation Megatron-Core's recipes
+add), or of the modules a recipe names (:data:`RECOMPUTE_MODULES`, Megatron-Core's
+``recompute_modules``: DeepSeek-V3's recipes redo MLA's up-projections, gpt-oss-120b's the norms
+and the experts' activation, neither the attention core).
 A result is a :class:`Terms`: per component, seconds (or counts) for the forward and the
 backward pass, so that the calibrated constants multiply them linearly.
 
@@ -49,7 +54,28 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["COMPONENTS", "Terms", "gemm_terms", "flash_terms", "layer_terms", "output_terms", "coefficients"]
+__all__ = ["COMPONENTS", "RECOMPUTE_MODULES", "recompute_modules", "Terms", "gemm_terms", "flash_terms", "layer_terms",
+           "output_terms", "coefficients"]
+
+#: Megatron-Core's modules of selective recomputation (``recompute_modules``) that the model
+#: times, each redone in the backward pass: ``core_attn`` the attention core (FlashAttention's
+#: forward); ``layernorm`` the norms; ``moe_act`` the routed experts' activation; ``mla_up_proj``
+#: MLA's query and key-value up-projections (products); ``mlp`` a dense layer's MLP (its
+#: products and activation).
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp")
+
+
+def recompute_modules(recompute: str):
+    """The modules a ``recompute`` setting names (``'layernorm,moe_act'``), or None for
+    ``'none'``, ``'selective'`` and ``'full'``; a one-line ``ValueError`` for anything else."""
+    if recompute in ("none", "selective", "full"):
+        return None
+    mods = frozenset(m.strip() for m in str(recompute).split(",") if m.strip())
+    if not mods or not mods <= set(RECOMPUTE_MODULES):
+        raise ValueError(f"recompute must be one of ['none', 'selective', 'full'] or modules among "
+                         f"{list(RECOMPUTE_MODULES)} joined by commas, got {recompute!r}")
+    return mods
+
 
 #: The components of a :class:`Terms`, and what multiplies each in the time.
 COMPONENTS = ("gemm", "gemm_traffic", "elementwise", "attention", "units", "experts")
@@ -152,35 +178,36 @@ def layer_terms(shape, lay, gpu, recipe, moe_layer=False, imbalance=None) -> Ter
     low_share = (1.0 - recipe.bf16_share) if low else 0.0
     e_low = recipe.gemm_bytes
 
-    def product(M, K, N, count=1):
-        return _split(low_share, lambda: gemm_terms(M, K, N, count, c_low, hbm, e_low, full),
-                      lambda: gemm_terms(M, K, N, count, c16, hbm, 2.0, full))
+    mods = recompute_modules(lay.recompute) or frozenset()
+
+    def product(M, K, N, count=1, again=False):
+        rec = full or again
+        return _split(low_share, lambda: gemm_terms(M, K, N, count, c_low, hbm, e_low, rec),
+                      lambda: gemm_terms(M, K, N, count, c16, hbm, 2.0, rec))
 
     t = Terms.zero()
     gemm_in = gemm_out = 0.0  # widths quantised per token (inputs forward, output gradients backward)
-    # attention projections
+    # attention projections: (K, N, an MLA up-projection?)
     if shape.q_lora or shape.kv_lora:
         q_in = shape.q_lora or h
-        parts = []
-        if shape.q_lora:
-            parts.append((h, shape.q_lora))
-        parts += [(q_in, a * d_qk), (h, shape.kv_lora + shape.qk_rope), (shape.kv_lora, a * (d_qk - shape.qk_rope + d_v)),
-                  (a * d_v, h)]
+        parts = [(h, shape.q_lora, False)] if shape.q_lora else []
+        parts += [(q_in, a * d_qk, bool(shape.q_lora)), (h, shape.kv_lora + shape.qk_rope, False),
+                  (shape.kv_lora, a * (d_qk - shape.qk_rope + d_v), True), (a * d_v, h, False)]
     else:
-        parts = [(h, (a + 2 * g) * d_qk), (a * d_v, h)]
-    for K, N in parts:
-        t = t + product(T, K, N)
+        parts = [(h, (a + 2 * g) * d_qk, False), (a * d_v, h, False)]
+    for K, N, up_projection in parts:
+        t = t + product(T, K, N, again=up_projection and "mla_up_proj" in mods)
         gemm_in, gemm_out = gemm_in + K, gemm_out + N
     # attention core
     if lay.attention == "flash":
         ctx = shape.mean_context
         c_attn = gpu.ceiling("fp8") if lay.attention_precision == "fp8" else c16  # FP8 attention: both products
         t = t + flash_terms(T, ctx, a, d_qk, d_v, c_attn, gpu.exponentials_per_s,
-                            recompute=full or lay.recompute == "selective")
+                            recompute=full or lay.recompute == "selective" or "core_attn" in mods)
         scores = 0.0
     else:
         seqs = b * a / cp
-        rec = full or lay.recompute == "selective"
+        rec = full or lay.recompute == "selective" or "core_attn" in mods
         t = t + gemm_terms(s / cp, d_qk, s, seqs, c16, hbm, 2.0, rec) + gemm_terms(s / cp, s, d_v, seqs, c16, hbm, 2.0, rec)
         scores = (4.0 + (5.0 if shape.dropout else 0.0)) * a * s * T  # scale-mask-softmax (and dropout) on the scores
     # MLP or experts
@@ -208,7 +235,8 @@ def layer_terms(shape, lay, gpu, recipe, moe_layer=False, imbalance=None) -> Ter
         quant_mlp = Tm * m.top_k * k_imb * (h + fe) , Tm * m.top_k * k_imb * (up * fe + h)
     else:
         f = shape.ffn / tp
-        t = t + product(T, h, up * f) + product(T, f, h)
+        again = "mlp" in mods
+        t = t + product(T, h, up * f, again=again) + product(T, f, h, again=again)
         mlp_bytes = act * f * T
         quant_mlp = (T * (h + f), T * (up * f + h))
     # elementwise bytes of the forward pass
@@ -221,6 +249,11 @@ def layer_terms(shape, lay, gpu, recipe, moe_layer=False, imbalance=None) -> Ter
     _elementwise(t, hidden_bytes + mlp_bytes + rope + scores + quant, hbm, full)
     if lay.recompute == "selective" and lay.attention == "flash":  # the norms and the activation again
         _add(t, "elementwise", 0.0, (8.0 * h * T / rep + mlp_bytes) / hbm)
+    # the named modules' elementwise passes again: the norms, the experts' or a dense MLP's activation
+    again_bytes = (8.0 * h * T / rep if "layernorm" in mods else 0.0) \
+        + (Tm * m.top_k * k_imb * routed_act if moe_layer and "moe_act" in mods else 0.0) \
+        + (mlp_bytes if not moe_layer and "mlp" in mods else 0.0)
+    _add(t, "elementwise", 0.0, again_bytes / hbm)
     _add(t, "units", 1.0 / 3.0, 2.0 / 3.0)
     return t
 

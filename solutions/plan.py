@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from . import after_chinchilla, facts, hardware, memory, moe_step, precision, scaling, steptime
+from . import after_chinchilla, facts, hardware, layer_time, memory, moe_step, precision, scaling, steptime
 from ._validate import nonnegative_integer, one_of, positive, positive_integer, terse_argparse_errors
 
 __all__ = [
@@ -286,7 +286,7 @@ def _describe(lay: steptime.Layout) -> str:
     sched = f", {lay.schedule}" + (f" v={lay.virtual_stages}" if lay.virtual_stages > 1 else "") if lay.pp > 1 else ""
     ep = f", EP{lay.ep}" if lay.ep > 1 else ""
     return (f"TP{lay.tp} x CP{lay.cp} x PP{lay.pp} x DP{lay.dp}{ep}, ZeRO-{lay.zero}, micro-batch {lay.micro_batch}, "
-            f"{'no' if lay.recompute == 'none' else lay.recompute} recomputation{sched}")
+            f"{_recompute_words(lay.recompute)} recomputation{sched}")
 
 
 def _why_slower(st: steptime.StepTime, best: steptime.StepTime) -> str:
@@ -430,6 +430,15 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
     return shape, base, base.name + ("'s, with " + ", ".join(sorted(custom)) + " given" if custom else "'s")
 
 
+def _recompute_words(recompute: str) -> str:
+    """How a plan names its recomputation: 'no', 'selective', 'full', or the modules a
+    recipe names ('selective (layernorm, moe_act)')."""
+    mods = layer_time.recompute_modules(recompute)
+    if mods is not None:
+        return "selective (" + ", ".join(m for m in layer_time.RECOMPUTE_MODULES if m in mods) + ")"
+    return "no" if recompute == "none" else recompute
+
+
 def _name_key(name) -> str:
     """A published architecture's name as a user may type it: any case, without spaces,
     hyphens or underscores ("Qwen3-30B-A3B", "qwen3_30b_a3b" and "qwen3 30b a3b" agree)."""
@@ -499,7 +508,7 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     if zero is not None:
         one_of("zero", zero, memory.ZERO_STAGES)
     if recompute is not None:
-        one_of("recompute", recompute, steptime.RECOMPUTE)
+        steptime.check_recompute(recompute)
     one_of("attention", attention, steptime.ATTENTION)
     ep_dispatch = str(ep_dispatch).lower()  # "HybridEP" or "DeepEP", as their authors write them
     one_of("ep_dispatch", ep_dispatch, moe_step.DISPATCHERS)
@@ -720,7 +729,7 @@ def format_plan(plan: Plan) -> str:
               f"{sh.mlp} MLP, sequences of {sh.seq_len:,}{moe}",
               f"4. layout                   TP{lay.tp} x CP{lay.cp} x PP{lay.pp} x DP{lay.dp} = {plan.count:,} "
               f"{g.name}{ep}, ZeRO stage {lay.zero}, micro-batch {lay.micro_batch}, "
-              f"{'no' if lay.recompute == 'none' else lay.recompute} recomputation, "
+              f"{_recompute_words(lay.recompute)} recomputation, "
               f"{lay.schedule}" + (f" (v={lay.virtual_stages})" if lay.virtual_stages > 1 else "")
               + f", {lay.attention} attention" + (" in FP8" if lay.attention_precision == "fp8" else "")
               + f", {plan.precision.upper()}"]
@@ -734,7 +743,7 @@ def format_plan(plan: Plan) -> str:
               + (f", +{rec.weight_copy_bytes:.3g} B/param of {plan.precision.upper()} weight copies" if rec.weight_copy_bytes else "")
               + f")  weights {_gib(plan.state['weights'])}, gradients {_gib(plan.state['grads'])}, "
               f"optimizer {_gib(plan.state['optimizer'])}",
-              f"6. activations              {_gib(st.activation_bytes)} ({'no' if lay.recompute == 'none' else lay.recompute} "
+              f"6. activations              {_gib(st.activation_bytes)} ({_recompute_words(lay.recompute)} "
               f"recomputation, {lay.attention} attention, busiest pipeline stage"
               + (f"; {lay.offload_layers} layers' activations offloaded over {g.host_link_name}, "
                  f"{_time(st.breakdown_s['offload'])} exposed + {_time(st.hidden_s['offload'])} hidden"
@@ -889,7 +898,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "in a full-iteration CUDA graph (Megatron-Bridge's 2026 MXFP8 recipes)")
     p.add_argument("--offload-layers", type=int, default=0,
                    help="layers per stage whose activations wait in the host's memory (Megatron's cpu_offloading_num_layers)")
-    p.add_argument("--recompute", help=f"one of {list(steptime.RECOMPUTE)} (default: searched)")
+    p.add_argument("--recompute", help=f"one of {list(steptime.RECOMPUTE)}, or Megatron-Core modules joined by commas "
+                   f"(such as layernorm,moe_act; among {list(layer_time.RECOMPUTE_MODULES)}) (default: searched)")
     p.add_argument("--attention", default="flash", help=f"one of {list(steptime.ATTENTION)}")
     p.add_argument("--attention-precision", default="bf16",
                    help=f"FlashAttention's products, one of {list(steptime.ATTENTION_PRECISIONS)} (fp8: Transformer "

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import steptime
-from ._validate import one_of, positive
+from ._validate import positive
 
 __all__ = [
     "HBM_BYTES_PER_S",
@@ -97,7 +97,7 @@ def mfu_shares(shape: steptime.Shape, lay: steptime.Layout, st: steptime.StepTim
     * ``busy``: ``compute time / step``;
     * ``model_share``: model FLOPs over hardware FLOPs (recomputation is not counted).
     """
-    one_of("recompute", lay.recompute, steptime.RECOMPUTE)
+    steptime.check_recompute(lay.recompute)
     compute_s = st.breakdown_s["compute"]
     busy = compute_s / st.step_s
     balance = st.hfu * st.step_s / (st.efficiency * compute_s)
