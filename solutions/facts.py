@@ -51,7 +51,7 @@ __all__ = [
     "NVLINK_DOMAINS",
     "RUN_SIZES_COMPARED",
     "PublishedRun",
-    "PUBLISHED_RUNS", "HELDOUT_RUNS", "OTHER_STACK_RUNS", "GPT_OSS_KERNEL_REGRESSION",
+    "PUBLISHED_RUNS", "HELDOUT_RUNS", "OTHER_STACK_RUNS", "GPT_OSS_KERNEL_REGRESSION", "GPT_OSS_GB200_DISPATCH",
     "MCORE_MOE_REPORT_TFLOPS", "PARALLEL_FOLDING_EXAMPLE",
     "MEGATRON_TRAINING_ESTIMATES",
 ]
@@ -968,6 +968,18 @@ OTHER_STACK_RUNS = (
 GPT_OSS_KERNEL_REGRESSION = {"before": 28947, "after": 18304, "cite": "nvidia2025megatronbridge",
                              "kernel_cite": "cudnnfrontend2026issue256",
                              "where": "26.06 and 26.06.01 NeMo containers, DGX-GB200 MXFP8 rows and footnote"}
+
+#: How gpt-oss-120b's recipe for 64 GB200s (BF16, global batch 1,280) dispatched its tokens, by
+#: release: Megatron-Core's default all-to-all over NCCL in 26.02, NVIDIA's Hybrid-EP with the
+#: all-to-all overlapped in 26.04 (``moe_flex_dispatcher_backend='hybridep'``,
+#: ``moe_a2a_overlap=True`` in GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V2 of Megatron-Bridge's
+#: scripts/performance/configs/gpt_oss at v0.4.0; the same config at v0.3.0 sets neither). The
+#: rows of the two tables are in :data:`HELDOUT_RUNS`.
+GPT_OSS_GB200_DISPATCH = {"26.02": {"dispatcher": "alltoall", "a2a_overlap": False},
+                          "26.04": {"dispatcher": "hybridep", "a2a_overlap": True},
+                          "cite": "nvidia2025megatronbridge",
+                          "where": "scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py, "
+                                   "v0.3.0 and v0.4.0"}
 
 #: NVIDIA's 2026 report on mixture-of-experts training with Megatron-Core (arXiv 2603.07685,
 #: abstract): model TFLOP/s per GPU, counted as the report counts them, on GB300 and GB200.
