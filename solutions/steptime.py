@@ -15,8 +15,9 @@ with ``ep`` (and ``etp``) folded into ``tp x cp x dp``, ``v`` model chunks per s
 (S2) **Hardware FLOPs per token** add what recomputation redoes (Korthikanti et al. 2022;
      Narayanan et al. 2021 eq. 3): selective, the attention core ``4 L s a d``; full, one
      forward of every layer; or the products of the modules a recipe names (Megatron-Core's
-     ``recompute_modules``, :data:`solutions.layer_time.RECOMPUTE_MODULES`). MFU uses (S1), HFU (S2), both against the dense BF16 peak (as
-     torchtitan and NVIDIA report), and MFU also against the peak of the chosen precision.
+     ``recompute_modules``, :data:`solutions.layer_time.RECOMPUTE_MODULES`). MFU uses (S1),
+     HFU (S2), both against the dense BF16 peak (as torchtitan and NVIDIA report), and MFU
+     also against the peak of the chosen precision.
 (S3) **Compute** of one micro-batch: :mod:`solutions.layer_time`, per layer, the matrix
      products with the shapes after the TP split (roofline with the GPU's measured matmul
      ceiling, :mod:`solutions.hardware`), FlashAttention's causal core, and elementwise
@@ -101,14 +102,6 @@ __all__ = [
 ]
 
 RECOMPUTE = ("none", "selective", "full")
-
-
-def check_recompute(recompute) -> str:
-    """``recompute`` if it is one of :data:`RECOMPUTE` or modules of
-    :data:`solutions.layer_time.RECOMPUTE_MODULES` joined by commas; else a one-line ``ValueError``."""
-    if layer_time.recompute_modules(recompute) is None:
-        one_of("recompute", recompute, RECOMPUTE)
-    return recompute
 
 SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1", "zb-h2")
 ATTENTION = ("flash", "standard")
@@ -422,10 +415,10 @@ class CPUCalibration:
 
 #: (S3)-(S4)'s constants, fitted by :func:`solutions.calibration.fit` on every run of
 #: :data:`solutions.facts.PUBLISHED_RUNS` (``tests/solutions/test_steptime.py`` re-derives them): the
-#: products' exposed memory traffic (2.45x their minimal bytes), the elementwise multiplier
+#: products' exposed memory traffic (2.48x their minimal bytes), the elementwise multiplier
 #: (not fitted: the bytes are counted and move at the HBM's bandwidth), FlashAttention at
-#: 55% of the BF16 matmul ceiling, the network at 73% of its line rate, 0.25 ms per local
-#: expert of a MoE layer and micro-batch, and 0.36 s of compute lost per second of
+#: 53% of the BF16 matmul ceiling, the network at 72% of its line rate, 0.26 ms per local
+#: expert of a MoE layer and micro-batch, and 0.35 s of compute lost per second of
 #: communication hidden behind it.
 CALIBRATION = Calibration(gemm_traffic=2.4764, elementwise=1.0, attention=0.5289, network=0.7238,
                           set_by=("every run of solutions.facts.PUBLISHED_RUNS",), layer_s=0.0, expert_s=2.6287e-4,
@@ -437,6 +430,14 @@ CALIBRATION = Calibration(gemm_traffic=2.4764, elementwise=1.0, attention=0.5289
 #: its rows rule out), and reading its recipe's recomputation right (the norms and the experts'
 #: activation, not the attention core) took it from +38% to +48%.
 PUBLISHED_BOUNDS = {"median": 0.10, "loo_median": 0.12, "worst": 0.50, "band": 0.20}
+
+
+def check_recompute(recompute) -> str:
+    """``recompute`` if it is one of :data:`RECOMPUTE` or modules of
+    :data:`solutions.layer_time.RECOMPUTE_MODULES` joined by commas; else a one-line ``ValueError``."""
+    if layer_time.recompute_modules(recompute) is None:
+        one_of("recompute", recompute, RECOMPUTE)
+    return recompute
 
 
 def parse_overlap(overlap) -> frozenset:
@@ -643,7 +644,7 @@ def _activation_per_layer(shape: Shape, key: tuple, precision_name: str) -> tupl
             x -= 4.0 * shape.heads * shape.seq_len * lay.micro_batch / split  # no LSE either
         elif lay.recompute == "selective":
             x -= (2.0 - low) * (2 * shape.hidden + ffn) * tokens / split
-        else:  # named modules: the norms' outputs, the activation's input (MLA's up-projected Q, K, V not modelled)
+        if mods:  # named modules: the norms' outputs, the activation's input (MLA's up-projected Q, K, V not modelled)
             routed = shape.moe.top_k * shape.moe.expert_ffn * shape.moe.imbalance if moe_layer else 0.0
             dropped = (2 * shape.hidden if "layernorm" in mods else 0.0) \
                 + (routed if moe_layer and "moe_act" in mods else 0.0) \
