@@ -553,6 +553,8 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
         overtrained = {"tokens": float(inference_tokens), "N": N_i, "D": D_i, "loss": loss, "lifetime": lifetime,
                        "baseline": float(after_chinchilla.lifetime_flops(N_opt, D_opt, inference_tokens))}
 
+    if recompute is not None:
+        steptime.check_recompute_for(shape, recompute)
     if tp is not None and shape.heads % tp:
         raise ValueError(f"tp must divide the number of attention heads ({shape.heads}), got tp={tp}")
     if cp is not None and shape.seq_len % cp:

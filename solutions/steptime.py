@@ -93,7 +93,7 @@ from ._validate import nonnegative_integer, one_of, positive, positive_integer
 from .layer_time import Terms, coefficients, layer_terms, output_terms
 
 __all__ = [
-    "RECOMPUTE", "check_recompute", "SCHEDULES", "ATTENTION", "ATTENTION_PRECISIONS", "check_attention_precision", "OVERLAP_AXES", "DEFAULT_OVERLAP", "GPUS_PER_SERVER",
+    "RECOMPUTE", "check_recompute", "check_recompute_for", "SCHEDULES", "ATTENTION", "ATTENTION_PRECISIONS", "check_attention_precision", "OVERLAP_AXES", "DEFAULT_OVERLAP", "GPUS_PER_SERVER",
     "Shape", "shape_of", "gpt_params", "Layout", "Cluster", "Calibration", "CPUCalibration", "CALIBRATION",
     "model_flops_per_token", "hardware_flops_per_token", "pipeline_bubble_time", "activation_bytes",
     "offload_bytes", "state_bytes", "state_breakdown", "StepTime", "step_time", "days_to_train", "parse_overlap", "cpu_cluster",
@@ -437,6 +437,20 @@ def check_recompute(recompute) -> str:
     :data:`solutions.layer_time.RECOMPUTE_MODULES` joined by commas; else a one-line ``ValueError``."""
     if layer_time.recompute_modules(recompute) is None:
         one_of("recompute", recompute, RECOMPUTE)
+    return recompute
+
+
+def check_recompute_for(shape: "Shape", recompute) -> str:
+    """:func:`check_recompute`, and a one-line ``ValueError`` where a named module is not in
+    ``shape``: ``mla_up_proj`` without multi-head latent attention, ``moe_act`` without
+    experts, ``mlp`` without a dense layer."""
+    mods = layer_time.recompute_modules(check_recompute(recompute)) or frozenset()
+    missing = {"mla_up_proj": not shape.kv_lora, "moe_act": not shape.is_moe,
+               "mlp": shape.moe_layers >= shape.layers}
+    absent = [m for m in layer_time.RECOMPUTE_MODULES if m in mods and missing.get(m)]
+    if absent:
+        what = {"mla_up_proj": "multi-head latent attention", "moe_act": "experts", "mlp": "a dense layer"}
+        raise ValueError(f"recompute module {absent[0]} needs {what[absent[0]]}, which this model does not have")
     return recompute
 
 

@@ -110,8 +110,8 @@ def test_the_rows_name_their_recipes_modules():
     # no row of NVIDIA's tables recomputes the attention core: none is left at 'selective'
     bridge = [r for r in runs.values() if r.cite == "nvidia2025megatronbridge"]
     assert bridge and all(r.recompute != "selective" for r in bridge)
-    for r in runs.values():
-        S.check_recompute(r.recompute)
+    for r in runs.values():  # and each names modules its model has
+        S.check_recompute_for(S.run_shape(r), r.recompute)
 
 
 def test_the_planner_names_the_modules():
@@ -120,3 +120,16 @@ def test_the_planner_names_the_modules():
                         "--recompute", "layernorm,moe_act"], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert "selective (layernorm, moe_act) recomputation" in p.stdout
+
+
+@pytest.mark.parametrize("arch, module, missing", [("Llama 3 8B", "mla_up_proj", "multi-head latent attention"),
+                                                   ("Llama 3 8B", "moe_act", "experts"),
+                                                   ("Qwen3-30B-A3B", "mlp", "a dense layer")])
+def test_a_module_the_model_lacks_is_a_one_line_error(arch, module, missing):
+    """Recomputing what a model does not have is a mistake in the command, not a free option."""
+    out = subprocess.run([sys.executable, "-m", "solutions.plan", "--arch", arch, "--tokens", "1e12", "--gpu", "H100",
+                          "--count", "8", "--recompute", f"layernorm,{module}"], capture_output=True, text=True)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert f"recompute module {module} needs {missing}" in out.stderr
+    # what the model has is accepted
+    assert S.check_recompute_for(DSV3, "layernorm,mla_up_proj,moe_act,mlp") == "layernorm,mla_up_proj,moe_act,mlp"
