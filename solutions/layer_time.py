@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["COMPONENTS", "RECOMPUTE_MODULES", "recompute_modules", "Terms", "gemm_terms", "flash_terms", "layer_terms",
+__all__ = ["COMPONENTS", "RECOMPUTE", "RECOMPUTE_MODULES", "recompute_modules", "Terms", "gemm_terms", "flash_terms", "layer_terms",
            "output_terms", "coefficients"]
 
 #: Megatron-Core's modules of selective recomputation (``recompute_modules``) that the model
@@ -63,16 +63,18 @@ __all__ = ["COMPONENTS", "RECOMPUTE_MODULES", "recompute_modules", "Terms", "gem
 #: MLA's query and key-value up-projections (products); ``mlp`` a dense layer's MLP (its
 #: products and activation).
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp")
+#: The settings named as a whole: nothing, the attention core with the norms and activation, every layer.
+RECOMPUTE = ("none", "selective", "full")
 
 
 def recompute_modules(recompute: str):
     """The modules a ``recompute`` setting names (``'layernorm,moe_act'``), or None for
     ``'none'``, ``'selective'`` and ``'full'``; a one-line ``ValueError`` for anything else."""
-    if recompute in ("none", "selective", "full"):
+    if recompute in RECOMPUTE:
         return None
     mods = frozenset(m.strip() for m in str(recompute).split(",") if m.strip())
     if not mods or not mods <= set(RECOMPUTE_MODULES):
-        raise ValueError(f"recompute must be one of ['none', 'selective', 'full'] or modules among "
+        raise ValueError(f"recompute must be one of {list(RECOMPUTE)} or modules among "
                          f"{list(RECOMPUTE_MODULES)} joined by commas, got {recompute!r}")
     return mods
 

@@ -507,8 +507,6 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
             positive_integer(name, v)
     if zero is not None:
         one_of("zero", zero, memory.ZERO_STAGES)
-    if recompute is not None:
-        steptime.check_recompute(recompute)
     one_of("attention", attention, steptime.ATTENTION)
     ep_dispatch = str(ep_dispatch).lower()  # "HybridEP" or "DeepEP", as their authors write them
     one_of("ep_dispatch", ep_dispatch, moe_step.DISPATCHERS)

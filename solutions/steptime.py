@@ -101,7 +101,7 @@ __all__ = [
     "published_mfu", "predict_run",
 ]
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = layer_time.RECOMPUTE
 
 SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1", "zb-h2")
 ATTENTION = ("flash", "standard")
@@ -435,8 +435,7 @@ PUBLISHED_BOUNDS = {"median": 0.10, "loo_median": 0.12, "worst": 0.50, "band": 0
 def check_recompute(recompute) -> str:
     """``recompute`` if it is one of :data:`RECOMPUTE` or modules of
     :data:`solutions.layer_time.RECOMPUTE_MODULES` joined by commas; else a one-line ``ValueError``."""
-    if layer_time.recompute_modules(recompute) is None:
-        one_of("recompute", recompute, RECOMPUTE)
+    layer_time.recompute_modules(recompute)  # None for a whole setting, else the modules; raises otherwise
     return recompute
 
 
