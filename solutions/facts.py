@@ -23,6 +23,7 @@ __all__ = [
     "MODELS",
     "Architecture",
     "ARCHITECTURES",
+    "ARCHITECTURE_ALIASES",
     "BatchSchedule",
     "LLAMA3_405B_BATCH_SCHEDULE",
     "Layout",
@@ -177,6 +178,11 @@ ARCHITECTURES = {
                      ffn_hidden=53248, vocab=128_000, mlp="swiglu", dropout=False),
     )
 }
+
+#: Other names of the architectures above: the models Dubey et al. 2024 describe were
+#: released as Llama 3.1 ("All results in this paper are for the Llama 3.1 models", Table 1),
+#: with the shapes of Table 3.
+ARCHITECTURE_ALIASES = {"Llama 3.1 8B": "Llama 3 8B", "Llama 3.1 70B": "Llama 3 70B", "Llama 3.1 405B": "Llama 3 405B"}
 
 
 @dataclass(frozen=True)

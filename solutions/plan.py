@@ -441,7 +441,8 @@ def _recompute_words(recompute: str) -> str:
 
 def _name_key(name) -> str:
     """A published architecture's name as a user may type it: any case, without spaces,
-    hyphens or underscores ("Qwen3-30B-A3B", "qwen3_30b_a3b" and "qwen3 30b a3b" agree)."""
+    hyphens or underscores ("Qwen3-30B-A3B", "qwen3_30b_a3b" and "qwen3 30b a3b" agree); a
+    version's dot stays ("llama-3.1-405b" is not "llama-31-405b")."""
     return re.sub(r"[\s_-]+", "", str(name).lower())
 
 
@@ -472,8 +473,9 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     shape_given = layers is not None and hidden is not None and heads is not None
     if arch is not None:  # any case, spaces, hyphens or underscores: "llama3-8b" is Llama 3 8B
         names = {_name_key(k): k for k in (*facts.ARCHITECTURES, *facts.MOE_ARCHITECTURES)}
+        names.update({_name_key(alias): k for alias, k in facts.ARCHITECTURE_ALIASES.items()})
         if _name_key(arch) not in names:
-            raise ValueError(f"arch must be one of {sorted(names.values())}, got {arch!r}")
+            raise ValueError(f"arch must be one of {sorted(set(names.values()))}, got {arch!r}")
         arch = names[_name_key(arch)]
     moe_named = arch in facts.MOE_ARCHITECTURES
     named = arch is not None and (arch in facts.ARCHITECTURES or moe_named)

@@ -316,10 +316,12 @@ def test_arch_names_in_any_case():
 
 def test_arch_names_as_users_type_them():
     """Spaces, hyphens and underscores do not matter, nor case; no two names collide."""
-    keys = [plan._name_key(k) for k in (*facts.ARCHITECTURES, *facts.MOE_ARCHITECTURES)]
+    keys = [plan._name_key(k) for k in (*facts.ARCHITECTURES, *facts.MOE_ARCHITECTURES, *facts.ARCHITECTURE_ALIASES)]
     assert len(keys) == len(set(keys))
+    assert set(facts.ARCHITECTURE_ALIASES.values()) <= set(facts.ARCHITECTURES)
     for typed, name in (("llama3-8b", "Llama 3 8B"), ("qwen3_30b_a3b", "Qwen3-30B-A3B"), ("GPT OSS 120B", "gpt-oss-120b"),
-                        ("mixtral-8x22b", "Mixtral 8x22B"), ("kimi-k2", "Kimi K2")):
+                        ("mixtral-8x22b", "Mixtral 8x22B"), ("kimi-k2", "Kimi K2"),
+                        ("Llama-3.1-405B", "Llama 3 405B"), ("llama3.1_70b", "Llama 3 70B")):
         p = plan.make_plan(arch=typed, tokens=1e12, gpu="H100", count=8)
         assert p.arch.name == name, typed
 
