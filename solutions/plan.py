@@ -621,7 +621,8 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     if others:
         o = others[0]
         losers.append(f"{len(others):,} layouts do not fit in {g.usable_memory_bytes / 2**30:,.1f} GiB; the least "
-                      f"hungry, {_describe(o[1])}, needs {o[0].memory_bytes / 2**30:,.1f} GiB")
+                      f"hungry, {_describe(o[1])}, needs {o[0].memory_bytes / 2**30:,.1f} GiB "
+                      f"({-o[0].margin_bytes / 2**30:,.2f} GiB over)")
     rule = None
     if not shape.is_moe:
         try:

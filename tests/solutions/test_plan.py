@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -342,3 +343,13 @@ def test_ep_dispatch_names_as_their_authors_write_them():
     nccl = plan.make_plan(ep_dispatch="alltoall", **kw)
     assert hybrid.layout.ep_dispatch == "hybridep" and hybrid.step.step_s == deep.step.step_s
     assert nccl.step.comm_s["ep"] > deep.step.comm_s["ep"]  # every remote copy crosses the network
+
+
+def test_layouts_that_do_not_fit_say_by_how_much():
+    """The nearest layout that does not fit names its need and its excess, which add up to the usable memory."""
+    p = plan.make_plan(model=70e9, tokens=1e12, gpu="H100", count=64)
+    line = next(x for x in p.losers if "do not fit" in x)
+    usable, need, over = (float(v) for v in re.search(
+        r"do not fit in ([\d.]+) GiB; .* needs ([\d.]+) GiB \(([\d.]+) GiB over\)", line).groups())
+    assert over > 0
+    assert need - over == pytest.approx(usable, abs=0.06)  # each figure rounded to 0.1 or 0.01 GiB
