@@ -615,7 +615,7 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
         if key in seen:
             continue
         seen.add(key)
-        losers.append(f"{_describe(l2)}: {s2.step_s:.2f} s (+{s2.step_s / st.step_s - 1:.0%}), {_why_slower(s2, st)}")
+        losers.append(f"{_describe(l2)}: {s2.step_s:.2f} s ({s2.step_s / st.step_s - 1:+.0%}), {_why_slower(s2, st)}")
         if len(losers) >= TOP:
             break
     if others:
@@ -790,7 +790,7 @@ def format_plan(plan: Plan) -> str:
             s_r, l_r = plan.rule
             verdict = ("fits" if s_r.fits else "does not fit")
             lines.append(f"   - the rule of thumb ({regime(plan.params)}: {_describe(l_r)}) {verdict}: "
-                         f"{s_r.step_s:.2f} s (+{s_r.step_s / st.step_s - 1:.0%}), {_why_slower(s_r, st)}")
+                         f"{s_r.step_s:.2f} s ({s_r.step_s / st.step_s - 1:+.0%}), {_why_slower(s_r, st)}")
     if plan.advice:
         lines.append("== what to change")
         lines += [f"   - {x}" for x in plan.advice]

@@ -353,3 +353,12 @@ def test_layouts_that_do_not_fit_say_by_how_much():
         r"do not fit in ([\d.]+) GiB; .* needs ([\d.]+) GiB \(([\d.]+) GiB over\)", line).groups())
     assert over > 0
     assert need - over == pytest.approx(usable, abs=0.06)  # each figure rounded to 0.1 or 0.01 GiB
+
+
+def test_a_faster_rule_of_thumb_reads_as_a_signed_percentage():
+    """Where nothing fits, the chosen layout is the least hungry, and the rule of thumb may be faster."""
+    p = plan.make_plan(model=1e15, tokens=1e12, gpu="H100", count=8)
+    s_r, _ = p.rule
+    text = plan.format_plan(p)
+    assert s_r.step_s < p.step.step_s
+    assert f"({s_r.step_s / p.step.step_s - 1:.0%})" in text and "+-" not in text
