@@ -28,10 +28,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import facts, steptime
+from . import facts, hardware, steptime
 from ._validate import terse_argparse_errors
 
-__all__ = ["BOUNDS", "Row", "predict", "residuals", "fit", "leave_one_out", "table", "heldout", "summary", "format_rows",
+__all__ = ["BOUNDS", "Row", "run_architecture", "runs_like", "predict", "residuals", "fit", "leave_one_out", "table", "heldout", "summary", "format_rows",
            "main"]
 
 #: The range each fitted constant may take: (gemm_traffic, attention, network, expert_s, contention).
@@ -127,6 +127,46 @@ def heldout(runs=None, calibration=None) -> list:
         rows.append(Row(run.name, steptime.published_tokens_per_s(run), st.tokens_per_s_per_gpu,
                         st.tokens_per_s_per_gpu, st.fits))
     return rows
+
+
+#: The sets of published runs, as :func:`runs_like` names them: the course's table (which the
+#: constants are fitted on), the held-out rows and other software stacks' rows (never fitted).
+_SET_LABELS = (("table", "PUBLISHED_RUNS"), ("held out", "HELDOUT_RUNS"), ("other stack", "OTHER_STACK_RUNS"))
+
+
+def run_architecture(run) -> str | None:
+    """The named architecture a published run trained (its ``arch``, or the name it starts with)."""
+    if run.arch:
+        return run.arch
+    return next((k for k in facts.ARCHITECTURES if run.name.startswith((k + " ", k + ","))), None)
+
+
+def runs_like(gpu, arch=None, moe=False, precision="bf16", limit=6) -> tuple:
+    """``(what matched, [(set, Row), ...])``: the published runs nearest a plan, each predicted
+    under the shipped constants, so that a plan can say how far the model has been from runs
+    like it. The first of these that has runs wins: the same architecture on the same GPU; the
+    same architecture; the same GPU, dense or MoE alike, in the same precision; the same GPU,
+    dense or MoE alike. At most ``limit`` runs, the latest listed."""
+    gpu_name = hardware.find_gpu(gpu).name
+    runs = [(label, r) for label, attr in _SET_LABELS for r in getattr(facts, attr)]
+
+    def same_gpu(r):
+        return hardware.find_gpu(r.gpu).name == gpu_name
+
+    def is_moe(r):
+        return r.arch in facts.MOE_ARCHITECTURES
+
+    kind = "MoE" if moe else "dense"
+    tiers = [(f"{arch} on the {gpu_name}", lambda r: run_architecture(r) == arch and same_gpu(r)),
+             (f"{arch} on any GPU", lambda r: run_architecture(r) == arch)] if arch is not None else []
+    tiers += [(f"{kind} models in {precision.upper()} on the {gpu_name}",
+               lambda r: same_gpu(r) and is_moe(r) == moe and r.precision == precision),
+              (f"{kind} models on the {gpu_name}", lambda r: same_gpu(r) and is_moe(r) == moe)]
+    for what, match in tiers:
+        chosen = [(label, r) for label, r in runs if match(r)][-limit:]
+        if chosen:
+            return what, [(label, heldout([r])[0]) for label, r in chosen]
+    return "no published run", []
 
 
 def summary(rows) -> dict:

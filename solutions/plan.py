@@ -44,12 +44,13 @@ import argparse
 import json
 import math
 import re
+import statistics
 import sys
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from . import after_chinchilla, facts, hardware, layer_time, memory, moe_step, precision, scaling, steptime
+from . import after_chinchilla, calibration, facts, hardware, layer_time, memory, moe_step, precision, scaling, steptime
 from ._validate import nonnegative_integer, one_of, positive, positive_integer, terse_argparse_errors
 
 __all__ = [
@@ -336,6 +337,7 @@ class Plan:
     precision: str = "bf16"
     overlap: frozenset = steptime.DEFAULT_OVERLAP
     constants: str = DEFAULT_CONSTANTS
+    track: tuple = ("no published run", ())  # (what matched, ((set, calibration.Row), ...)): runs like this plan
 
     # the names of the first edition, kept for callers
     tp = property(lambda self: self.layout.tp)
@@ -672,10 +674,13 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
                           f"{share:.0%} of the step: fewer on each GPU (a larger --ep, where the GPUs allow), or one fused grouped MLP in a "
                           "full-iteration CUDA graph (--expert-kernels fused, as 2026's MXFP8 recipes on Blackwell run)")
 
+    # how far the model has been from published runs like this one (the named architecture, else the GPU)
+    what, rows = calibration.runs_like(g.name, arch=base.name if named else None, moe=shape.is_moe,
+                                       precision=precision)
     return Plan(N, D, C, budget is not None, optimal, twenty, g, count, base, shape, shape_name, regime(N), lay,
                 convention, tuple(reasons), state, st, gb, steps, used_mfu, mfu is not None, days, given,
                 tuple(fitting[1:TOP]), tuple(losers), rule, cluster, tuple(advice), overtrained, precision, ov,
-                constants)
+                constants, (what, tuple(rows)))
 
 
 def _count(x: float) -> str:
@@ -791,10 +796,28 @@ def format_plan(plan: Plan) -> str:
             verdict = ("fits" if s_r.fits else "does not fit")
             lines.append(f"   - the rule of thumb ({regime(plan.params)}: {_describe(l_r)}) {verdict}: "
                          f"{s_r.step_s:.2f} s ({s_r.step_s / st.step_s - 1:+.0%}), {_why_slower(s_r, st)}")
+    lines += _track_lines(plan)
     if plan.advice:
         lines.append("== what to change")
         lines += [f"   - {x}" for x in plan.advice]
     return "\n".join(lines)
+
+
+def _track_lines(plan: Plan) -> list:
+    """The published runs like this plan, and the model's error on each (tokens/s per GPU)."""
+    what, rows = plan.track
+    if not rows:
+        return ["== published runs like this one",
+                f"   none on the {plan.gpu.name}: the model has not been checked against a published run on this GPU, "
+                "so its figures rest on the datasheet alone"]
+    errors = [r.error for _, r in rows]
+    lines = ["== published runs like this one (error: tokens/s/GPU predicted over published, minus 1; 'table' runs "
+             "fitted the constants, 'held out' and 'other stack' runs never did)",
+             f"   {what}: {len(rows)} run{'s' if len(rows) > 1 else ''}, errors {min(errors):+.1%} to {max(errors):+.1%} "
+             f"(median {statistics.median(errors):+.1%}); read this plan's throughput with that margin"]
+    lines += [f"     {r.name:<46s} {r.published:>10,.0f} published {r.predicted:>10,.0f} predicted {r.error:+7.1%}"
+              f"  ({label})" for label, r in rows]
+    return lines
 
 
 def _layout_json(lay: steptime.Layout) -> dict:
@@ -851,6 +874,10 @@ def plan_json(plan: Plan) -> dict:
                          for s, l in plan.alternatives],
         "why_others_lose": list(plan.losers),
         "advice": list(plan.advice),
+        "published_runs_like_this": {"match": plan.track[0],
+                                     "runs": [{"name": r.name, "set": label, "published_tokens_per_s_per_gpu": r.published,
+                                               "predicted_tokens_per_s_per_gpu": r.predicted, "error": r.error}
+                                              for label, r in plan.track[1]]},
     }
 
 

@@ -139,11 +139,30 @@ def plan_tables(plan: planner.Plan, names: dict | None = None) -> str:
         st, rule_layout = plan.rule
         lose += (f"<li>the rule of thumb for this size ({e(planner.regime(plan.params))}): "
                  f"{describe_layout(asdict(rule_layout))}, {'fits' if st.fits else 'does not fit'}: "
-                 f"{_time(st.step_s)} (+{st.step_s / j['step_time_s'] - 1:.0%})</li>")
+                 f"{_time(st.step_s)} ({st.step_s / j['step_time_s'] - 1:+.0%})</li>")
     advice = "".join(f"<li>{e(x)}</li>" for x in j["advice"])
     return ('<div class="plan-tables">' + lines + others
             + (f'<p>Why the others lose:</p><ul class="plan-why">{lose}</ul>' if lose else "")
+            + _runs_like(j["published_runs_like_this"], plan.gpu.name)
             + (f'<p>What to change:</p><ul>{advice}</ul>' if advice else "") + "</div>")
+
+
+def _runs_like(track: dict, gpu: str) -> str:
+    """The published runs nearest the plan and the model's error on each (the plan's JSON,
+    ``published_runs_like_this``)."""
+    e = html.escape
+    if not track["runs"]:
+        return (f"<p>No published run on the {e(gpu)} to compare with: the model has not been checked "
+                "against one, so its figures rest on the datasheet alone.</p>")
+    body = "".join(f"<tr><th scope=\"row\">{e(r['name'])}</th>"
+                   f"<td data-label=\"published\">{r['published_tokens_per_s_per_gpu']:,.0f}</td>"
+                   f"<td data-label=\"predicted\">{r['predicted_tokens_per_s_per_gpu']:,.0f}</td>"
+                   f"<td data-label=\"error\">{r['error']:+.1%}</td><td data-label=\"set\">{e(r['set'])}</td></tr>"
+                   for r in track["runs"])
+    return (f'<table class="plan-runs-like"><caption>Published runs like this one ({e(track["match"])}): '
+            "tokens/s per GPU, and the model's error</caption><thead><tr><th scope=\"col\">run</th>"
+            '<th scope="col">published</th><th scope="col">predicted</th><th scope="col">error</th>'
+            f'<th scope="col">set</th></tr></thead><tbody>{body}</tbody></table>')
 
 
 class PlanTables:

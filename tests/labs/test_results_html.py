@@ -107,6 +107,20 @@ def test_the_plan_tables_number_the_printout_s_lines(chinchilla_plan):
     assert plan_html.PlanTables(chinchilla_plan).__repr__() == plan.format_plan(chinchilla_plan)
 
 
+def test_the_plan_tables_end_with_the_runs_like_the_plan(chinchilla_plan):
+    html = plan_html.plan_tables(chinchilla_plan)
+    table = re.search(r'<table class="plan-runs-like">.*?</table>', html, re.S).group(0)
+    rows = Cells(table).rows
+    assert rows[0] == ["run", "published", "predicted", "error", "set"]
+    what, like = chinchilla_plan.track
+    assert what in table and len(rows) == 1 + len(like)
+    for cells, (label, row) in zip(rows[1:], like):
+        assert cells[0] == row.name and cells[4] == label
+        assert float(cells[3].rstrip("%")) == pytest.approx(100 * row.error, abs=0.05)
+    none = plan_html.plan_tables(plan.make_plan(model=7e9, tokens=1e12, gpu="MI300X", count=8))
+    assert "plan-runs-like" not in none and "No published run on the MI300X" in none
+
+
 def test_a_layout_in_words():
     layout = {"tp": 8, "cp": 1, "pp": 16, "dp": 128, "zero": 1, "virtual_stages": 4, "micro_batch": 1,
               "recompute": "none", "schedule": "interleaved", "attention": "flash"}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from solutions import facts, plan
+from solutions import facts, plan, steptime
 
 ROOT = Path(__file__).resolve().parents[2]
 H100 = facts.GPUS["H100 SXM"]
@@ -362,3 +362,37 @@ def test_a_faster_rule_of_thumb_reads_as_a_signed_percentage():
     text = plan.format_plan(p)
     assert s_r.step_s < p.step.step_s
     assert f"({s_r.step_s / p.step.step_s - 1:.0%})" in text and "+-" not in text
+
+
+def test_a_plan_says_how_far_the_model_was_from_published_runs_like_it():
+    """The named architecture on the same GPU first: each run's error recomputed from the run itself."""
+    p = plan.make_plan(arch="gpt-oss-120b", tokens=1e12, gpu="GB200", count=64)
+    what, rows = p.track
+    assert what == "gpt-oss-120b on the GB200" and len(rows) >= 3
+    runs = {r.name: r for r in (*facts.PUBLISHED_RUNS, *facts.HELDOUT_RUNS)}
+    for label, row in rows:
+        run = runs[row.name]
+        assert run.arch == "gpt-oss-120b" and run.gpu == "GB200"
+        predicted = steptime.predict_run(run)[0].tokens_per_s_per_gpu
+        assert row.error == pytest.approx(predicted / steptime.published_tokens_per_s(run) - 1, rel=1e-9)
+        assert label == ("table" if run in facts.PUBLISHED_RUNS else "held out")
+    text = plan.format_plan(p)
+    assert f"{min(r.error for _, r in rows):+.1%} to {max(r.error for _, r in rows):+.1%}" in text
+    out = plan.plan_json(p)["published_runs_like_this"]
+    assert out["match"] == what and [r["name"] for r in out["runs"]] == [r.name for _, r in rows]
+
+
+def test_without_the_architecture_the_runs_like_a_plan_share_its_gpu_and_kind():
+    p = plan.make_plan(model=7e9, tokens=1e12, gpu="H100", count=8)
+    what, rows = p.track
+    assert what == "dense models in BF16 on the H100 SXM" and rows
+    runs = {r.name: r for r in (*facts.PUBLISHED_RUNS, *facts.HELDOUT_RUNS, *facts.OTHER_STACK_RUNS)}
+    for _, row in rows:
+        run = runs[row.name]
+        assert run.gpu == "H100 SXM" and run.precision == "bf16" and run.arch not in facts.MOE_ARCHITECTURES
+
+
+def test_a_gpu_without_published_runs_says_so():
+    p = plan.make_plan(model=7e9, tokens=1e12, gpu="MI300X", count=8)
+    assert p.track[1] == ()
+    assert "not been checked against a published run on this GPU" in plan.format_plan(p)
