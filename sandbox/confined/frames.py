@@ -97,8 +97,8 @@ def greet(control_fd: int, prepare) -> tuple:
     """A template process's start, on its socket to the grader: read the configuration, run
     ``prepare(config) -> (mode, prepared)`` (the walls, the imports; an exception is sent as
     ``fatal`` and ends the process) and say ``ready`` with the mode reached. The template
-    dies with the grader until it has greeted (:func:`.kernel.die_with_starter`), and after
-    only when its socket closes. Returns ``(socket, mode, prepared)``."""
+    dies with the grader while it prepares (:func:`.kernel.die_with_starter`), and from just
+    before its greeting only when its socket closes. Returns ``(socket, mode, prepared)``."""
     from .kernel import die_with_starter, outlive_starter
 
     control = socket.socket(fileno=control_fd)
@@ -111,6 +111,6 @@ def greet(control_fd: int, prepare) -> tuple:
     except Exception as exc:  # noqa: BLE001 - whatever stopped the walls, said in one line
         send_message(control, {"op": "fatal", "message": f"{type(exc).__name__}: {exc}"[:500]})
         os._exit(3)
+    outlive_starter(control)  # before the word: the grading thread that waits for it may then end
     send_message(control, {"op": "ready", "isolation": mode})
-    outlive_starter()
     return control, mode, prepared

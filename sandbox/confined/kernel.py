@@ -43,18 +43,28 @@ def die_with_starter(control) -> None:
     only once it is ready. Set the parent-death signal, then look once at ``control`` (the
     grader may have died before the signal was set: its end of the socket is then closed).
     :func:`outlive_starter` lifts it when the template listens."""
-    import select
     import signal
 
     load_libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    poller = select.poll()
-    poller.register(control, select.POLLRDHUP)
-    if any(events & (select.POLLRDHUP | select.POLLHUP) for _, events in poller.poll(0)):
+    if _starter_gone(control):
         os._exit(0)
 
 
-def outlive_starter() -> None:
+def _starter_gone(control) -> bool:
+    """Whether the grader's end of ``control`` is closed (the grader is gone)."""
+    import select
+
+    poller = select.poll()
+    poller.register(control, select.POLLRDHUP)
+    return any(events & (select.POLLRDHUP | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def outlive_starter(control) -> None:
     """Lift :func:`die_with_starter`'s signal: the kernel sends it when the *thread* that
     started the template ends, and a grading thread may end while the template serves
-    others; from now on the socket closing is what stops the template."""
+    others; from now on the socket closing is what stops the template. Called before the
+    template says it is ready (the thread waiting for that word may end at once, and the
+    signal must be gone by then); a grader that died meanwhile is seen on the socket."""
     load_libc().prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0)
+    if _starter_gone(control):
+        os._exit(0)
