@@ -109,10 +109,29 @@ KEPT = ("predicted_mfu", "step_time_s", "tokens_per_s", "days", "memory_per_gpu_
         "breakdown_s", "global_batch", "microbatches", "steps", "alternatives", "why_others_lose", "advice")
 
 
+#: The published runs like a plan (``published_runs_like_this``) depend on the model, the GPU and
+#: the precision only: the form keeps them once per such choice, not once per plan.
+TRACK = "published_runs_like_this"
+
+
 def _one(argv: list[str]) -> dict:
     found = plan_cli(argv)
-    kept = found if "error" in found else {k: found[k] for k in KEPT if k in found}
+    kept = found if "error" in found else {k: found[k] for k in (*KEPT, TRACK) if k in found}
     return {**_round(kept), "command": command(argv)}
+
+
+def _pack_tracks(plans: list[dict]) -> list[dict]:
+    """Move every plan's runs-like-it into one list of distinct ones, each plan keeping its
+    index there (``track``); a refused choice keeps none."""
+    tracks, index = [], {}
+    for p in plans:
+        if TRACK in p:
+            key = json.dumps(p.pop(TRACK), sort_keys=True)
+            if key not in index:
+                index[key] = len(tracks)
+                tracks.append(json.loads(key))
+            p["track"] = index[key]
+    return tracks
 
 
 def _pack_layouts(plans: list[dict]) -> list[str]:
@@ -143,6 +162,7 @@ def planner_data(workers: int | None = None) -> dict:
     else:
         found = [_one(a) for a in argvs]
     layout_keys = _pack_layouts(found)
+    tracks = _pack_tracks(found)
     flat = iter(found)
     plans = [[[[[next(flat) for _ in precs] for _ in BATCH_TOKENS] for _ in COUNTS] for _ in devices] for _ in models]
     return {
@@ -152,6 +172,7 @@ def planner_data(workers: int | None = None) -> dict:
         "precisions": [p or "" for p in precs],
         "tokens_per_param": scaling.CHINCHILLA_TOKENS_PER_PARAM,
         "layout_keys": layout_keys,
+        "tracks": tracks,
         "plans": plans,
         "defaults": {"model": "Llama 3 70B", "gpu": "H100 SXM" if "H100 SXM" in devices else devices[0],
                      "count": 1024, "batch_tokens": 2**22, "precision": precs[0] or ""},

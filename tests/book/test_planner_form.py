@@ -116,6 +116,15 @@ def test_the_form_gives_the_plan_of_the_command(browser, server, width):
                 assert "does not fit" in message.inner_text(), case
             why = root.locator('[data-out="why"] li').all_inner_texts()
             assert why == want["why_others_lose"], case
+            track = want["published_runs_like_this"]
+            runs = root.locator('[data-out="track"] tr')
+            assert runs.locator("th").all_inner_texts() == [r["name"] for r in track["runs"]], case
+            shown_errors = [number(t) for t in runs.locator("td:nth-child(4)").all_inner_texts()]
+            assert shown_errors == pytest.approx([100 * r["error"] for r in track["runs"]], abs=0.051), case
+            if track["runs"]:
+                assert track["match"] in text("track-caption") and not root.locator('[data-out="track-note"]').is_visible()
+            else:
+                assert "No published run" in text("track-note"), case
         overflow = page.evaluate("() => document.documentElement.scrollWidth - document.documentElement.clientWidth")
     finally:
         context.close()

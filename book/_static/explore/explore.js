@@ -992,12 +992,21 @@
     var altTable = el("table", { "class": "planner-alternatives" }, [el("caption", { text: "The next fastest layouts" }),
       el("thead", {}, [el("tr", {}, [el("th", { scope: "col", text: "layout" }), el("th", { scope: "col", text: "step" }), el("th", { scope: "col", text: "MFU" })])]), altBody]);
     var whyList = el("ul", { "class": "planner-why", "data-out": "why" });
+    /* The published runs like the plan (planner_form.py keeps each distinct list once, in data.tracks). */
+    var trackNote = el("p", { "class": "note", "data-out": "track-note" });
+    var trackBody = el("tbody", { "data-out": "track" });
+    var trackCaption = el("caption", { "data-out": "track-caption" });
+    var TRACK_COLUMNS = ["published", "predicted", "error", "set"];
+    var trackTable = el("table", { "class": "planner-runs-like" }, [trackCaption,
+      el("thead", {}, [el("tr", {}, ["run"].concat(TRACK_COLUMNS).map(function (h) { return el("th", { scope: "col", text: h }); }))]), trackBody]);
+    var trackWrap = tableWrap("Published runs like this one", trackTable);
     var adviceHead = el("p", { "class": "note", text: "What to change:" });
     var adviceList = el("ul", { "data-out": "advice" });
     var commandOut = el("code", { "data-out": "command" });
     var details = el("div", { "class": "planner-details" }, [
       tableWrap("Step time", timeTable), tableWrap("Memory", memTable), tableWrap("Other layouts", altTable),
       el("p", { "class": "note", text: "Why the other layouts lose, as the planner says it:" }), whyList,
+      trackNote, trackWrap,
       adviceHead, adviceList,
       el("p", { "class": "note" }, ["The same plan from a shell, as JSON: ", commandOut]),
     ]);
@@ -1021,7 +1030,7 @@
         data.tokens_per_param + " tokens per parameter";
       commandOut.textContent = p.command;
       root.setAttribute("data-command", p.command);
-      [timeBody, memBody, altBody, whyList, adviceList].forEach(function (b) { b.innerHTML = ""; });
+      [timeBody, memBody, altBody, whyList, adviceList, trackBody].forEach(function (b) { b.innerHTML = ""; });
       if (p.error) {
         message.textContent = "The planner refuses this choice: " + p.error;
         message.hidden = false;
@@ -1059,6 +1068,21 @@
       p.why_others_lose.forEach(function (w) { whyList.appendChild(el("li", { text: w })); });
       p.advice.forEach(function (w) { adviceList.appendChild(el("li", { text: w })); });
       adviceHead.hidden = adviceList.hidden = !p.advice.length;
+      var track = data.tracks[p.track];
+      track.runs.forEach(function (r) {
+        var cells = [Math.round(r.published_tokens_per_s_per_gpu).toLocaleString("en-US"),
+          Math.round(r.predicted_tokens_per_s_per_gpu).toLocaleString("en-US"),
+          (r.error >= 0 ? "+" : "") + (100 * r.error).toFixed(1) + " %", r.set];
+        trackBody.appendChild(el("tr", {}, [el("th", { scope: "row", text: r.name })].concat(cells.map(function (c, i) {
+          return el("td", { text: c, "data-label": TRACK_COLUMNS[i] });
+        }))));
+      });
+      trackCaption.textContent = "How far the model has been from published runs like this one (" + track.match +
+        "): tokens/s per GPU";
+      trackNote.textContent = "No published run on the " + g.name + " to compare with: the model has not been " +
+        "checked against one, so its figures rest on the datasheet alone.";
+      trackWrap.hidden = !track.runs.length;
+      trackNote.hidden = !!track.runs.length;
     }
     [model, gpu, count, batch, precision].forEach(function (x) { x.addEventListener("change", update); });
     append(root, [headline, controls, details]);
