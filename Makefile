@@ -54,12 +54,24 @@ $(STAMP): requirements.txt
 	@$(PY) -m compileall -q -x '/redteam/' solutions labs sandbox grading assignments autograde instructor tests tools coursefig
 	@touch $(STAMP)
 
+# myst-nb's execution cache (_build/.jupyter_cache, shared by both editions) is keyed on a
+# notebook's own cells: when the code the notebooks import changes, run them again instead of
+# showing the old code's outputs, and render every page of the edition being built again.
+CODE_DIGEST = find solutions labs coursefig -type f \( -name '*.py' -o -name '*.toml' -o -name '*.json' \) \
+	-not -path '*/__pycache__/*' | LC_ALL=C sort | xargs cat | sha256sum
+fresh_outputs = mkdir -p $(1) && $(CODE_DIGEST) > $(1)/.code-now; \
+	cmp -s $(1)/.code-now _build/.jupyter_cache.code 2>/dev/null || rm -rf _build/.jupyter_cache; \
+	cmp -s $(1)/.code-now $(1)/.code-of-last-build 2>/dev/null || rm -rf $(1)/.doctrees
+outputs_built = cp $(1)/.code-now _build/.jupyter_cache.code && mv $(1)/.code-now $(1)/.code-of-last-build
+
 book: $(STAMP)
 	@# sphinx-external-toc cannot update a saved Sphinx environment after the table of
 	@# contents changes: start the HTML build afresh then (the execution cache is kept).
 	@cmp -s book/_toc.yml _build/.toc-of-last-build 2>/dev/null || rm -rf _build/.doctrees _build/html
+	@$(call fresh_outputs,_build)
 	$(VENV)/bin/jupyter-book build . --toc book/_toc.yml --config _config.yml --warningiserror --keep-going
 	@cp book/_toc.yml _build/.toc-of-last-build
+	@$(call outputs_built,_build)
 	@echo ""
 	@echo "The book is built: open $(CURDIR)/$(SITE)"
 
@@ -67,9 +79,11 @@ book: $(STAMP)
 # COURSE_EDITION). It shares the execution cache, so after `make book` nothing re-executes.
 book-instructor: $(STAMP)
 	@cmp -s book/_toc.yml $(INSTRUCTOR)/.toc-of-last-build 2>/dev/null || rm -rf $(INSTRUCTOR)/_build
+	@$(call fresh_outputs,$(INSTRUCTOR)/_build)
 	COURSE_EDITION=instructor $(VENV)/bin/jupyter-book build . --toc book/_toc.yml --config _config.yml \
 		--warningiserror --keep-going --path-output $(INSTRUCTOR)
 	@cp book/_toc.yml $(INSTRUCTOR)/.toc-of-last-build
+	@$(call outputs_built,$(INSTRUCTOR)/_build)
 	@echo ""
 	@echo "The instructor edition is built: open $(CURDIR)/$(INSTRUCTOR)/_build/html/index.html (keep it private)"
 
