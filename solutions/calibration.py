@@ -146,7 +146,7 @@ def runs_like(gpu, arch=None, moe=False, precision="bf16", limit=6) -> tuple:
     under the shipped constants, so that a plan can say how far the model has been from runs
     like it. The first of these that has runs wins: the same architecture on the same GPU; the
     same architecture; the same GPU, dense or MoE alike, in the same precision; the same GPU,
-    dense or MoE alike. At most ``limit`` runs, the latest listed."""
+    dense or MoE alike. At most ``limit`` runs: the latest listed, those in ``precision`` first."""
     gpu_name = hardware.find_gpu(gpu).name
     runs = [(label, r) for label, attr in _SET_LABELS for r in getattr(facts, attr)]
 
@@ -163,7 +163,10 @@ def runs_like(gpu, arch=None, moe=False, precision="bf16", limit=6) -> tuple:
                lambda r: same_gpu(r) and is_moe(r) == moe and r.precision == precision),
               (f"{kind} models on the {gpu_name}", lambda r: same_gpu(r) and is_moe(r) == moe)]
     for what, match in tiers:
-        chosen = [(label, r) for label, r in runs if match(r)][-limit:]
+        found = [(label, r) for label, r in runs if match(r)]
+        same = [x for x in found if x[1].precision == precision][-limit:]
+        rest = [x for x in found if x[1].precision != precision]
+        chosen = (rest[-(limit - len(same)):] if len(same) < limit and rest else []) + same
         if chosen:
             return what, [(label, heldout([r])[0]) for label, r in chosen]
     return "no published run", []

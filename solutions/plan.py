@@ -813,8 +813,10 @@ def _track_lines(plan: Plan) -> list:
     errors = [r.error for _, r in rows]
     lines = ["== published runs like this one (error: tokens/s/GPU predicted over published, minus 1; 'table' runs "
              "fitted the constants, 'held out' and 'other stack' runs never did)",
-             f"   {what}: {len(rows)} run{'s' if len(rows) > 1 else ''}, errors {min(errors):+.1%} to {max(errors):+.1%} "
-             f"(median {statistics.median(errors):+.1%}); read this plan's throughput with that margin"]
+             f"   {what}: " + (f"{len(rows)} runs, errors {min(errors):+.1%} to {max(errors):+.1%} "
+                                  f"(median {statistics.median(errors):+.1%})" if len(rows) > 1
+                                  else f"1 run, error {errors[0]:+.1%}")
+             + "; read this plan's throughput with that margin"]
     lines += [f"     {r.name:<46s} {r.published:>10,.0f} published {r.predicted:>10,.0f} predicted {r.error:+7.1%}"
               f"  ({label})" for label, r in rows]
     return lines

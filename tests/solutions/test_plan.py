@@ -396,3 +396,17 @@ def test_a_gpu_without_published_runs_says_so():
     p = plan.make_plan(model=7e9, tokens=1e12, gpu="MI300X", count=8)
     assert p.track[1] == ()
     assert "not been checked against a published run on this GPU" in plan.format_plan(p)
+
+
+def test_runs_like_a_plan_on_another_gpu_put_its_precision_first():
+    """Qwen3-30B-A3B has no published run on an H200: its runs on other GPUs stand in, those in
+    the plan's precision (FP8, the H100 rows) before the others; a single run reads as one."""
+    p = plan.make_plan(arch="qwen3-30b-a3b", tokens=1e12, gpu="H200", count=16, precision="fp8")
+    what, rows = p.track
+    runs = {r.name: r for r in (*facts.PUBLISHED_RUNS, *facts.HELDOUT_RUNS, *facts.OTHER_STACK_RUNS)}
+    fp8 = [r.name for r in runs.values() if r.arch == "Qwen3-30B-A3B" and r.precision == "fp8"]
+    assert what == "Qwen3-30B-A3B on any GPU" and 0 < len(fp8) < len(rows)
+    assert [row.name for _, row in rows][-len(fp8):] == fp8
+    one = plan.make_plan(arch="DeepSeek-V3", tokens=1e12, gpu="H800", count=2048, precision="fp8", tp=1, pp=16,
+                         dp=128, ep=64, zero=1, micro_batch=1, recompute="none")
+    assert len(one.track[1]) == 1 and f"1 run, error {one.track[1][0][1].error:+.1%}" in plan.format_plan(one)
