@@ -164,9 +164,8 @@ def runs_like(gpu, arch=None, moe=False, precision="bf16", limit=6) -> tuple:
               (f"{kind} models on the {gpu_name}", lambda r: same_gpu(r) and is_moe(r) == moe)]
     for what, match in tiers:
         found = [(label, r) for label, r in runs if match(r)]
-        same = [x for x in found if x[1].precision == precision][-limit:]
-        rest = [x for x in found if x[1].precision != precision]
-        chosen = (rest[-(limit - len(same)):] if len(same) < limit and rest else []) + same
+        chosen = ([x for x in found if x[1].precision != precision]
+                  + [x for x in found if x[1].precision == precision])[-limit:]
         if chosen:
             return what, [(label, heldout([r])[0]) for label, r in chosen]
     return "no published run", []

@@ -803,13 +803,16 @@ def format_plan(plan: Plan) -> str:
     return "\n".join(lines)
 
 
+#: What a plan says where no published run used its GPU.
+UNCHECKED_GPU = ("the model has not been checked against a published run on this GPU, so its figures rest on "
+                 "the datasheet alone")
+
+
 def _track_lines(plan: Plan) -> list:
     """The published runs like this plan, and the model's error on each (tokens/s per GPU)."""
     what, rows = plan.track
     if not rows:
-        return ["== published runs like this one",
-                f"   none on the {plan.gpu.name}: the model has not been checked against a published run on this GPU, "
-                "so its figures rest on the datasheet alone"]
+        return ["== published runs like this one", f"   none on the {plan.gpu.name}: {UNCHECKED_GPU}"]
     errors = [r.error for _, r in rows]
     lines = ["== published runs like this one (error: tokens/s/GPU predicted over published, minus 1; 'table' runs "
              "fitted the constants, 'held out' and 'other stack' runs never did)",

@@ -152,8 +152,7 @@ def _runs_like(track: dict, gpu: str) -> str:
     ``published_runs_like_this``)."""
     e = html.escape
     if not track["runs"]:
-        return (f"<p>No published run on the {e(gpu)} to compare with: the model has not been checked "
-                "against one, so its figures rest on the datasheet alone.</p>")
+        return f"<p>No published run on the {e(gpu)}: {e(planner.UNCHECKED_GPU)}.</p>"
     body = "".join(f"<tr><th scope=\"row\">{e(r['name'])}</th>"
                    f"<td data-label=\"published\">{r['published_tokens_per_s_per_gpu']:,.0f}</td>"
                    f"<td data-label=\"predicted\">{r['predicted_tokens_per_s_per_gpu']:,.0f}</td>"
