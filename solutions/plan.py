@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from . import after_chinchilla, calibration, facts, hardware, layer_time, memory, moe_step, precision, scaling, steptime
+from . import after_chinchilla, calibration, facts, hardware, layer_time, memory, moe_step, precision, scaling, sizing, steptime
 from ._validate import nonnegative_integer, one_of, positive, positive_integer, terse_argparse_errors
 
 __all__ = [
@@ -418,18 +418,26 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
         return shape, None, "given"
     if "heads" in custom and "head_dim" not in custom and getattr(base, "head_dim", None) is not None:
         custom["head_dim"] = None
+    scaled = None
     if isinstance(base, facts.MoEArchitecture):
         shape = steptime.shape_of(base, **custom)
         if model_given:
             shape = replace(shape, params=N)
     else:
         shape = steptime.shape_of(base, params=N, **custom)
+        if arch is None and "layers" not in custom and _moe_config(None, *moe_args) is None:
+            try:
+                keep = bool({"hidden", "heads", "kv_heads", "head_dim", "ffn_hidden"} & set(custom))
+                shape, scaled = sizing.sized(shape, N, base.params, keep_width=keep)
+            except ValueError as e:
+                raise ValueError(f"{e}; give --layers, --hidden and --heads for a model this small") from None
     cfg = _moe_config(shape.moe, *moe_args)
     if cfg is not None and cfg is not shape.moe:
         shape = replace(shape, moe=cfg, mlp="swiglu", dropout=False,
                         params=shape.params if isinstance(base, facts.MoEArchitecture) and not model_given else
                         (N if model_given else None))
-    return shape, base, base.name + ("'s, with " + ", ".join(sorted(custom)) + " given" if custom else "'s")
+    notes = ([", ".join(sorted(custom)) + " given"] if custom else []) + ([scaled] if scaled else [])
+    return shape, base, base.name + ("'s, with " + "; ".join(notes) if notes else "'s")
 
 
 def _recompute_words(recompute: str) -> str:

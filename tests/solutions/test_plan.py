@@ -356,8 +356,10 @@ def test_layouts_that_do_not_fit_say_by_how_much():
 
 
 def test_a_faster_rule_of_thumb_reads_as_a_signed_percentage():
-    """Where nothing fits, the chosen layout is the least hungry, and the rule of thumb may be faster."""
-    p = plan.make_plan(model=1e15, tokens=1e12, gpu="H100", count=8)
+    """Where nothing fits, the chosen layout is the least hungry, and the rule of thumb may be faster
+    (here PaLM's shape, given, charged with 1e15 parameters of state: ZeRO-3's gathers dominate)."""
+    p = plan.make_plan(model=1e15, tokens=1e12, gpu="H100", count=8, layers=118, hidden=18432, heads=48,
+                       kv_heads=1, head_dim=256)
     s_r, _ = p.rule
     text = plan.format_plan(p)
     assert s_r.step_s < p.step.step_s
@@ -410,3 +412,28 @@ def test_runs_like_a_plan_on_another_gpu_put_its_precision_first():
     one = plan.make_plan(arch="DeepSeek-V3", tokens=1e12, gpu="H800", count=2048, precision="fp8", tp=1, pp=16,
                          dp=128, ep=64, zero=1, micro_batch=1, recompute="none")
     assert len(one.track[1]) == 1 and f"1 run, error {one.track[1][0][1].error:+.1%}" in plan.format_plan(one)
+
+
+
+def test_a_model_planned_by_size_gets_the_compute_of_its_size():
+    """--model without --arch: the nearest published width with the depth that makes the size
+    (solutions.sizing), so the step grows with the size and the MFU stays that of the shape that
+    runs; before, a 100B plan ran Chinchilla's 70B step and charged it 100B's FLOPs."""
+    chin = facts.ARCHITECTURES["Chinchilla"]
+    fixed_layout = dict(tokens=1e12, gpu="H100", count=64, tp=8, pp=1, dp=8, zero=1, recompute="full")
+    p70 = plan.make_plan(model=70e9, **fixed_layout)
+    p = plan.make_plan(model=100e9, **fixed_layout)
+    assert p70.shape.layers == chin.layers and p.shape.hidden == chin.d_model and p.shape.layers > chin.layers
+    shape_line = next(x for x in plan.format_plan(p).splitlines() if x.startswith("3."))
+    assert f"depth set to {p.shape.layers} layers for 100B parameters" in shape_line
+    ratio = p.step.breakdown_s["compute"] / p70.step.breakdown_s["compute"]
+    assert ratio == pytest.approx(100 / 70, rel=0.05)
+    assert p.step.mfu == pytest.approx(p70.step.mfu, rel=0.1)
+
+
+def test_a_width_the_user_gave_is_kept_and_a_model_too_small_is_one_line():
+    p = plan.make_plan(model=20e9, hidden=2048, heads=16, tokens=1e12, gpu="H100", count=8)
+    assert (p.shape.hidden, p.shape.heads) == (2048, 16) and p.shape.n_params == 20e9
+    r = run_cli("--model", "1e8", "--tokens", "1e12", "--gpu", "H100", "--count", "8")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "below one layer of width" in r.stderr and "give --layers, --hidden and --heads" in r.stderr
