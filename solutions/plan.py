@@ -436,6 +436,16 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
         shape = replace(shape, moe=cfg, mlp="swiglu", dropout=False,
                         params=shape.params if isinstance(base, facts.MoEArchitecture) and not model_given else
                         (N if model_given else None))
+        if arch is None and "layers" not in custom and model_given:
+            # a dense shape's layers with experts added: the depth that gives the mixture its size
+            mixture = replace(shape, params=None)
+            try:
+                layers = sizing.depth_for(mixture, N, mixture.n_params)
+            except ValueError as e:
+                raise ValueError(f"{e}; give --layers, --hidden and --heads for a mixture this small") from None
+            if layers != shape.layers:
+                shape, scaled = replace(shape, layers=layers), f"depth set to {layers} layers for {N / 1e9:,.3g}B " \
+                                                                "parameters with the experts"
     notes = ([", ".join(sorted(custom)) + " given"] if custom else []) + ([scaled] if scaled else [])
     return shape, base, base.name + ("'s, with " + "; ".join(notes) if notes else "'s")
 

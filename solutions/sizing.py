@@ -29,27 +29,33 @@ __all__ = ["depth_for", "sized", "DEPTH_ONLY_FACTOR"]
 DEPTH_ONLY_FACTOR = 2.0
 
 
-def _count_line(shape: steptime.Shape) -> tuple:
-    """``(fixed, per_layer)``: the shape's counted parameters are ``fixed + per_layer x layers``
-    (embeddings and output layer, then each layer's weights)."""
-    one, two = (replace(shape, layers=n, params=None, moe=None).n_params for n in (1, 2))
-    return 2 * one - two, two - one
+def _count(shape: steptime.Shape, layers: int) -> float:
+    """Parameters ``shape`` counts for itself with ``layers`` layers."""
+    return replace(shape, layers=layers, params=None).n_params
 
 
 def depth_for(shape: steptime.Shape, params: float, published: float) -> int:
     """Layers that give ``shape``'s width ``params`` parameters, counted as the shape's own
     published count ``published`` counts them: the target is ``params`` times the shape's
-    counted-to-published ratio, and the layers solve ``fixed + per_layer x layers = target``,
-    rounded. Fewer than one layer is a one-line ``ValueError``."""
+    counted-to-published ratio, and the layers the whole number whose count is nearest it. The
+    count grows with the layers (the embeddings, then each layer's weights, a mixture's
+    experts included), so a bisection finds them. Less than one layer beyond a mixture's dense
+    ones is a one-line ``ValueError``."""
     params = float(positive("model_params", params))
-    fixed, per_layer = _count_line(shape)
-    target = params * (fixed + per_layer * shape.layers) / float(positive("published", published))
-    layers = round((target - fixed) / per_layer)
-    if layers < 1:
+    target = params * _count(shape, shape.layers) / float(positive("published", published))
+    low = 1 + (shape.moe.dense_layers if shape.moe is not None else 0)
+    smallest, step = _count(shape, low), _count(shape, low + 1) - _count(shape, low)
+    if target < smallest - step / 2:
         raise ValueError(f"model {params:.3g} is below one layer of width {shape.hidden:,} "
-                         f"({fixed + per_layer:.3g} parameters with its embeddings for a vocabulary of "
+                         f"({smallest:.3g} parameters with its embeddings for a vocabulary of "
                          f"{shape.vocab:,})")
-    return int(layers)
+    high = low
+    while _count(shape, high) < target:
+        low, high = high, 2 * high
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if _count(shape, mid) < target else (low, mid)
+    return min((low, high), key=lambda n: (abs(_count(shape, n) - target), n))
 
 
 def _widened(shape: steptime.Shape, factor: float) -> steptime.Shape:

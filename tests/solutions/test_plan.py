@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from dataclasses import replace
 
 from solutions import facts, plan, steptime
 
@@ -437,3 +438,15 @@ def test_a_width_the_user_gave_is_kept_and_a_model_too_small_is_one_line():
     r = run_cli("--model", "1e8", "--tokens", "1e12", "--gpu", "H100", "--count", "8")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
     assert "below one layer of width" in r.stderr and "give --layers, --hidden and --heads" in r.stderr
+
+
+def test_a_mixture_given_by_size_and_experts_gets_the_depth_of_its_size():
+    """--model with --experts and no --arch: the nearest dense width with its MLPs turned into
+    experts has the depth at which the mixture, experts included, counts the size asked for
+    (within half a layer), so its active parameters are the shape's own, not a rescaled count."""
+    p = plan.make_plan(model=100e9, experts=64, top_k=8, expert_ffn=2048, tokens=1e12, gpu="H100", count=64)
+    own = replace(p.shape, params=None)
+    layer = replace(own, layers=own.layers + 1).n_params - own.n_params
+    assert abs(own.n_params - 100e9) <= layer / 2
+    assert p.shape.active_params == pytest.approx(own.active_params, rel=layer / 100e9)
+    assert f"depth set to {p.shape.layers} layers for 100B parameters with the experts" in plan.format_plan(p)
