@@ -419,13 +419,14 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
     if "heads" in custom and "head_dim" not in custom and getattr(base, "head_dim", None) is not None:
         custom["head_dim"] = None
     scaled = None
+    resize = model_given and "layers" not in custom  # a size the shape must take (not one the user drew)
     if isinstance(base, facts.MoEArchitecture):
         shape = steptime.shape_of(base, **custom)
         if model_given:
             shape = replace(shape, params=N)
     else:
         shape = steptime.shape_of(base, params=N, **custom)
-        if arch is None and "layers" not in custom and _moe_config(None, *moe_args) is None:
+        if resize and _moe_config(None, *moe_args) is None:
             try:
                 keep = bool({"hidden", "heads", "kv_heads", "head_dim", "ffn_hidden"} & set(custom))
                 shape, scaled = sizing.sized(shape, N, base.params, keep_width=keep)
@@ -436,18 +437,25 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
         shape = replace(shape, moe=cfg, mlp="swiglu", dropout=False,
                         params=shape.params if isinstance(base, facts.MoEArchitecture) and not model_given else
                         (N if model_given else None))
-        if arch is None and "layers" not in custom and model_given:
-            # a dense shape's layers with experts added: the depth that gives the mixture its size
-            mixture = replace(shape, params=None)
-            try:
-                layers = sizing.depth_for(mixture, N, mixture.n_params)
-            except ValueError as e:
-                raise ValueError(f"{e}; give --layers, --hidden and --heads for a mixture this small") from None
-            if layers != shape.layers:
-                shape, scaled = replace(shape, layers=layers), f"depth set to {layers} layers for {N / 1e9:,.3g}B " \
-                                                                "parameters with the experts"
+    if resize and shape.moe is not None:
+        # a mixture at a size of its own: the depth at which it counts that size, experts included
+        # (as a named mixture's published total counts it, where its experts are the published ones)
+        mixture = replace(shape, params=None)
+        as_published = isinstance(base, facts.MoEArchitecture) and not any(a is not None for a in moe_args)
+        layers = _depth(mixture, N, base.total_params if as_published else mixture.n_params)
+        if layers != shape.layers:
+            shape, scaled = replace(shape, layers=layers), f"depth set to {layers} layers for {N / 1e9:,.3g}B " \
+                                                            "parameters with the experts"
     notes = ([", ".join(sorted(custom)) + " given"] if custom else []) + ([scaled] if scaled else [])
     return shape, base, base.name + ("'s, with " + "; ".join(notes) if notes else "'s")
+
+
+def _depth(shape, N, published) -> int:
+    """:func:`solutions.sizing.depth_for`, its one-line error naming the planner's flags."""
+    try:
+        return sizing.depth_for(shape, N, published)
+    except ValueError as e:
+        raise ValueError(f"{e}; give --layers, --hidden and --heads for a model this small") from None
 
 
 def _recompute_words(recompute: str) -> str:

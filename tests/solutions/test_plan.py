@@ -450,3 +450,21 @@ def test_a_mixture_given_by_size_and_experts_gets_the_depth_of_its_size():
     assert abs(own.n_params - 100e9) <= layer / 2
     assert p.shape.active_params == pytest.approx(own.active_params, rel=layer / 100e9)
     assert f"depth set to {p.shape.layers} layers for 100B parameters with the experts" in plan.format_plan(p)
+
+
+def test_a_named_shape_at_another_size_is_resized_and_at_its_own_size_is_not():
+    """--arch with --model: the named design at the size given (a dense one as solutions.sizing
+    resizes it, a mixture by its depth, counted as its published total counts it)."""
+    llama = facts.ARCHITECTURES["Llama 3 70B"]
+    same = plan.make_plan(arch="Llama 3 70B", model=llama.params, tokens=1e12, gpu="H100", count=64)
+    assert same.shape.layers == llama.layers
+    big = plan.make_plan(arch="Llama 3 70B", model=100e9, tokens=1e12, gpu="H100", count=64)
+    assert big.shape.hidden == llama.d_model and big.shape.layers > llama.layers
+    dsv3 = facts.MOE_ARCHITECTURES["DeepSeek-V3"]
+    p = plan.make_plan(arch="DeepSeek-V3", model=300e9, tokens=1e12, gpu="H100", count=256)
+    own = replace(p.shape, params=None)
+    published_ratio = dsv3.total_params / replace(own, layers=dsv3.layers).n_params
+    layer = replace(own, layers=own.layers + 1).n_params - own.n_params
+    assert abs(own.n_params * published_ratio - 300e9) <= layer * published_ratio / 2
+    assert plan.make_plan(arch="DeepSeek-V3", model=dsv3.total_params, tokens=1e12, gpu="H100",
+                          count=256).shape.layers == dsv3.layers
