@@ -146,7 +146,8 @@ def runs_like(gpu, arch=None, moe=False, precision="bf16", limit=6) -> tuple:
     under the shipped constants, so that a plan can say how far the model has been from runs
     like it. The first of these that has runs wins: the same architecture on the same GPU; the
     same architecture; the same GPU, dense or MoE alike, in the same precision; the same GPU,
-    dense or MoE alike. At most ``limit`` runs: the latest listed, those in ``precision`` first."""
+    dense or MoE alike; the same GPU, the other kind (a GPU's runs say something of it even
+    when they trained another kind of model). At most ``limit`` runs: the latest listed, those in ``precision`` first."""
     gpu_name = hardware.find_gpu(gpu).name
     runs = [(label, r) for label, attr in _SET_LABELS for r in getattr(facts, attr)]
 
@@ -161,7 +162,8 @@ def runs_like(gpu, arch=None, moe=False, precision="bf16", limit=6) -> tuple:
              (f"{arch} on any GPU", lambda r: run_architecture(r) == arch)] if arch is not None else []
     tiers += [(f"{kind} models in {precision.upper()} on the {gpu_name}",
                lambda r: same_gpu(r) and is_moe(r) == moe and r.precision == precision),
-              (f"{kind} models on the {gpu_name}", lambda r: same_gpu(r) and is_moe(r) == moe)]
+              (f"{kind} models on the {gpu_name}", lambda r: same_gpu(r) and is_moe(r) == moe),
+              (f"{'dense' if moe else 'MoE'} models on the {gpu_name}, its only published runs", same_gpu)]
     for what, match in tiers:
         found = [(label, r) for label, r in runs if match(r)]
         chosen = ([x for x in found if x[1].precision != precision]

@@ -52,7 +52,7 @@ __all__ = [
     "NVLINK_DOMAINS",
     "RUN_SIZES_COMPARED",
     "PublishedRun",
-    "PUBLISHED_RUNS", "HELDOUT_RUNS", "OTHER_STACK_RUNS", "GPT_OSS_KERNEL_REGRESSION", "GPT_OSS_GB200_DISPATCH",
+    "PUBLISHED_RUNS", "HELDOUT_RUNS", "OTHER_STACK_RUNS", "AMD_PROJECTION", "GPT_OSS_KERNEL_REGRESSION", "GPT_OSS_GB200_DISPATCH",
     "MCORE_MOE_REPORT_TFLOPS", "PARALLEL_FOLDING_EXAMPLE",
     "MEGATRON_TRAINING_ESTIMATES",
 ]
@@ -936,13 +936,58 @@ def _fsdp_stack(stack, cite, where, arch, gpu, n, precision, gbs, mbs, seq, pp, 
                         assumed="FSDP2 read as ZeRO-3 with its gathers prefetched behind compute; " + assumed)
 
 
-#: Pre-training rows of two other software stacks, judged and never fitted: the calibration's
+def _primus(arch, gpu, precision, mbs, gbs, pp, vp, ep, zero, recompute, tokens, container, assumed):
+    """A pre-training row of AMD's Primus (Megatron-LM backend) on 64 Instinct GPUs (8 nodes),
+    as AMD's performance results page published it (quoted, with its container and date, by
+    AMD's Primus projection blog): 8,192-token sequences, no tensor parallelism, the tokens/s
+    per GPU; the global batch and the recomputation as the Primus recipe of the model sets them
+    where the row does not say."""
+    a, params = _named_shape(arch)
+    n = 64
+    return PublishedRun(f"{arch}, {n} {gpu}, {precision.upper()} (Primus)", params, a.layers, a.d_model, a.heads,
+                        8192, a.vocab, gpu, None, None, 1, pp, n // pp, gbs, mbs, recompute, "amd2026primusprojection",
+                        zero=zero, schedule="interleaved" if vp > 1 else "1f1b", virtual_stages=vp, mlp="swiglu",
+                        dropout=False, attention="flash", arch=arch, precision=precision, ep=ep,
+                        tokens_per_s_per_gpu=tokens, flops_counted="model", year=2026,
+                        where=f"validation table, {gpu}, row {arch} {precision.upper()} ({container})",
+                        assumed=assumed)
+
+
+#: AMD's Primus on MI325X and MI355X (AMD's performance results page as the Primus projection
+#: blog of May 2026 quotes it: containers rocm/primus v26.1 and v26.2): the layouts and
+#: micro-batches ("Batch") as printed. Not printed, and read from the Primus recipes
+#: (examples/megatron/configs/MI300X and MI355X): the 70B rows' recomputation (full, all 80
+#: layers, under FSDP2) and the Mixtral row's global batch (128) and recomputation (none); the
+#: Llama rows' global batch, taken as one micro-batch per GPU per step (the throughput of a
+#: layout without pipeline stages barely depends on it). Llama 3.1's shapes are Llama 3's.
+_AMD_ROWS = (
+    _primus("Llama 3 8B", "MI325X", "fp8", 2, 128, 1, 1, 1, 1, "none", 16186, "rocm/primus:v26.1",
+            "the distributed optimizer (ZeRO-1) of Megatron-LM; FP8 the recipe's hybrid delayed scaling"),
+    _primus("Llama 3 70B", "MI325X", "fp8", 4, 256, 1, 1, 1, 3, "full", 1726, "rocm/primus:v26.1",
+            "FSDP2 read as ZeRO-3; full recomputation of every layer, as the recipe sets"),
+    _primus("Llama 3 70B", "MI325X", "bf16", 1, 64, 1, 1, 1, 3, "full", 1174, "rocm/primus:v26.1",
+            "FSDP2 read as ZeRO-3; full recomputation of every layer, as the recipe sets"),
+    _primus("Mixtral 8x22B", "MI355X", "bf16", 1, 128, 4, 2, 8, 1, "none", 3475, "rocm/primus:v26.2",
+            "the distributed optimizer (ZeRO-1); routing force-balanced, no recomputation, as the recipe sets"),
+)
+
+#: What AMD's own projection tool (Primus projection, which times one layer of each kind on a
+#: node of the same GPUs and models the rest) predicted for the same rows, tokens/s per GPU,
+#: from the same table of the same blog.
+AMD_PROJECTION = {"Llama 3 8B, 64 MI325X, FP8 (Primus)": 17787, "Llama 3 70B, 64 MI325X, FP8 (Primus)": 1872,
+                  "Llama 3 70B, 64 MI325X, BF16 (Primus)": 1096, "Mixtral 8x22B, 64 MI355X, BF16 (Primus)": 3426,
+                  "cite": "amd2026primusprojection", "where": "section Validation: Projected vs. Measured Results"}
+
+
+#: Pre-training rows of three other software stacks, judged and never fitted: the calibration's
 #: rows all ran Megatron-LM, Megatron-Core or DeepSpeed. NVIDIA's NeMo AutoModel (PyTorch's
 #: FSDP2 with Transformer Engine kernels and DeepEP; performance summary of October 2025 to
 #: April 2026, DGX-H100, BF16, routing force-balanced, recomputation from the benchmark recipe
 #: each row links) and torchtitan on 4 and 8 HGX H200 nodes (Trainy, June 2025: FSDP over all
 #: GPUs, torch.compile, Float8 linear layers with FP8 weight gathers, per-op selective
-#: recomputation, the llama3_8b preset's 8,192-token sequences). Left out: AutoModel's
+#: recomputation, the llama3_8b preset's 8,192-token sequences); and AMD's Primus on Instinct
+#: GPUs (:data:`_AMD_ROWS`: Megatron-LM with AMD's kernels and RCCL, whose hardware no row of
+#: the calibration ran on). Left out: AutoModel's
 #: gpt-oss-120b row (its EP column is empty while the recipe it links sets 64, and the recipe
 #: of its date had another layout), its Nemotron rows (Mamba layers the course cannot express)
 #: and torchtitan's Grand Teton tables (500 W H100s with HBM2e, whose peak, in the table's own
@@ -964,6 +1009,7 @@ OTHER_STACK_RUNS = (
                   "torchtitan's per-op selective recomputation read as selective; FP8 the tensorwise recipe",
                   memory_gib=memory)
       for n, tokens, memory in ((32, 10938, 47.96), (64, 10753, 46.97))),
+    *_AMD_ROWS,
 )
 
 #: The Megatron-Bridge tables of the 26.06 and 26.06.01 NeMo containers (DGX-GB200, 64 GPUs,

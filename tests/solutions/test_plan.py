@@ -468,3 +468,13 @@ def test_a_named_shape_at_another_size_is_resized_and_at_its_own_size_is_not():
     assert abs(own.n_params * published_ratio - 300e9) <= layer * published_ratio / 2
     assert plan.make_plan(arch="DeepSeek-V3", model=dsv3.total_params, tokens=1e12, gpu="H100",
                           count=256).shape.layers == dsv3.layers
+
+
+def test_a_gpu_with_runs_of_the_other_kind_only_shows_them_and_is_not_called_unchecked():
+    """A dense plan on the MI355X, whose only published run trained a mixture (Mixtral 8x22B on
+    AMD's Primus): that run, labelled as the other kind, not the sentence for a GPU never checked."""
+    p = plan.make_plan(model=30e9, tokens=1e12, gpu="MI355X", count=64)
+    what, rows = p.track
+    assert what == "MoE models on the MI355X, its only published runs" and rows
+    assert all(row.name.startswith("Mixtral 8x22B") for _, row in rows)
+    assert plan.UNCHECKED_GPU not in plan.format_plan(p)
