@@ -420,6 +420,7 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
         custom["head_dim"] = None
     scaled = None
     resize = model_given and "layers" not in custom  # a size the shape must take (not one the user drew)
+    width_given = bool({"hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab"} & set(custom))
     if isinstance(base, facts.MoEArchitecture):
         shape = steptime.shape_of(base, **custom)
         if model_given:
@@ -428,8 +429,9 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
         shape = steptime.shape_of(base, params=N, **custom)
         if resize and _moe_config(None, *moe_args) is None:
             try:
-                keep = bool({"hidden", "heads", "kv_heads", "head_dim", "ffn_hidden"} & set(custom))
-                shape, scaled = sizing.sized(shape, N, base.params, keep_width=keep)
+                # a width the user gave stays, and the shape then counts its size itself
+                published = replace(shape, params=None).n_params if width_given else base.params
+                shape, scaled = sizing.sized(shape, N, published, keep_width=width_given)
             except ValueError as e:
                 raise ValueError(f"{e}; give --layers, --hidden and --heads for a model this small") from None
     cfg = _moe_config(shape.moe, *moe_args)
@@ -441,7 +443,8 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
         # a mixture at a size of its own: the depth at which it counts that size, experts included
         # (as a named mixture's published total counts it, where its experts are the published ones)
         mixture = replace(shape, params=None)
-        as_published = isinstance(base, facts.MoEArchitecture) and not any(a is not None for a in moe_args)
+        as_published = (isinstance(base, facts.MoEArchitecture) and not width_given
+                        and not any(a is not None for a in moe_args))
         layers = _depth(mixture, N, base.total_params if as_published else mixture.n_params)
         if layers != shape.layers:
             shape, scaled = replace(shape, layers=layers), f"depth set to {layers} layers for {N / 1e9:,.3g}B " \

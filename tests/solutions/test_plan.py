@@ -478,3 +478,12 @@ def test_a_gpu_with_runs_of_the_other_kind_only_shows_them_and_is_not_called_unc
     assert what == "MoE models on the MI355X, its only published runs" and rows
     assert all(row.name.startswith("Mixtral 8x22B") for _, row in rows)
     assert plan.UNCHECKED_GPU not in plan.format_plan(p)
+
+
+def test_a_width_given_with_a_size_counts_the_size_itself():
+    """--model with --hidden and --heads: the user's width, and the depth at which that shape
+    counts the size (the published shape's own counting convention no longer applies)."""
+    p = plan.make_plan(model=20e9, hidden=6144, heads=48, tokens=1e12, gpu="H100", count=64)
+    own = replace(p.shape, params=None)
+    layer = replace(own, layers=own.layers + 1).n_params - own.n_params
+    assert (p.shape.hidden, p.shape.heads) == (6144, 48) and abs(own.n_params - 20e9) <= layer / 2
