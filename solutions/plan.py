@@ -923,7 +923,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG, description="Plan a training run: allocation, layout, memory, predicted step time, "
                                "throughput, MFU and days, from solutions/."))
     p.add_argument("--budget", type=float, help="compute budget in FLOPs (then the model is compute-optimal)")
-    p.add_argument("--model", type=float, help="parameters, e.g. 70e9")
+    p.add_argument("--model", type=float, help="parameters, e.g. 70e9; the shape (--arch, else the nearest "
+                                               "published one) takes this size, its depth or width and depth resized")
     p.add_argument("--tokens", type=float, help="training tokens, e.g. 1.4e12")
     p.add_argument("--gpu", default="H100", help=f"one of {', '.join(hardware.PLANNABLE)} (or an alias)")
     p.add_argument("--count", type=int, default=8, help="number of GPUs")
@@ -977,7 +978,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inference-tokens", type=float,
                    help="tokens the trained model will serve: also plan the over-trained model that is cheapest over its lifetime")
     p.add_argument("--arch", help=f"shape to assume, one of {sorted(facts.ARCHITECTURES) + sorted(facts.MOE_ARCHITECTURES)} "
-                                  "(default: the dense one nearest in size)")
+                                  "(default: the dense one nearest in size, resized to --model)")
     p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     return p
 
