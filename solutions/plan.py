@@ -428,12 +428,9 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
     else:
         shape = steptime.shape_of(base, params=N, **custom)
         if resize and _moe_config(None, *moe_args) is None:
-            try:
-                # a width the user gave stays, and the shape then counts its size itself
-                published = replace(shape, params=None).n_params if width_given else base.params
-                shape, scaled = sizing.sized(shape, N, published, keep_width=width_given)
-            except ValueError as e:
-                raise ValueError(f"{e}; give --layers, --hidden and --heads for a model this small") from None
+            # a width the user gave stays, and the shape then counts its size itself
+            published = replace(shape, params=None).n_params if width_given else base.params
+            shape, scaled = _sized(shape, N, published, keep_width=width_given)
     cfg = _moe_config(shape.moe, *moe_args)
     if cfg is not None and cfg is not shape.moe:
         shape = replace(shape, moe=cfg, mlp="swiglu", dropout=False,
@@ -445,18 +442,15 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
         mixture = replace(shape, params=None)
         as_published = (isinstance(base, facts.MoEArchitecture) and not width_given
                         and not any(a is not None for a in moe_args))
-        layers = _depth(mixture, N, base.total_params if as_published else mixture.n_params)
-        if layers != shape.layers:
-            shape, scaled = replace(shape, layers=layers), f"depth set to {layers} layers for {N / 1e9:,.3g}B " \
-                                                            "parameters with the experts"
+        shape, scaled = _sized(mixture, N, base.total_params if as_published else mixture.n_params, keep_width=True)
     notes = ([", ".join(sorted(custom)) + " given"] if custom else []) + ([scaled] if scaled else [])
     return shape, base, base.name + ("'s, with " + "; ".join(notes) if notes else "'s")
 
 
-def _depth(shape, N, published) -> int:
-    """:func:`solutions.sizing.depth_for`, its one-line error naming the planner's flags."""
+def _sized(shape, N, published, keep_width) -> tuple:
+    """:func:`solutions.sizing.sized`, its one-line error naming the planner's flags."""
     try:
-        return sizing.depth_for(shape, N, published)
+        return sizing.sized(shape, N, published, keep_width=keep_width)
     except ValueError as e:
         raise ValueError(f"{e}; give --layers, --hidden and --heads for a model this small") from None
 

@@ -77,7 +77,8 @@ def _widened(shape: steptime.Shape, factor: float) -> steptime.Shape:
 def sized(shape: steptime.Shape, params: float, published: float, keep_width: bool = False) -> tuple:
     """``(shape, note)``: ``shape`` (published with ``published`` parameters) resized to
     ``params`` as the module says; ``note`` names the change (``''`` if none). With
-    ``keep_width`` (a width the user chose) only the depth changes, however far."""
+    ``keep_width`` (a width the user chose, or a mixture of experts, whose experts' width is
+    its own) only the depth changes, however far."""
     params = float(positive("model_params", params))
     ratio = params / float(positive("published", published))
     try:
@@ -89,7 +90,8 @@ def sized(shape: steptime.Shape, params: float, published: float, keep_width: bo
     if layers and (keep_width or 1 / DEPTH_ONLY_FACTOR <= layers / shape.layers <= DEPTH_ONLY_FACTOR):
         if layers == shape.layers:
             return replace(shape, params=params), ""
-        return replace(shape, layers=layers, params=params), f"depth set to {layers} layers for {_size(params)}"
+        experts = " with the experts" if shape.moe is not None else ""
+        return replace(shape, layers=layers, params=params), f"depth set to {layers} layers for {_size(params)}{experts}"
     cube = ratio ** (1 / 3)
     wide = _widened(shape, cube)
     layers = depth_for(wide, params, wide.n_params)  # the resized shape counts itself
