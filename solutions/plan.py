@@ -420,7 +420,8 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
         custom["head_dim"] = None
     scaled = None
     resize = model_given and "layers" not in custom  # a size the shape must take (not one the user drew)
-    width_given = bool({"hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab"} & set(custom))
+    width_given = bool({"hidden", "heads", "kv_heads", "head_dim", "ffn_hidden"} & set(custom))
+    counts_itself = width_given or "vocab" in custom  # the published count is of another shape
     if isinstance(base, facts.MoEArchitecture):
         shape = steptime.shape_of(base, **custom)
         if model_given:
@@ -429,7 +430,7 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
         shape = steptime.shape_of(base, params=N, **custom)
         if resize and _moe_config(None, *moe_args) is None:
             # a width the user gave stays, and the shape then counts its size itself
-            published = replace(shape, params=None).n_params if width_given else base.params
+            published = replace(shape, params=None).n_params if counts_itself else base.params
             shape, scaled = _sized(shape, N, published, keep_width=width_given)
     cfg = _moe_config(shape.moe, *moe_args)
     if cfg is not None and cfg is not shape.moe:
@@ -440,9 +441,14 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
         # a mixture at a size of its own: the depth at which it counts that size, experts included
         # (as a named mixture's published total counts it, where its experts are the published ones)
         mixture = replace(shape, params=None)
-        as_published = (isinstance(base, facts.MoEArchitecture) and not width_given
+        as_published = (isinstance(base, facts.MoEArchitecture) and not counts_itself
                         and not any(a is not None for a in moe_args))
         shape, scaled = _sized(mixture, N, base.total_params if as_published else mixture.n_params, keep_width=True)
+    if scaled:
+        embeddings = sizing.embedding_share(shape)
+        if embeddings > 2 / 3:
+            scaled += (f" (its {shape.vocab:,}-token embeddings are {embeddings:.0%} of them: a smaller --vocab "
+                       "suits a model this small)")
     notes = ([", ".join(sorted(custom)) + " given"] if custom else []) + ([scaled] if scaled else [])
     return shape, base, base.name + ("'s, with " + "; ".join(notes) if notes else "'s")
 
@@ -452,7 +458,8 @@ def _sized(shape, N, published, keep_width) -> tuple:
     try:
         return sizing.sized(shape, N, published, keep_width=keep_width)
     except ValueError as e:
-        raise ValueError(f"{e}; give --layers, --hidden and --heads for a model this small") from None
+        raise ValueError(f"{e}; give a smaller --vocab, or --layers, --hidden and --heads, for a model this "
+                         "small") from None
 
 
 def _recompute_words(recompute: str) -> str:
@@ -476,7 +483,7 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
               arch=None, inference_tokens=None, cp=None, dp=None, seq_len=None, global_batch=None,
               micro_batch=None, layers=None, hidden=None, heads=None, kv_heads=None, head_dim=None,
               ffn_hidden=None, vocab=None, recompute=None, attention="flash", virtual_stages=None,
-              schedule=None, network=None, precision="bf16", overlap=None, experts=None, top_k=None,
+              schedule=None, network=None, precision=None, overlap=None, experts=None, top_k=None,
               expert_ffn=None, shared_experts=None, dense_layers=None, moe_layer_freq=None, imbalance=None,
               ep=None, etp=None, ep_dispatch="deepep", nvlink=None, offload_layers=0, expert_kernels="grouped",
               attention_precision="bf16") -> Plan:
@@ -517,6 +524,8 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     one_of("constants", constants, scaling.CONSTANT_SETS)
     g = find_gpu(gpu)
     count = int(positive_integer("count", count))
+    if precision is None:  # the chip's 16-bit format: BF16, or FP16 where it has none (T4)
+        precision = "bf16" if g.supports("bf16") else "fp16"
     precision = str(precision).lower()  # "NVFP4", as vendors write it, is nvfp4
     one_of("precision", precision, hardware.PRECISIONS)
     g.peak(precision)  # one line if the GPU lacks it
@@ -756,7 +765,7 @@ def format_plan(plan: Plan) -> str:
                + f", {lay.expert_kernels} expert kernels")
     ep = f" (EP{lay.ep} x ETP{lay.etp} folded into TP x CP x DP, {lay.ep_dispatch} dispatch)" if lay.ep > 1 else ""
     lines += ["== layout",
-              f"3. shape                    {plan.shape_name}: {sh.layers} layers, d_model {sh.hidden:,}, {attn}, "
+              f"3. shape                    {plan.shape_name}: {sh.layers} layer{'s' if sh.layers != 1 else ''}, d_model {sh.hidden:,}, {attn}, "
               f"{sh.mlp} MLP, sequences of {sh.seq_len:,}{moe}",
               f"4. layout                   TP{lay.tp} x CP{lay.cp} x PP{lay.pp} x DP{lay.dp} = {plan.count:,} "
               f"{g.name}{ep}, ZeRO stage {lay.zero}, micro-batch {lay.micro_batch}, "
@@ -787,13 +796,15 @@ def format_plan(plan: Plan) -> str:
                      f"on {st.links[a]})" for a in _AXES if st.bytes.get(a, 0) > 0) or "none"
     net_gbs = plan.cluster.network / 1e9
     ov = ", ".join(sorted(plan.overlap)) or "nothing"
+    peak16 = "BF16" if g.supports("bf16") else "FP16"  # what MFU is quoted against (hardware.GPUSpec.bf16_peak)
     lines += ["== step (predicted)",
               f"8. batch                    {plan.global_batch:,} sequences = "
               f"{plan.global_batch * sh.seq_len / 1e6:.1f}M tokens per step; {st.microbatches} micro-batch(es) "
               f"per replica; {plan.steps:,} steps",
               f"9. compute                  {_time(b['compute'])}: {steptime.hardware_flops_per_token(sh, lay.recompute):.3g} "
-              f"hardware FLOPs/token against {steptime.model_flops_per_token(sh):.3g} model, at {st.efficiency:.0%} "
-              f"of the {g.bf16_peak / 1e12:,.0f} TFLOP/s BF16 peak (linear layers in {plan.precision.upper()}: "
+              f"hardware FLOPs/token against {steptime.model_flops_per_token(sh):.3g} model; matrix products at "
+              f"the measured ceiling are {st.efficiency:.0%} of it, the rest memory traffic, attention and "
+              f"fixed costs (linear layers in {plan.precision.upper()}: "
               f"{g.peak(plan.precision) / 1e12:,.0f} TFLOP/s peak, {g.ceiling(plan.precision) / 1e12:,.0f} measured ceiling)",
               f"10. communication           {comm}; overlapped: {ov} (--overlap); NVLink at "
               f"{steptime.network.NVLINK_EFFICIENCY:.0%} of {plan.cluster.nvlink / 1e9:,.0f} GB/s, network at "
@@ -802,7 +813,7 @@ def format_plan(plan: Plan) -> str:
               f"11. pipeline bubble         {_time(b['bubble'])} ({plan.bubble:.1%} of the step)",
               f"12. step                    {_time(st.step_s)}: {st.tokens_per_s:,.0f} tokens/s, "
               f"{st.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, {st.flops_per_s_per_gpu / 1e12:,.0f} TFLOP/s/GPU (model); "
-              f"MFU {st.mfu:.1%} of the BF16 peak (as torchtitan and NVIDIA report)"
+              f"MFU {st.mfu:.1%} of the {peak16} peak" + (" (as torchtitan and NVIDIA report)" if peak16 == "BF16" else "")
               + (f", {st.mfu_precision:.1%} of the {plan.precision.upper()} peak" if plan.precision not in ("bf16", "fp16") else "")
               + f"; hardware FLOPs utilisation {st.hfu:.1%}",
               "== time",
@@ -922,7 +933,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokens", type=float, help="training tokens, e.g. 1.4e12")
     p.add_argument("--gpu", default="H100", help=f"one of {', '.join(hardware.PLANNABLE)} (or an alias)")
     p.add_argument("--count", type=int, default=8, help="number of GPUs")
-    p.add_argument("--precision", default="bf16", help=f"training precision, one of {list(hardware.PRECISIONS)}")
+    p.add_argument("--precision", default=None, help=f"training precision, one of {list(hardware.PRECISIONS)} "
+                                                     "(default: bf16, fp16 on a GPU without it)")
     p.add_argument("--overlap", default="default",
                    help="what hides behind compute: 'default' (tp, cp, pp, dp, as Megatron-Core's recommended "
                         "settings), 'none', 'all', or axes such as 'tp,dp,ep'")

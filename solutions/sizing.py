@@ -7,9 +7,14 @@ as little as it can until its parameters are the size asked for:
 
 - within a factor of two in depth, only the depth changes (:func:`depth_for`): the width,
   heads, MLP and vocabulary stay those of a model that was trained;
-- further away, width and depth both scale by the cube root of the size ratio, so the
-  published depth-to-width ratio is kept (the MLP's width and the heads follow the width; the
-  grouped-query ratio and the head size stay), and the depth is then set to make the size.
+- further away, width and depth change together and keep the published width-to-depth
+  ratio (:func:`aspect_sized`): the width moves a head at a time, eight at a time beyond
+  sixteen (the MLP's width follows it; the head size stays, and the grouped-query ratio as far
+  as whole heads allow), the depth is set to make the size at each width, and the width
+  whose ratio comes nearest the published one wins.
+  Matching the whole count, embeddings included, matters at the small end: Llama 3 8B's
+  128,000-token vocabulary is half of a 1B model, so a width scaled by the cube root of the size
+  ratio alone would leave a few very wide layers.
 
 Kaplan et al. 2020 (sec. 3.1, Fig. 5) found the loss at a fixed parameter count nearly
 independent of depth against width over a wide range, so either change keeps the model's
@@ -18,12 +23,13 @@ loss; what they change is how the step is spent, which is what the planner needs
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from . import steptime
 from ._validate import positive
 
-__all__ = ["depth_for", "sized", "DEPTH_ONLY_FACTOR"]
+__all__ = ["aspect_sized", "depth_for", "embedding_share", "sized", "DEPTH_ONLY_FACTOR"]
 
 #: How far the depth alone may move (either way) before the width moves too.
 DEPTH_ONLY_FACTOR = 2.0
@@ -32,6 +38,13 @@ DEPTH_ONLY_FACTOR = 2.0
 def _count(shape: steptime.Shape, layers: int) -> float:
     """Parameters ``shape`` counts for itself with ``layers`` layers."""
     return replace(shape, layers=layers, params=None).n_params
+
+
+def embedding_share(shape: steptime.Shape) -> float:
+    """The share of ``shape``'s own count that does not grow with depth: its embeddings (and
+    final norm), what one layer less than one layer would leave."""
+    one, two = _count(shape, 1), _count(shape, 2)
+    return (2 * one - two) / _count(shape, shape.layers)
 
 
 def depth_for(shape: steptime.Shape, params: float, published: float) -> int:
@@ -58,20 +71,64 @@ def depth_for(shape: steptime.Shape, params: float, published: float) -> int:
     return min((low, high), key=lambda n: (abs(_count(shape, n) - target), n))
 
 
-def _widened(shape: steptime.Shape, factor: float) -> steptime.Shape:
-    """``shape`` with its width times ``factor``, rounded to whole grouped-query groups of
-    heads (at least one); the head size, the ratio of query to key/value heads and the MLP's
-    width relative to the model's kept."""
-    group = shape.heads // shape.kv  # query heads per key/value head
+def _with_heads(shape: steptime.Shape, heads: int) -> steptime.Shape:
+    """``shape`` with ``heads`` query heads: the head size and the MLP's width relative to the
+    model's kept, and the most key/value heads that divide the query heads and leave each at
+    least the published number of query heads (at least one)."""
+    group = shape.heads // shape.kv  # query heads per key/value head, as published
     head = shape.head_size
-    groups = max(1, round(shape.kv * factor))
-    heads = groups * group
+    kv = max(d for d in range(1, max(1, heads // group) + 1) if heads % d == 0)
+    factor = heads / shape.heads
     hidden = heads * head if shape.head_dim is None else max(head, round(shape.hidden * factor / head) * head)
     ffn = None
     if shape.ffn_hidden is not None:
         ffn = max(128, round(shape.ffn_hidden * hidden / shape.hidden / 128) * 128)
-    return replace(shape, hidden=hidden, heads=heads, kv_heads=None if shape.kv_heads is None else groups,
+    return replace(shape, hidden=hidden, heads=heads, kv_heads=None if shape.kv_heads is None else kv,
                    ffn_hidden=ffn, params=None)
+
+
+def _heads(i: int) -> int:
+    """The ``i``-th width, in query heads: 1 to 16 heads, then multiples of 8, so that a wide
+    model's heads divide among 2, 4 or 8 tensor-parallel GPUs, as the published designs' do."""
+    return i if i <= 16 else 8 * (i - 14)
+
+
+def aspect_sized(shape: steptime.Shape, params: float) -> steptime.Shape:
+    """``shape`` at ``params`` parameters (counted by the new shape itself) with its width and
+    depth both changed: at each width (:func:`_heads`), the depth that makes the size
+    (:func:`depth_for`); of those, the one whose width per layer is nearest ``shape``'s (the
+    width per layer rises with the width, so a bisection finds it). A size below one layer of
+    the narrowest width is :func:`depth_for`'s one-line ``ValueError``."""
+    params = float(positive("model_params", params))
+    aspect = shape.hidden / shape.layers
+
+    def at(i):
+        wide = _with_heads(shape, _heads(i))
+        layers = depth_for(wide, params, wide.n_params)  # the resized shape counts itself
+        return replace(wide, layers=layers, params=params)
+
+    def below(i):  # width per layer under the published one (False where no layer fits)
+        try:
+            s = at(i)
+        except ValueError:
+            return False
+        return s.hidden / s.layers < aspect
+
+    narrow = at(1)  # raises below one layer
+    if not below(1):
+        return narrow
+    low, high = 1, 2
+    while below(high):
+        low, high = high, 2 * high
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if below(mid) else (low, mid)
+    options = [at(low)]
+    try:
+        options.append(at(high))
+    except ValueError:
+        pass
+    return min(options, key=lambda s: abs(math.log(s.hidden / s.layers / aspect)))
 
 
 def sized(shape: steptime.Shape, params: float, published: float, keep_width: bool = False) -> tuple:
@@ -80,7 +137,7 @@ def sized(shape: steptime.Shape, params: float, published: float, keep_width: bo
     ``keep_width`` (a width the user chose, or a mixture of experts, whose experts' width is
     its own) only the depth changes, however far."""
     params = float(positive("model_params", params))
-    ratio = params / float(positive("published", published))
+    positive("published", published)
     try:
         layers = depth_for(shape, params, published)
     except ValueError:
@@ -92,11 +149,7 @@ def sized(shape: steptime.Shape, params: float, published: float, keep_width: bo
             return replace(shape, params=params), ""
         experts = " with the experts" if shape.moe is not None else ""
         return replace(shape, layers=layers, params=params), f"depth set to {layers} layers for {_size(params)}{experts}"
-    cube = ratio ** (1 / 3)
-    wide = _widened(shape, cube)
-    layers = depth_for(wide, params, wide.n_params)  # the resized shape counts itself
-    out = replace(wide, layers=layers, params=params)
-    return out, f"width and depth scaled to {_size(params)}"
+    return aspect_sized(shape, params), f"width and depth scaled to {_size(params)}"
 
 
 def _size(params: float) -> str:

@@ -435,9 +435,10 @@ def test_a_model_planned_by_size_gets_the_compute_of_its_size():
 def test_a_width_the_user_gave_is_kept_and_a_model_too_small_is_one_line():
     p = plan.make_plan(model=20e9, hidden=2048, heads=16, tokens=1e12, gpu="H100", count=8)
     assert (p.shape.hidden, p.shape.heads) == (2048, 16) and p.shape.n_params == 20e9
-    r = run_cli("--model", "1e8", "--tokens", "1e12", "--gpu", "H100", "--count", "8")
+    # one head of 128 with a 128,000-token vocabulary is 33M parameters: 20M cannot be drawn
+    r = run_cli("--model", "2e7", "--tokens", "1e12", "--gpu", "H100", "--count", "8")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
-    assert "below one layer of width" in r.stderr and "give --layers, --hidden and --heads" in r.stderr
+    assert "below one layer of width 128" in r.stderr and "give a smaller --vocab, or --layers" in r.stderr
 
 
 def test_a_mixture_given_by_size_and_experts_gets_the_depth_of_its_size():
@@ -487,3 +488,35 @@ def test_a_width_given_with_a_size_counts_the_size_itself():
     own = replace(p.shape, params=None)
     layer = replace(own, layers=own.layers + 1).n_params - own.n_params
     assert (p.shape.hidden, p.shape.heads) == (6144, 48) and abs(own.n_params - 20e9) <= layer / 2
+
+
+def test_a_gpu_without_bf16_plans_in_fp16_and_quotes_mfu_against_its_fp16_peak():
+    """A T4 (Colab's GPU) has FP16 tensor cores and no BF16: with no --precision the plan is
+    FP16, and its MFU is the model FLOP/s over the FP16 peak (65 TFLOP/s), labelled so."""
+    p = plan.make_plan(model=125e6, vocab=50257, tokens=2.5e9, gpu="T4", count=1)
+    assert p.precision == "fp16"
+    t4 = plan.find_gpu("T4")
+    assert p.step.mfu == pytest.approx(p.step.flops_per_s_per_gpu / t4.peak("fp16"), rel=1e-9)
+    text = plan.format_plan(p)
+    assert "of the FP16 peak" in text and "of the BF16 peak" not in text
+    r = run_cli("--model", "125e6", "--vocab", "50257", "--tokens", "2.5e9", "--gpu", "T4", "--count", "1",
+                "--precision", "bf16")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not available on the T4" in r.stderr
+
+
+def test_line_9_says_what_share_of_the_compute_the_matrix_products_take():
+    """Line 9's percentage is the matrix products' time at the measured ceiling over the compute
+    time; times the ceiling over the peak it is about the MFU when little else is exposed."""
+    p = plan.make_plan(model=70e9, tokens=1.4e12, gpu="H100", count=1024)
+    line = next(x for x in plan.format_plan(p).splitlines() if x.startswith("9. compute"))
+    assert f"matrix products at the measured ceiling are {p.step.efficiency:.0%} of it" in line
+    g = plan.find_gpu("H100")
+    compute_share = p.step.breakdown_s["compute"] / p.step.step_s
+    assert p.step.efficiency * g.ceiling("bf16") / g.peak("bf16") * compute_share == pytest.approx(p.step.mfu, rel=0.1)
+
+
+def test_a_small_model_whose_embeddings_dominate_says_so():
+    p = plan.make_plan(model=3.5e8, tokens=1e10, gpu="H100", count=8)
+    assert "128,000-token embeddings are" in p.shape_name and "a smaller --vocab" in p.shape_name
+    q = plan.make_plan(model=3.5e8, vocab=32000, tokens=1e10, gpu="H100", count=8)
+    assert "embeddings are" not in q.shape_name

@@ -1,6 +1,8 @@
 """solutions.sizing: a shape of a given size from the nearest published one, against hand counts."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from solutions import facts, sizing, steptime
@@ -35,19 +37,57 @@ def test_within_a_factor_of_two_in_depth_only_the_depth_changes():
     assert same.layers == base.layers and note == ""
 
 
-def test_further_away_width_and_depth_scale_and_the_grouped_query_ratio_holds():
-    """Llama 3 8B to 1B: the width by (1/8)^(1/3) = 0.5 to 2,048 (16 heads of 128, 4 K/V heads:
-    four queries per key/value head, as published), the MLP by the same factor, then the depth
-    that makes 1B counted by the new shape itself (within half a layer)."""
+def _llama_count(h, layers, kv, f, V):
+    """A Llama-style decoder by hand: untied input and output embeddings (2 V h), the final
+    norm; per layer the query and output projections (2 h^2), keys and values (2 h x 128 kv),
+    the SwiGLU MLP (3 h f) and two norms."""
+    return 2 * V * h + h + layers * (2 * h * h + 2 * h * 128 * kv + 3 * h * f + 2 * h)
+
+
+def test_further_away_width_and_depth_keep_the_published_width_per_layer():
+    """Llama 3 8B (4,096 wide, 32 layers: 128 per layer) to 125M with a 50,257-token
+    vocabulary: at 6 heads of 128 (width 768, one K/V head, MLP 14,336 x 768 / 4,096 = 2,688)
+    the embeddings are 2 x 50,257 x 768 = 77.2M and a layer 7.57M, so 6 layers make 125M:
+    768 / 6 = 128 per layer, the published ratio exactly."""
+    base = facts.ARCHITECTURES["Llama 3 8B"]
+    shape = steptime.Shape(**{**vars(steptime.shape_of(base)), "vocab": 50257})
+    out, note = sizing.sized(shape, 125e6, steptime.Shape(**{**vars(shape), "params": None}).n_params)
+    assert (out.hidden, out.layers, out.heads, out.kv_heads, out.ffn_hidden) == (768, 6, 6, 1, 2688)
+    assert _counted(out) == pytest.approx(_llama_count(768, 6, 1, 2688, 50257), rel=1e-6)
+    assert abs(_counted(out) - 125e6) <= _llama_count(768, 1, 1, 2688, 0) / 2  # within half a layer
+    assert out.n_params == 125e6 and note == "width and depth scaled to 0.125B parameters"
+
+
+def test_at_1b_the_nearest_width_per_layer_wins_and_the_query_heads_per_kv_head_hold_or_grow():
+    """Llama 3 8B to 1B (its 128,000-token vocabulary): 14 heads (width 1,792, MLP 6,272)
+    need 13 layers (embeddings 458.8M, 41.0M a layer): 138 per layer; 13 heads (1,664, MLP
+    5,888) need 16 layers: 104 per layer. 138 is nearer 128 (on a log scale), so 14 heads, with
+    2 K/V heads (7 queries each: 14 has no divisor giving 4)."""
     base = facts.ARCHITECTURES["Llama 3 8B"]
     shape = steptime.shape_of(base)
-    out, note = sizing.sized(shape, 1e9, base.params)
-    assert (out.hidden, out.heads, out.kv_heads, out.head_size) == (2048, 16, 4, 128)
-    assert out.ffn_hidden == round(shape.ffn_hidden * 2048 / 4096 / 128) * 128
-    one_layer = _counted(steptime.Shape(**{**vars(out), "layers": 2})) - _counted(
-        steptime.Shape(**{**vars(out), "layers": 1}))
-    assert abs(_counted(out) - 1e9) <= one_layer / 2
-    assert out.n_params == 1e9 and note == "width and depth scaled to 1B parameters"
+    out, _ = sizing.sized(shape, 1e9, base.params)
+    assert (out.hidden, out.layers, out.heads, out.kv_heads, out.ffn_hidden) == (1792, 13, 14, 2, 6272)
+    assert _counted(out) == pytest.approx(_llama_count(1792, 13, 2, 6272, 128000), rel=1e-6)
+    per_layer_13 = 1664 / round((1e9 - _llama_count(1664, 0, 1, 5888, 128000)) / _llama_count(1664, 1, 1, 5888, 0))
+    assert abs(math.log(1792 / 13 / 128)) < abs(math.log(per_layer_13 / 128))
+
+
+def test_small_models_are_no_longer_a_few_very_wide_layers():
+    """The cube-root rule alone made 0.5B from Llama 3 8B three layers of 1,536 (512 per layer):
+    now every size from 0.3B to 6B keeps its width per layer within a factor of two of 128."""
+    base = facts.ARCHITECTURES["Llama 3 8B"]
+    shape = steptime.shape_of(base)
+    for size in (0.3e9, 0.5e9, 0.76e9, 1e9, 1.5e9, 2.7e9, 3e9, 6e9):
+        out, _ = sizing.sized(shape, size, base.params)
+        assert 64 <= out.hidden / out.layers <= 256, (size, out.hidden, out.layers)
+
+
+def test_wide_models_keep_heads_that_tensor_parallelism_divides():
+    """Chinchilla (64 heads) to 30B: beyond 16 heads the width moves 8 heads at a time, so TP8
+    divides the heads (the cube-root rule had given 49)."""
+    base = facts.ARCHITECTURES["Chinchilla"]
+    out, _ = sizing.sized(steptime.shape_of(base), 30e9, base.params)
+    assert out.heads % 8 == 0 and out.n_params == 30e9
 
 
 def test_a_width_kept_moves_only_the_depth_however_far():
@@ -59,5 +99,6 @@ def test_a_width_kept_moves_only_the_depth_however_far():
 
 def test_below_one_layer_is_one_line():
     shape = steptime.shape_of(facts.ARCHITECTURES["Llama 3 8B"])
-    with pytest.raises(ValueError, match=r"^model 1e\+08 is below one layer of width [\d,]+ \(.*vocabulary of"):
-        sizing.sized(shape, 1e8, 8e9)
+    # one head of 128 and its 128,000-token embeddings are 33M parameters
+    with pytest.raises(ValueError, match=r"^model 2e\+07 is below one layer of width 128 \(3\.3e\+07 .*vocabulary of 128,000\)$"):
+        sizing.sized(shape, 2e7, 8e9)
