@@ -817,7 +817,7 @@ def format_plan(plan: Plan) -> str:
               + (f", {st.mfu_precision:.1%} of the {plan.precision.upper()} peak" if plan.precision not in ("bf16", "fp16") else "")
               + f"; hardware FLOPs utilisation {st.hfu:.1%}",
               "== time",
-              f"13. days to train           {plan.days:,.1f} days on {plan.count:,} GPUs at {plan.mfu:.1%} MFU "
+              f"13. days to train           {plan.days:,.1f} days on {plan.count:,} GPU{'s' if plan.count != 1 else ''} at {plan.mfu:.1%} MFU "
               + ("(given with --mfu) " if plan.mfu_given else "(predicted) ")
               + f"({plan.days * plan.count / 365.25:,.1f} GPU-years)"]
     if plan.alternatives or plan.losers or plan.rule:

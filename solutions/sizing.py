@@ -41,9 +41,11 @@ def _count(shape: steptime.Shape, layers: int) -> float:
 
 
 def embedding_share(shape: steptime.Shape) -> float:
-    """The share of ``shape``'s own count that does not grow with depth: its embeddings (and
-    final norm), what one layer less than one layer would leave."""
-    one, two = _count(shape, 1), _count(shape, 2)
+    """The share of ``shape``'s own count that does not grow with its depth: its embeddings and
+    final norm (and a mixture's dense layers), the count of the shallowest shape less one more
+    layer's worth."""
+    low = 1 + (shape.moe.dense_layers if shape.moe is not None else 0)
+    one, two = _count(shape, low), _count(shape, low + 1)
     return (2 * one - two) / _count(shape, shape.layers)
 
 
@@ -155,4 +157,6 @@ def sized(shape: steptime.Shape, params: float, published: float, keep_width: bo
 def _size(params: float) -> str:
     if params >= 1e12:
         return f"{params / 1e12:,.3g}T parameters"
+    if params < 1e9:
+        return f"{params / 1e6:,.3g}M parameters"
     return f"{params / 1e9:,.3g}B parameters"

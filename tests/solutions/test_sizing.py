@@ -55,7 +55,7 @@ def test_further_away_width_and_depth_keep_the_published_width_per_layer():
     assert (out.hidden, out.layers, out.heads, out.kv_heads, out.ffn_hidden) == (768, 6, 6, 1, 2688)
     assert _counted(out) == pytest.approx(_llama_count(768, 6, 1, 2688, 50257), rel=1e-6)
     assert abs(_counted(out) - 125e6) <= _llama_count(768, 1, 1, 2688, 0) / 2  # within half a layer
-    assert out.n_params == 125e6 and note == "width and depth scaled to 0.125B parameters"
+    assert out.n_params == 125e6 and note == "width and depth scaled to 125M parameters"
 
 
 def test_at_1b_the_nearest_width_per_layer_wins_and_the_query_heads_per_kv_head_hold_or_grow():
@@ -102,3 +102,11 @@ def test_below_one_layer_is_one_line():
     # one head of 128 and its 128,000-token embeddings are 33M parameters
     with pytest.raises(ValueError, match=r"^model 2e\+07 is below one layer of width 128 \(3\.3e\+07 .*vocabulary of 128,000\)$"):
         sizing.sized(shape, 2e7, 8e9)
+
+
+def test_embedding_share_is_the_embeddings_and_final_norm_over_the_count():
+    """Llama 3 8B: (2 x 128,000 x 4,096 + 4,096) over its own count, about 13%."""
+    shape = steptime.shape_of(facts.ARCHITECTURES["Llama 3 8B"])
+    expected = (2 * 128000 * 4096 + 4096) / _counted(shape)
+    assert sizing.embedding_share(shape) == pytest.approx(expected, rel=1e-9)
+    assert 0.12 < expected < 0.14
