@@ -245,8 +245,12 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
                 per_stage = math.ceil(shape.layers / p)
                 if offload_layers >= per_stage:  # offloading keeps at least one layer per stage on the GPU
                     continue
+                if p == 1 and (schedule is not None or (virtual_stages or 1) > 1):
+                    continue  # a schedule or model chunks asked for: layouts with a pipeline only
+                if virtual_stages and per_stage % virtual_stages:
+                    continue  # every chunk holds the same number of layers
                 if p == 1:
-                    scheds = [(schedule or "1f1b", 1)]
+                    scheds = [("1f1b", 1)]
                 elif schedule and schedule != "interleaved":
                     scheds = [(schedule, 1)]
                 else:
@@ -281,6 +285,18 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
     fitting.sort(key=lambda x: x[0].step_s)
     others.sort(key=lambda x: x[0].memory_bytes)
     return fitting, others
+
+
+def _check_pipeline(shape, pp, virtual_stages, schedule) -> None:
+    """One-line ``ValueError`` where a pipeline setting cannot apply: a schedule or model chunks
+    without pipeline stages, or chunks that do not divide a stage's layers (Megatron-LM's
+    interleaved schedule gives every chunk the same number of layers)."""
+    if pp == 1 and (schedule is not None or (virtual_stages or 1) > 1):
+        what = f"--schedule {schedule}" if schedule is not None else f"--virtual-stages {virtual_stages}"
+        raise ValueError(f"{what} needs pipeline stages: give --pp above 1, or leave it out (got pp=1)")
+    if pp is not None and virtual_stages and math.ceil(shape.layers / pp) % virtual_stages:
+        raise ValueError(f"virtual_stages must divide the {math.ceil(shape.layers / pp)} layers of each of the "
+                         f"{pp} pipeline stages, got virtual_stages={virtual_stages}")
 
 
 def _describe(lay: steptime.Layout) -> str:
@@ -614,6 +630,7 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
                          f"count={count}")
     if ep and tp and dp and (cp or shape.seq_len < CP_FROM_SEQ_LEN):
         moe_step.check_expert_layout(shape.moe, ep, etp, tp, cp or 1, dp)
+    _check_pipeline(shape, pp, virtual_stages, schedule)
     gb = global_batch if global_batch is not None else max(1, batch_tokens // shape.seq_len)
     cluster = cluster_for(g, network, nvlink)
     given = tuple(k for k, v in dict(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, zero=zero, micro_batch=micro_batch,
@@ -770,7 +787,8 @@ def format_plan(plan: Plan) -> str:
               f"4. layout                   TP{lay.tp} x CP{lay.cp} x PP{lay.pp} x DP{lay.dp} = {plan.count:,} "
               f"{g.name}{ep}, ZeRO stage {lay.zero}, micro-batch {lay.micro_batch}, "
               f"{_recompute_words(lay.recompute)} recomputation, "
-              f"{lay.schedule}" + (f" (v={lay.virtual_stages})" if lay.virtual_stages > 1 else "")
+              + (f"{lay.schedule}" + (f" (v={lay.virtual_stages})" if lay.virtual_stages > 1 else "")
+                 if lay.pp > 1 else "no pipeline")
               + f", {lay.attention} attention" + (" in FP8" if lay.attention_precision == "fp8" else "")
               + f", {plan.precision.upper()}"]
     lines += [f"     why: {r}" for r in plan.reasons]

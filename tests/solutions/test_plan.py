@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -520,3 +521,27 @@ def test_a_small_model_whose_embeddings_dominate_says_so():
     assert "128,000-token embeddings are" in p.shape_name and "a smaller --vocab" in p.shape_name
     q = plan.make_plan(model=3.5e8, vocab=32000, tokens=1e10, gpu="H100", count=8)
     assert "embeddings are" not in q.shape_name
+
+
+@pytest.mark.parametrize("flags, message", [
+    (("--pp", "1", "--virtual-stages", "2"), "--virtual-stages 2 needs pipeline stages"),
+    (("--pp", "1", "--schedule", "interleaved"), "--schedule interleaved needs pipeline stages"),
+    (("--pp", "4", "--virtual-stages", "3"), "virtual_stages must divide the 7 layers of each of the 4 pipeline stages"),
+])
+def test_pipeline_settings_without_a_pipeline_to_apply_to_are_one_line(flags, message):
+    """Before, --pp 1 --virtual-stages 2 planned one chunk and reported 'virtual_stages=1 set by
+    hand', and --pp 4 --virtual-stages 3 split 7 layers into 3 chunks. (7B from Llama 3 8B's
+    design is 27 layers: 7 on each of 4 stages.)"""
+    r = run_cli("--model", "7e9", "--tokens", "1e12", "--gpu", "H100", "--count", "8", *flags)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+
+
+def test_a_schedule_or_chunks_asked_for_searches_pipelines_only_and_pp1_prints_no_schedule():
+    zb = plan.make_plan(model=7e9, tokens=1e12, gpu="H100", count=8, schedule="zb-h2")
+    assert zb.layout.pp > 1 and zb.layout.schedule == "zb-h2"
+    v2 = plan.make_plan(model=7e9, tokens=1e12, gpu="H100", count=8, virtual_stages=2)
+    assert v2.layout.pp > 1 and v2.layout.virtual_stages == 2
+    assert math.ceil(v2.shape.layers / v2.layout.pp) % 2 == 0
+    flat = plan.make_plan(model=7e9, tokens=1e12, gpu="H100", count=8, pp=1)
+    line4 = next(x for x in plan.format_plan(flat).splitlines() if x.startswith("4. layout"))
+    assert "no pipeline" in line4 and "1f1b" not in line4
