@@ -287,6 +287,11 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
     return fitting, others
 
 
+def _tokens(n: float) -> str:
+    """A token count in words: ``'16.8M'``, ``'8,192'``."""
+    return f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n:,.0f}"
+
+
 def _check_pipeline(shape, pp, virtual_stages, schedule) -> None:
     """One-line ``ValueError`` where a pipeline setting cannot apply: a schedule or model chunks
     without pipeline stages, or chunks that do not divide a stage's layers (Megatron-LM's
@@ -501,7 +506,7 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
               ffn_hidden=None, vocab=None, recompute=None, attention="flash", virtual_stages=None,
               schedule=None, network=None, precision=None, overlap=None, experts=None, top_k=None,
               expert_ffn=None, shared_experts=None, dense_layers=None, moe_layer_freq=None, imbalance=None,
-              ep=None, etp=None, ep_dispatch="deepep", nvlink=None, offload_layers=0, expert_kernels="grouped",
+              ep=None, etp=None, ep_dispatch=None, nvlink=None, offload_layers=0, expert_kernels="grouped",
               attention_precision="bf16") -> Plan:
     """Build a :class:`Plan`. Give ``budget`` (FLOPs; the model is then the compute-optimal
     one under ``constants``) or ``tokens`` and a model: ``model`` (parameters), or a shape
@@ -560,7 +565,8 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     if zero is not None:
         one_of("zero", zero, memory.ZERO_STAGES)
     one_of("attention", attention, steptime.ATTENTION)
-    ep_dispatch = str(ep_dispatch).lower()  # "HybridEP" or "DeepEP", as their authors write them
+    dispatch_given = ep_dispatch is not None
+    ep_dispatch = str(ep_dispatch or "deepep").lower()  # "HybridEP" or "DeepEP", as their authors write them
     one_of("ep_dispatch", ep_dispatch, moe_step.DISPATCHERS)
     one_of("expert_kernels", expert_kernels, moe_step.EXPERT_KERNELS)
     steptime.check_attention_precision(g, attention_precision)
@@ -612,6 +618,9 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     etp = etp or 1
     if ep is not None and not shape.is_moe and ep > 1:
         raise ValueError(f"ep > 1 needs experts (--experts, or --arch naming a mixture of experts), got ep={ep}")
+    for flag, value in (("etp", etp if etp and etp > 1 else None), ("ep_dispatch", ep_dispatch if dispatch_given else None)):
+        if value is not None and not shape.is_moe:
+            raise ValueError(f"{flag} {value!r} needs experts (--experts, or --arch naming a mixture of experts)")
     if expert_kernels != "grouped" and not shape.is_moe:
         raise ValueError(f"expert_kernels {expert_kernels!r} needs experts (--experts, or --arch naming a mixture of "
                          "experts)")
@@ -816,8 +825,8 @@ def format_plan(plan: Plan) -> str:
     ov = ", ".join(sorted(plan.overlap)) or "nothing"
     peak16 = "BF16" if g.supports("bf16") else "FP16"  # what MFU is quoted against (hardware.GPUSpec.bf16_peak)
     lines += ["== step (predicted)",
-              f"8. batch                    {plan.global_batch:,} sequences = "
-              f"{plan.global_batch * sh.seq_len / 1e6:.1f}M tokens per step; {st.microbatches} micro-batch(es) "
+              f"8. batch                    {plan.global_batch:,} sequence{'s' if plan.global_batch != 1 else ''} = "
+              f"{_tokens(plan.global_batch * sh.seq_len)} tokens per step; {st.microbatches} micro-batch(es) "
               f"per replica; {plan.steps:,} steps",
               f"9. compute                  {_time(b['compute'])}: {steptime.hardware_flops_per_token(sh, lay.recompute):.3g} "
               f"hardware FLOPs/token against {steptime.model_flops_per_token(sh):.3g} model; matrix products at "
@@ -981,7 +990,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dense-layers", type=int, help="leading layers with a plain MLP")
     p.add_argument("--moe-layer-freq", type=int, help="one MoE layer every this many layers (after the dense ones)")
     p.add_argument("--imbalance", type=float, help="busiest GPU's expert load over the mean (default 1)")
-    p.add_argument("--ep-dispatch", default="deepep", help=f"token dispatch, one of {list(moe_step.DISPATCHERS)}")
+    p.add_argument("--ep-dispatch", default=None, help=f"token dispatch, one of {list(moe_step.DISPATCHERS)} "
+                                                       "(default deepep)")
     p.add_argument("--expert-kernels", default="grouped",
                    help=f"how the experts run, one of {list(moe_step.EXPERT_KERNELS)}: 'fused' is one fused grouped MLP "
                         "in a full-iteration CUDA graph (Megatron-Bridge's 2026 MXFP8 recipes)")

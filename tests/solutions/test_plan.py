@@ -545,3 +545,20 @@ def test_a_schedule_or_chunks_asked_for_searches_pipelines_only_and_pp1_prints_n
     flat = plan.make_plan(model=7e9, tokens=1e12, gpu="H100", count=8, pp=1)
     line4 = next(x for x in plan.format_plan(flat).splitlines() if x.startswith("4. layout"))
     assert "no pipeline" in line4 and "1f1b" not in line4
+
+
+@pytest.mark.parametrize("flags, message", [
+    (("--etp", "2"), "etp 2 needs experts"),
+    (("--ep-dispatch", "hybridep"), "ep_dispatch 'hybridep' needs experts"),
+])
+def test_expert_flags_on_a_dense_model_are_one_line_not_ignored(flags, message):
+    """Before, --etp 2 and --ep-dispatch on a dense model planned as if they had not been given."""
+    r = run_cli("--model", "7e9", "--tokens", "1e12", "--gpu", "H100", "--count", "16", *flags)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+
+
+def test_a_batch_below_one_sequence_reads_as_one_sequence_of_its_tokens():
+    p = plan.make_plan(model=7e9, tokens=1e12, gpu="H100", count=16, batch_tokens=100)
+    assert p.global_batch == 1
+    line8 = next(x for x in plan.format_plan(p).splitlines() if x.startswith("8. batch"))
+    assert f"1 sequence = {p.shape.seq_len:,} tokens per step" in line8
