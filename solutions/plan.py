@@ -259,7 +259,7 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
                     if schedule == "interleaved":
                         scheds = [x for x in scheds if x[0] == "interleaved"] or scheds
                 for e in _ep_choices(shape, t, c, d, ep, etp):
-                    for z in zeros:
+                    for z in (zeros if d > 1 or zero is not None else [0]):  # one replica shards nothing
                         base = steptime.Layout(t, c, p, d, z, 1, "none", "1f1b", 1, attention, e, etp,
                                                ep_dispatch=ep_dispatch, offload_layers=offload_layers,
                                                expert_kernels=expert_kernels, attention_precision=attention_precision)

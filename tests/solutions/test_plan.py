@@ -562,3 +562,13 @@ def test_a_batch_below_one_sequence_reads_as_one_sequence_of_its_tokens():
     assert p.global_batch == 1
     line8 = next(x for x in plan.format_plan(p).splitlines() if x.startswith("8. batch"))
     assert f"1 sequence = {p.shape.seq_len:,} tokens per step" in line8
+
+
+def test_one_replica_is_searched_at_zero_stage_0_only_unless_a_stage_is_given():
+    """With DP1 there is nothing to shard: ZeRO stages 1-3 are the same layout (they had filled
+    a one-GPU plan's 'other layouts' with three copies of the winner)."""
+    kw = dict(model=125e6, vocab=50257, tokens=2.5e9, gpu="T4", count=1)
+    fitting, _ = plan.search_layouts(plan.make_plan(**kw).shape, plan.cluster_for(plan.find_gpu("T4")), 1, 64,
+                                     precision_name="fp16")
+    assert {lay.zero for _, lay in fitting} == {0}
+    assert plan.make_plan(**kw, zero=2).layout.zero == 2
