@@ -259,7 +259,10 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
                     if schedule == "interleaved":
                         scheds = [x for x in scheds if x[0] == "interleaved"] or scheds
                 for e in _ep_choices(shape, t, c, d, ep, etp):
-                    for z in (zeros if d > 1 or zero is not None else [0]):  # one replica shards nothing
+                    # where no ZeRO group has more than one rank (DP x CP = 1, one expert-data-parallel
+                    # rank), every stage is stage 0: search it once
+                    alone = d * c == 1 and (not shape.is_moe or (t * c * d) // (e * etp) == 1)
+                    for z in (zeros if zero is not None or not alone else [0]):
                         base = steptime.Layout(t, c, p, d, z, 1, "none", "1f1b", 1, attention, e, etp,
                                                ep_dispatch=ep_dispatch, offload_layers=offload_layers,
                                                expert_kernels=expert_kernels, attention_precision=attention_precision)
