@@ -666,7 +666,8 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
                          "change --global-batch or --micro-batch")
     st, lay = fitting[0] if fitting else others[0]
     if fitting:
-        reasons.append(f"the fastest of {len(fitting):,} layouts that fit ({len(others):,} others do not)")
+        reasons.append(f"the fastest of {len(fitting):,} layout{'s' if len(fitting) != 1 else ''} that fit"
+                       f"{'s' if len(fitting) == 1 else ''} ({len(others):,} other{'s do' if len(others) != 1 else ' does'} not)")
     else:
         reasons.append("no layout fits in memory: this is the one that needs the least")
     reasons += [f"{k}={getattr(lay, k)} set by hand" for k in given if k != "schedule"]
@@ -683,7 +684,8 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
             break
     if others:
         o = others[0]
-        losers.append(f"{len(others):,} layouts do not fit in {g.usable_memory_bytes / 2**30:,.1f} GiB; the least "
+        losers.append(f"{len(others):,} layout{' does' if len(others) == 1 else 's do'} not fit in "
+                      f"{g.usable_memory_bytes / 2**30:,.1f} GiB; the least "
                       f"hungry, {_describe(o[1])}, needs {o[0].memory_bytes / 2**30:,.1f} GiB "
                       f"({-o[0].margin_bytes / 2**30:,.2f} GiB over)")
     rule = None
