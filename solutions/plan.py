@@ -467,7 +467,10 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
         mixture = replace(shape, params=None)
         as_published = (isinstance(base, facts.MoEArchitecture) and not counts_itself
                         and not any(a is not None for a in moe_args))
-        shape, scaled = _sized(mixture, N, base.total_params if as_published else mixture.n_params, keep_width=True)
+        # a named mixture keeps its width (its experts' width belongs to it); experts the user
+        # put on a dense design resize as that design would, experts included in the count
+        shape, scaled = _sized(mixture, N, base.total_params if as_published else mixture.n_params,
+                               keep_width=width_given or isinstance(base, facts.MoEArchitecture))
     if scaled:
         embeddings = sizing.embedding_share(shape)
         if embeddings > 2 / 3:

@@ -136,8 +136,8 @@ def aspect_sized(shape: steptime.Shape, params: float) -> steptime.Shape:
 def sized(shape: steptime.Shape, params: float, published: float, keep_width: bool = False) -> tuple:
     """``(shape, note)``: ``shape`` (published with ``published`` parameters) resized to
     ``params`` as the module says; ``note`` names the change (``''`` if none). With
-    ``keep_width`` (a width the user chose, or a mixture of experts, whose experts' width is
-    its own) only the depth changes, however far."""
+    ``keep_width`` (a width the user chose, or a named mixture of experts, whose experts' width
+    belongs to its design) only the depth changes, however far."""
     params = float(positive("model_params", params))
     positive("published", published)
     try:
@@ -146,12 +146,12 @@ def sized(shape: steptime.Shape, params: float, published: float, keep_width: bo
         if keep_width:
             raise
         layers = 0
+    experts = " with the experts" if shape.moe is not None else ""
     if layers and (keep_width or 1 / DEPTH_ONLY_FACTOR <= layers / shape.layers <= DEPTH_ONLY_FACTOR):
         if layers == shape.layers:
             return replace(shape, params=params), ""
-        experts = " with the experts" if shape.moe is not None else ""
         return replace(shape, layers=layers, params=params), f"depth set to {layers} layers for {_size(params)}{experts}"
-    return aspect_sized(shape, params), f"width and depth scaled to {_size(params)}"
+    return aspect_sized(shape, params), f"width and depth scaled to {_size(params)}{experts}"
 
 
 def _size(params: float) -> str:

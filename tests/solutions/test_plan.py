@@ -442,16 +442,23 @@ def test_a_width_the_user_gave_is_kept_and_a_model_too_small_is_one_line():
     assert "below one layer of width 128" in r.stderr and "give a smaller --vocab, or --layers" in r.stderr
 
 
-def test_a_mixture_given_by_size_and_experts_gets_the_depth_of_its_size():
-    """--model with --experts and no --arch: the nearest dense width with its MLPs turned into
-    experts has the depth at which the mixture, experts included, counts the size asked for
-    (within half a layer), so its active parameters are the shape's own, not a rescaled count."""
-    p = plan.make_plan(model=100e9, experts=64, top_k=8, expert_ffn=2048, tokens=1e12, gpu="H100", count=64)
-    own = replace(p.shape, params=None)
-    layer = replace(own, layers=own.layers + 1).n_params - own.n_params
-    assert abs(own.n_params - 100e9) <= layer / 2
-    assert p.shape.active_params == pytest.approx(own.active_params, rel=layer / 100e9)
-    assert f"depth set to {p.shape.layers} layers for 100B parameters with the experts" in plan.format_plan(p)
+def test_a_mixture_given_by_size_and_experts_gets_a_shape_of_its_size():
+    """--model with --experts and no --arch: the nearest dense design (Chinchilla, 8,192 wide
+    over 80 layers: 102 per layer) with its MLPs turned into the experts given is resized as a
+    dense design is, experts included in the count: width and depth keep about 102 per layer
+    (it had kept 8,192 and cut the depth to 16 layers, 512 per layer, for a 30B mixture), and
+    the count is the size asked for within half a layer, so the active parameters are the
+    shape's own, not a rescaled count."""
+    chin = facts.ARCHITECTURES["Chinchilla"]
+    for size in (30e9, 100e9):
+        p = plan.make_plan(model=size, experts=64, top_k=8, expert_ffn=2048, tokens=1e12, gpu="H100", count=64)
+        own = replace(p.shape, params=None)
+        layer = replace(own, layers=own.layers + 1).n_params - own.n_params
+        assert abs(own.n_params - size) <= layer / 2
+        assert p.shape.active_params == pytest.approx(own.active_params, rel=layer / size)
+        assert abs(math.log(own.hidden / own.layers / (chin.d_model / chin.layers))) < math.log(1.3)
+        assert p.shape.moe.expert_ffn == 2048 and p.shape.heads % 8 == 0
+        assert f"width and depth scaled to {size / 1e9:.0f}B parameters with the experts" in plan.format_plan(p)
 
 
 def test_a_named_shape_at_another_size_is_resized_and_at_its_own_size_is_not():
