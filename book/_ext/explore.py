@@ -272,10 +272,13 @@ def memory_data() -> dict:
         "gpus": list(MEMORY_GPUS), "tp": list(MEMORY_TP), "pp": list(MEMORY_PP), "ep": list(MEMORY_EP),
         "zero": list(memory.ZERO_STAGES), "seq": list(MEMORY_SEQ), "micro_batch": list(MEMORY_MICRO_BATCH),
         "recompute": [[key, label] for key, label, _ in RECOMPUTE],
-        "devices": [{"name": d.name, "memory_gb": d.memory_gb, "formats": list(hardware.find_gpu(d.name).formats)}
-                    for d in facts.GPUS.values()]
-                   + [{"name": g.name, "memory_gb": float(g.memory_vendor.split()[0]), "formats": list(g.formats)}
-                      for g in (hardware.GPU_TABLE[n] for n in MEMORY_MORE_DEVICES)],
+        # the datasheet's GB names the GPU; what a layout must fit in is what CUDA can allocate
+        # less the allocator's reserve (hardware.GPUSpec.usable_memory_bytes), as in the planner
+        "devices": [{"name": g.name, "memory_gb": memory_gb, "usable_gb": _sig(g.usable_memory_bytes / GB, 5),
+                     "cuda_gb": _sig(g.memory_bytes / GB, 5), "formats": list(g.formats)}
+                    for memory_gb, g in [(d.memory_gb, hardware.find_gpu(d.name)) for d in facts.GPUS.values()]
+                    + [(float(hardware.GPU_TABLE[n].memory_vendor.split()[0]), hardware.GPU_TABLE[n])
+                       for n in MEMORY_MORE_DEVICES]],
         "layouts": layouts, "ep_layouts": ep_layouts, "state": state, "unit": unit, "unit_ep": unit_ep, "act": act,
         "saved": saved, "moe_act": moe_act,
         "colours": explorer_colours(),

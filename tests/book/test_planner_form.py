@@ -110,6 +110,10 @@ def test_the_form_gives_the_plan_of_the_command(browser, server, width):
             assert number(text("mfu")) == pytest.approx(100 * want["predicted_mfu"], abs=0.051), case
             assert number(text("days")) == pytest.approx(want["days"], rel=1e-3), case
             assert number(text("memory")) == pytest.approx(want["memory_per_gpu_bytes"] / 1e9, rel=1e-3), case
+            # against what the GPU leaves usable (CUDA's figure less the reserve), not the datasheet's GB
+            of = text("memory").split(" of ")[1]
+            assert of.endswith(" usable") and number(of) == pytest.approx(want["memory"]["usable_bytes"] / 1e9,
+                                                                           rel=1e-3), case
             message = root.locator('[data-out="message"]')
             assert message.is_visible() == (not want["memory"]["fits"]), case
             if not want["memory"]["fits"]:

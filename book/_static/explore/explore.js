@@ -367,7 +367,7 @@
     var summaryLine = el("p", { "class": "readout", "data-out": "summary" });
     /* The bar and its total stay in view (sticky on a phone) while the reader works the controls. */
     var results = el("div", { "class": "explorer-result" }, [
-      el("div", { "class": "legend" }, [el("span", {}, ["Busiest GPU (pipeline stage 0); the dashed line is the GPU's memory."])]),
+      el("div", { "class": "legend" }, [el("span", {}, ["Busiest GPU (pipeline stage 0); the dashed line is what the GPU leaves usable."])]),
       barWrap, summaryLine,
     ]);
     var details = el("div", {}, [
@@ -444,7 +444,8 @@
         (mm.moe === undefined ? "" : " A mixture of experts' activations are counted with FlashAttention (no attention scores).");
       var v = { weights: st[0], grads: st[1], optimizer: st[2], activations: a };
       var sum = v.weights + v.grads + v.optimizer + v.activations;
-      var cap = data.devices[Number(device.value)].memory_gb;
+      var dv = data.devices[Number(device.value)];
+      var cap = dv.usable_gb;  /* what CUDA can allocate, less the allocator's reserve, as the planner counts it */
       var scale = Math.max(sum, cap) * 1.05;
       parts.forEach(function (q) {
         segs[q[0]].style.width = (100 * v[q[0]] / scale) + "%";
@@ -455,10 +456,11 @@
       total.textContent = fmtGB(sum);
       var fits = sum <= cap;
       verdict.className = fits ? "verdict-ok" : "verdict-no";
-      verdict.textContent = (fits ? "yes: " : "no: ") + fmtGB(sum) + (fits ? " of " : " > ") + cap + " GB";
+      verdict.textContent = (fits ? "yes: " : "no: ") + fmtGB(sum) + (fits ? " of " : " > ") + fmtGB(cap) + " usable";
       verdict.setAttribute("data-fits", fits ? "yes" : "no");
-      summaryLine.textContent = fmtGB(sum) + " per GPU (DP = " + layout[1] + "): " + (fits ? "fits in" : "more than") + " the " + cap + " GB of the " +
-        data.devices[Number(device.value)].name + ".";
+      summaryLine.textContent = fmtGB(sum) + " per GPU (DP = " + layout[1] + "): " + (fits ? "fits in" : "more than") + " the " +
+        fmtGB(cap) + " usable on the " + dv.name + " (sold as " + dv.memory_gb + " GB: CUDA sees " + fmtGB(dv.cuda_gb) +
+        ", less a " + fmtGB(dv.cuda_gb - dv.usable_gb) + " reserve).";
       stack.setAttribute("aria-label", "Memory per GPU: " + parts.map(function (q) { return q[1] + " " + fmtGB(v[q[0]]); }).join(", "));
     }
     /* A new model starts at its own training length. */
@@ -1047,10 +1049,11 @@
       facts.tps.textContent = Math.round(p.tokens_per_s).toLocaleString("en-US");
       facts.mfu.textContent = (100 * p.predicted_mfu).toFixed(1) + " %";
       facts.days.textContent = p.days.toPrecision(4);
-      facts.memory.textContent = fmtGB(p.memory_per_gpu_bytes / 1e9) + " of " + g.memory_gb + " GB";
+      var usable = fmtGB(p.memory.usable_bytes / 1e9) + " usable";  /* the planner's: what CUDA allocates, less a reserve */
+      facts.memory.textContent = fmtGB(p.memory_per_gpu_bytes / 1e9) + " of " + usable;
       var fits = p.memory.fits;
       if (!fits) {
-        message.textContent = "No layout fits in " + g.memory_gb + " GB per GPU; this is the least hungry, and it does not fit. " +
+        message.textContent = "No layout fits in the " + usable + " per GPU; this is the least hungry, and it does not fit. " +
           "See what to change below.";
       }
       message.hidden = fits;
@@ -1061,7 +1064,7 @@
       row(timeBody, ["whole step", fmtSeconds(p.step_time_s), "100 %"], { "class": "total" });
       [["weights_bytes", "weights"], ["grads_bytes", "gradients"], ["optimizer_bytes", "optimizer state"],
        ["activation_bytes", "activations"]].forEach(function (q) { row(memBody, [q[1], fmtGB(p.memory[q[0]] / 1e9)]); });
-      row(memBody, ["total", fmtGB(p.memory_per_gpu_bytes / 1e9) + " of " + g.memory_gb + " GB" + (fits ? "" : ": does not fit")], { "class": "total" });
+      row(memBody, ["total", fmtGB(p.memory_per_gpu_bytes / 1e9) + " of " + usable + (fits ? "" : ": does not fit")], { "class": "total" });
       p.alternatives.forEach(function (a) {
         row(altBody, [describeLayout(unpack(a.layout)), fmtSeconds(a.step_time_s), (100 * a.predicted_mfu).toFixed(1) + " %"]);
       });
