@@ -143,9 +143,14 @@ class GPUSpec:
         return peak
 
     @property
+    def sixteen_bit(self) -> str:
+        """The chip's 16-bit training format: ``'bf16'``, or ``'fp16'`` on chips without it (T4)."""
+        return "bf16" if self.peak_flops_per_s.get("bf16") else "fp16"
+
+    @property
     def bf16_peak(self) -> float:
         """The 16-bit tensor peak (fp16 on chips without bf16): what MFU is quoted against."""
-        return self.peak_flops_per_s.get("bf16") or self.peak_flops_per_s["fp16"]
+        return self.peak_flops_per_s[self.sixteen_bit]
 
 
 def _memory_bytes(row) -> tuple[float, str]:

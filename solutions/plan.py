@@ -51,6 +51,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from . import after_chinchilla, calibration, facts, hardware, layer_time, memory, moe_step, precision, scaling, sizing, steptime
+from ._format import count as count_words
 from ._validate import nonnegative_integer, one_of, positive, positive_integer, terse_argparse_errors
 
 __all__ = [
@@ -245,8 +246,8 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
                 per_stage = math.ceil(shape.layers / p)
                 if offload_layers >= per_stage:  # offloading keeps at least one layer per stage on the GPU
                     continue
-                if p == 1 and (schedule is not None or (virtual_stages or 1) > 1):
-                    continue  # a schedule or model chunks asked for: layouts with a pipeline only
+                if p == 1 and _asks_for_pipeline(schedule, virtual_stages):
+                    continue  # layouts with a pipeline only
                 if virtual_stages and per_stage % virtual_stages:
                     continue  # every chunk holds the same number of layers
                 if p == 1:
@@ -295,11 +296,21 @@ def _tokens(n: float) -> str:
     return f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n:,.0f}"
 
 
+def _asks_for_pipeline(schedule, virtual_stages) -> bool:
+    """A pipeline schedule or model chunks given: settings only a pipeline has."""
+    return schedule is not None or (virtual_stages or 1) > 1
+
+
+def _n(n: int, word: str, plural: str | None = None) -> str:
+    """``'1 layer'``, ``'2,048 layers'``."""
+    return f"{n:,} {word if n == 1 else plural or word + 's'}"
+
+
 def _check_pipeline(shape, pp, virtual_stages, schedule) -> None:
     """One-line ``ValueError`` where a pipeline setting cannot apply: a schedule or model chunks
     without pipeline stages, or chunks that do not divide a stage's layers (Megatron-LM's
     interleaved schedule gives every chunk the same number of layers)."""
-    if pp == 1 and (schedule is not None or (virtual_stages or 1) > 1):
+    if pp == 1 and _asks_for_pipeline(schedule, virtual_stages):
         what = f"--schedule {schedule}" if schedule is not None else f"--virtual-stages {virtual_stages}"
         raise ValueError(f"{what} needs pipeline stages: give --pp above 1, or leave it out (got pp=1)")
     if pp is not None and virtual_stages and math.ceil(shape.layers / pp) % virtual_stages:
@@ -552,7 +563,7 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     g = find_gpu(gpu)
     count = int(positive_integer("count", count))
     if precision is None:  # the chip's 16-bit format: BF16, or FP16 where it has none (T4)
-        precision = "bf16" if g.supports("bf16") else "fp16"
+        precision = g.sixteen_bit
     precision = str(precision).lower()  # "NVFP4", as vendors write it, is nvfp4
     one_of("precision", precision, hardware.PRECISIONS)
     g.peak(precision)  # one line if the GPU lacks it
@@ -669,8 +680,8 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
                          "change --global-batch or --micro-batch")
     st, lay = fitting[0] if fitting else others[0]
     if fitting:
-        reasons.append(f"the fastest of {len(fitting):,} layout{'s' if len(fitting) != 1 else ''} that fit"
-                       f"{'s' if len(fitting) == 1 else ''} ({len(others):,} other{'s do' if len(others) != 1 else ' does'} not)")
+        reasons.append(f"the fastest of {_n(len(fitting), 'layout')} that fit{'s' if len(fitting) == 1 else ''} "
+                       f"({_n(len(others), 'other')} {'does' if len(others) == 1 else 'do'} not)")
     else:
         reasons.append("no layout fits in memory: this is the one that needs the least")
     reasons += [f"{k}={getattr(lay, k)} set by hand" for k in given if k != "schedule"]
@@ -687,7 +698,7 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
             break
     if others:
         o = others[0]
-        losers.append(f"{len(others):,} layout{' does' if len(others) == 1 else 's do'} not fit in "
+        losers.append(f"{_n(len(others), 'layout')} {'does' if len(others) == 1 else 'do'} not fit in "
                       f"{g.usable_memory_bytes / 2**30:,.1f} GiB; the least "
                       f"hungry, {_describe(o[1])}, needs {o[0].memory_bytes / 2**30:,.1f} GiB "
                       f"({-o[0].margin_bytes / 2**30:,.2f} GiB over)")
@@ -749,13 +760,6 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
                 constants, (what, tuple(rows)))
 
 
-def _count(x: float) -> str:
-    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if x >= scale:
-            return f"{x / scale:.3g}{unit}"
-    return f"{x:.3g}"
-
-
 def _gib(x: float) -> str:
     return f"{x / 2**30:,.1f} GiB"
 
@@ -773,18 +777,18 @@ def format_plan(plan: Plan) -> str:
     """The plan as the numbered lines ``python -m solutions.plan`` prints."""
     lines = ["== compute"]
     given = "budget" if plan.budget_given else "6 N D" + (" (active N)" if plan.shape.is_moe else "")
-    lines.append(f"1. training compute        {plan.flops:.3g} FLOPs ({given}); model {_count(plan.params)} "
-                 f"parameters" + (f" ({_count(plan.shape.active_params)} active)" if plan.shape.is_moe else "")
-                 + f" on {_count(plan.tokens)} tokens ({plan.tokens / plan.params:.1f} tokens/param)")
+    lines.append(f"1. training compute        {plan.flops:.3g} FLOPs ({given}); model {count_words(plan.params)} "
+                 f"parameters" + (f" ({count_words(plan.shape.active_params)} active)" if plan.shape.is_moe else "")
+                 + f" on {count_words(plan.tokens)} tokens ({plan.tokens / plan.params:.1f} tokens/param)")
     lines.append(f"2. compute-optimal at this budget (closed form of L = E + A/N^a + B/D^b; default "
                  f"{CONSTANT_NAMES[DEFAULT_CONSTANTS]}, the set section 3 stands behind; --constants):")
     for name, (N, D, r, L) in plan.optimal.items():
         mark = " (used)" if name == plan.constants else ""
-        lines.append(f"     {name:<17} N={_count(N):>7}  D={_count(D):>7}  {r:6.1f} tokens/param  loss {L:.3f}{mark}")
-    lines.append(f"     {'20 tokens/param':<17} N={_count(plan.twenty[0]):>7}  D={_count(plan.twenty[1]):>7}")
+        lines.append(f"     {name:<17} N={count_words(N):>7}  D={count_words(D):>7}  {r:6.1f} tokens/param  loss {L:.3f}{mark}")
+    lines.append(f"     {'20 tokens/param':<17} N={count_words(plan.twenty[0]):>7}  D={count_words(plan.twenty[1]):>7}")
     if plan.overtrained:
         o = plan.overtrained
-        lines.append(f"     serving {_count(o['tokens'])} tokens: N={_count(o['N'])}, D={_count(o['D'])} "
+        lines.append(f"     serving {count_words(o['tokens'])} tokens: N={count_words(o['N'])}, D={count_words(o['D'])} "
                      f"({o['D'] / o['N']:.0f} tokens/param) reaches the same loss {o['loss']:.3f} for "
                      f"{o['lifetime']:.3g} FLOPs of training + inference, against {o['baseline']:.3g} "
                      f"({1 - o['lifetime'] / o['baseline']:.0%} less)")
@@ -799,7 +803,7 @@ def format_plan(plan: Plan) -> str:
                + f", {lay.expert_kernels} expert kernels")
     ep = f" (EP{lay.ep} x ETP{lay.etp} folded into TP x CP x DP, {lay.ep_dispatch} dispatch)" if lay.ep > 1 else ""
     lines += ["== layout",
-              f"3. shape                    {plan.shape_name}: {sh.layers} layer{'s' if sh.layers != 1 else ''}, d_model {sh.hidden:,}, {attn}, "
+              f"3. shape                    {plan.shape_name}: {_n(sh.layers, 'layer')}, d_model {sh.hidden:,}, {attn}, "
               f"{sh.mlp} MLP, sequences of {sh.seq_len:,}{moe}",
               f"4. layout                   TP{lay.tp} x CP{lay.cp} x PP{lay.pp} x DP{lay.dp} = {plan.count:,} "
               f"{g.name}{ep}, ZeRO stage {lay.zero}, micro-batch {lay.micro_batch}, "
@@ -831,9 +835,9 @@ def format_plan(plan: Plan) -> str:
                      f"on {st.links[a]})" for a in _AXES if st.bytes.get(a, 0) > 0) or "none"
     net_gbs = plan.cluster.network / 1e9
     ov = ", ".join(sorted(plan.overlap)) or "nothing"
-    peak16 = "BF16" if g.supports("bf16") else "FP16"  # what MFU is quoted against (hardware.GPUSpec.bf16_peak)
+    peak16 = g.sixteen_bit.upper()  # what MFU is quoted against (hardware.GPUSpec.bf16_peak)
     lines += ["== step (predicted)",
-              f"8. batch                    {plan.global_batch:,} sequence{'s' if plan.global_batch != 1 else ''} = "
+              f"8. batch                    {_n(plan.global_batch, 'sequence')} = "
               f"{_tokens(plan.global_batch * sh.seq_len)} tokens per step; {st.microbatches} micro-batch(es) "
               f"per replica; {plan.steps:,} steps",
               f"9. compute                  {_time(b['compute'])}: {steptime.hardware_flops_per_token(sh, lay.recompute):.3g} "
@@ -852,7 +856,7 @@ def format_plan(plan: Plan) -> str:
               + (f", {st.mfu_precision:.1%} of the {plan.precision.upper()} peak" if plan.precision not in ("bf16", "fp16") else "")
               + f"; hardware FLOPs utilisation {st.hfu:.1%}",
               "== time",
-              f"13. days to train           {plan.days:,.1f} days on {plan.count:,} GPU{'s' if plan.count != 1 else ''} at {plan.mfu:.1%} MFU "
+              f"13. days to train           {plan.days:,.1f} days on {_n(plan.count, 'GPU')} at {plan.mfu:.1%} MFU "
               + ("(given with --mfu) " if plan.mfu_given else "(predicted) ")
               + f"({plan.days * plan.count / 365.25:,.1f} GPU-years)"]
     if plan.alternatives or plan.losers or plan.rule:

@@ -18,6 +18,7 @@ import math
 from dataclasses import asdict
 
 from . import memory, plan as planner, scaling
+from ._format import count as count_words
 
 __all__ = ["plan_tables", "PlanTables"]
 
@@ -29,13 +30,6 @@ def _power(x: float, digits: int = 3) -> str:
     """``5.88 × 10<sup>23</sup>``: a large count as a reader writes it."""
     exponent = math.floor(math.log10(abs(x)))
     return f"{x / 10**exponent:.{digits}g} × 10<sup>{exponent}</sup>"
-
-
-def _count(x: float) -> str:
-    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if x >= scale:
-            return f"{x / scale:.3g}{unit}"
-    return f"{x:.3g}"
 
 
 def _gb(x: float) -> str:
@@ -79,10 +73,10 @@ def plan_tables(plan: planner.Plan, names: dict | None = None) -> str:
     lay, b, mem, shape = j["layout"], j["breakdown_s"], j["memory"], j["shape"]
     given = "the budget" if plan.budget_given else "6ND"
     optimal = "".join(
-        f"<tr><th scope=\"row\">{e(names.get(name, name))}</th><td>{_count(N)}</td><td>{_count(D)}</td>"
+        f"<tr><th scope=\"row\">{e(names.get(name, name))}</th><td>{count_words(N)}</td><td>{count_words(D)}</td>"
         f"<td>{r:.1f}</td><td>{L:.3f}</td></tr>" for name, (N, D, r, L) in plan.optimal.items())
     optimal += (f"<tr><th scope=\"row\">{scaling.CHINCHILLA_TOKENS_PER_PARAM} tokens per parameter</th>"
-                f"<td>{_count(plan.twenty[0])}</td><td>{_count(plan.twenty[1])}</td><td></td><td></td></tr>")
+                f"<td>{count_words(plan.twenty[0])}</td><td>{count_words(plan.twenty[1])}</td><td></td><td></td></tr>")
     optimal = ('<table class="plan-optimal"><thead><tr><th scope="col">fit</th><th scope="col">N</th>'
                '<th scope="col">D</th><th scope="col">tokens / param</th><th scope="col">loss</th></tr></thead>'
                f"<tbody>{optimal}</tbody></table>")
@@ -94,8 +88,8 @@ def plan_tables(plan: planner.Plan, names: dict | None = None) -> str:
     recompute = "no" if lay["recompute"] == "none" else lay["recompute"]
     rows = [
         _section("Compute"),
-        _row(1, "training compute", f"{_power(j['flops'])} FLOPs ({given}): {_count(j['params'])} parameters on "
-                                    f"{_count(j['tokens'])} tokens, {j['tokens'] / j['params']:.1f} tokens per parameter"),
+        _row(1, "training compute", f"{_power(j['flops'])} FLOPs ({given}): {count_words(j['params'])} parameters on "
+                                    f"{count_words(j['tokens'])} tokens, {j['tokens'] / j['params']:.1f} tokens per parameter"),
         _row(2, "compute-optimal at this budget", optimal),
         _section("Layout"),
         _row(3, "shape", f"{e(shape['name'])}: {shape['layers']} layers, width {shape['hidden']:,}, {attention}, "

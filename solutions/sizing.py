@@ -27,6 +27,7 @@ import math
 from dataclasses import replace
 
 from . import steptime
+from ._format import count as count_words
 from ._validate import positive
 
 __all__ = ["aspect_sized", "depth_for", "embedding_share", "sized", "DEPTH_ONLY_FACTOR"]
@@ -117,7 +118,7 @@ def aspect_sized(shape: steptime.Shape, params: float) -> steptime.Shape:
         return s.hidden / s.layers < aspect
 
     narrow = at(1)  # raises below one layer
-    if not below(1):
+    if narrow.hidden / narrow.layers >= aspect:
         return narrow
     low, high = 1, 2
     while below(high):
@@ -155,8 +156,4 @@ def sized(shape: steptime.Shape, params: float, published: float, keep_width: bo
 
 
 def _size(params: float) -> str:
-    if params >= 1e12:
-        return f"{params / 1e12:,.3g}T parameters"
-    if params < 1e9:
-        return f"{params / 1e6:,.3g}M parameters"
-    return f"{params / 1e9:,.3g}B parameters"
+    return f"{count_words(params)} parameters"
