@@ -51,7 +51,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from . import after_chinchilla, calibration, facts, hardware, layer_time, memory, moe_step, precision, scaling, sizing, steptime
-from ._format import count as count_words
+from ._format import count as count_words, gib as _gib, plural as _n, seconds as _time
 from ._validate import nonnegative_integer, one_of, positive, positive_integer, terse_argparse_errors
 
 __all__ = [
@@ -72,6 +72,10 @@ DEFAULT_BATCH_TOKENS = facts.LLAMA3_405B_BATCH_SCHEDULE.stages[-1][0]
 #: tokens per parameter for Chinchilla's own budget). The other sets are shown beside it.
 DEFAULT_CONSTANTS = "epoch_2024"
 RECOMPUTE_MODES = ("none", "selective", "full")
+#: The largest model the planner sizes: a thousand trillion parameters, some 500 times the
+#: largest published (about 2T). Beyond it a resized shape's depth outgrows what a float counts
+#: exactly, and no plan of it means anything.
+MAX_MODEL_PARAMS = 1e15
 _PUBLISHED = ("epoch_2024", "hoffmann_rounded", "hoffmann_precise")
 #: The constant sets by the names readers know them by.
 CONSTANT_NAMES = {"epoch_2024": "the Epoch AI refit", "hoffmann_rounded": "Hoffmann et al., rounded",
@@ -301,11 +305,6 @@ def _asks_for_pipeline(schedule, virtual_stages) -> bool:
     return schedule is not None or (virtual_stages or 1) > 1
 
 
-def _n(n: int, word: str, plural: str | None = None) -> str:
-    """``'1 layer'``, ``'2,048 layers'``."""
-    return f"{n:,} {word if n == 1 else plural or word + 's'}"
-
-
 def _check_pipeline(shape, pp, virtual_stages, schedule) -> None:
     """One-line ``ValueError`` where a pipeline setting cannot apply: a schedule or model chunks
     without pipeline stages, or chunks that do not divide a stage's layers (Megatron-LM's
@@ -333,7 +332,7 @@ def _why_slower(st: steptime.StepTime, best: steptime.StepTime) -> str:
              "tp": "exposed TP traffic", "cp": "exposed CP traffic", "pp": "pipeline sends",
              "dp": "exposed DP/ZeRO traffic", "ep": "exposed expert all-to-alls", "bubble": "pipeline bubble",
              "offload": "exposed activation offloading"}
-    return f"{names[key]} +{diff[key]:.2f} s"
+    return f"{names[key]} +{_time(diff[key])}"
 
 
 @dataclass(frozen=True)
@@ -609,6 +608,10 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
             N = steptime.Shape(layers, hidden, heads, seq_len or 2048, vocab or 51200, kv_heads, head_dim,
                                ffn_hidden).n_params
         C = None
+    if N > MAX_MODEL_PARAMS:
+        raise ValueError(f"model must be at most {MAX_MODEL_PARAMS:.0e} parameters ({count_words(MAX_MODEL_PARAMS)}; the "
+                         f"largest published are about 2T), got {N:.3g}"
+                         + (f", the compute-optimal size for a budget of {C:.3g} FLOPs" if budget is not None else ""))
     shape, base, shape_name = _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidden, vocab,
                                      model is not None or budget is not None, moe_args)
     N = shape.n_params
@@ -693,7 +696,7 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
         if key in seen:
             continue
         seen.add(key)
-        losers.append(f"{_describe(l2)}: {s2.step_s:.2f} s ({s2.step_s / st.step_s - 1:+.0%}), {_why_slower(s2, st)}")
+        losers.append(f"{_describe(l2)}: {_time(s2.step_s)} ({s2.step_s / st.step_s - 1:+.0%}), {_why_slower(s2, st)}")
         if len(losers) >= TOP:
             break
     if others:
@@ -760,16 +763,6 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
                 constants, (what, tuple(rows)))
 
 
-def _gib(x: float) -> str:
-    return f"{x / 2**30:,.1f} GiB"
-
-
-def _time(s: float) -> str:
-    if s >= 1:
-        return f"{s:,.2f} s"
-    return f"{s * 1e3:,.1f} ms"
-
-
 _AXES = steptime.OVERLAP_AXES
 
 
@@ -793,7 +786,7 @@ def format_plan(plan: Plan) -> str:
                      f"{o['lifetime']:.3g} FLOPs of training + inference, against {o['baseline']:.3g} "
                      f"({1 - o['lifetime'] / o['baseline']:.0%} less)")
     sh, lay, st, g = plan.shape, plan.layout, plan.step, plan.gpu
-    attn = f"{sh.heads} heads x {sh.head_size}" + (f", {sh.kv} K/V heads" if sh.kv != sh.heads else "")
+    attn = f"{sh.heads:,} heads x {sh.head_size}" + (f", {sh.kv:,} K/V heads" if sh.kv != sh.heads else "")
     moe = ""
     if sh.is_moe:
         m = sh.moe
@@ -838,7 +831,7 @@ def format_plan(plan: Plan) -> str:
     peak16 = g.sixteen_bit.upper()  # what MFU is quoted against (hardware.GPUSpec.bf16_peak)
     lines += ["== step (predicted)",
               f"8. batch                    {_n(plan.global_batch, 'sequence')} = "
-              f"{_tokens(plan.global_batch * sh.seq_len)} tokens per step; {st.microbatches} micro-batch(es) "
+              f"{_tokens(plan.global_batch * sh.seq_len)} tokens per step; {_n(st.microbatches, 'micro-batch', 'micro-batches')} "
               f"per replica; {plan.steps:,} steps",
               f"9. compute                  {_time(b['compute'])}: {steptime.hardware_flops_per_token(sh, lay.recompute):.3g} "
               f"hardware FLOPs/token against {steptime.model_flops_per_token(sh):.3g} model; matrix products at "
@@ -868,7 +861,7 @@ def format_plan(plan: Plan) -> str:
             s_r, l_r = plan.rule
             verdict = ("fits" if s_r.fits else "does not fit")
             lines.append(f"   - the rule of thumb ({regime(plan.params)}: {_describe(l_r)}) {verdict}: "
-                         f"{s_r.step_s:.2f} s ({s_r.step_s / st.step_s - 1:+.0%}), {_why_slower(s_r, st)}")
+                         f"{_time(s_r.step_s)} ({s_r.step_s / st.step_s - 1:+.0%}), {_why_slower(s_r, st)}")
     lines += _track_lines(plan)
     if plan.advice:
         lines.append("== what to change")

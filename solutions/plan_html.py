@@ -18,26 +18,19 @@ import math
 from dataclasses import asdict
 
 from . import memory, plan as planner, scaling
-from ._format import count as count_words
+from ._format import count as count_words, gib as _gib, plural, seconds as _time
 
 __all__ = ["plan_tables", "PlanTables"]
 
 _SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "interleaved 1F1B", "zb-h1": "ZB-H1", "zb-h2": "ZB-H2"}
-_AXES = {"tp": "tensor parallel", "cp": "context parallel", "pp": "pipeline sends", "dp": "data parallel / ZeRO"}
+_AXES = {"tp": "tensor parallel", "cp": "context parallel", "pp": "pipeline sends", "dp": "data parallel / ZeRO",
+         "ep": "expert all-to-all"}
 
 
 def _power(x: float, digits: int = 3) -> str:
     """``5.88 × 10<sup>23</sup>``: a large count as a reader writes it."""
     exponent = math.floor(math.log10(abs(x)))
     return f"{x / 10**exponent:.{digits}g} × 10<sup>{exponent}</sup>"
-
-
-def _gb(x: float) -> str:
-    return f"{x / 1e9:,.1f} GB"
-
-
-def _time(s: float) -> str:
-    return f"{s:,.2f} s" if s >= 1 else f"{s * 1e3:,.1f} ms"
 
 
 def describe_layout(layout: dict) -> str:
@@ -83,8 +76,10 @@ def plan_tables(plan: planner.Plan, names: dict | None = None) -> str:
     attention = f"{shape['heads']} heads of {shape['head_size']}" + (
         f", {shape['kv_heads']} key/value heads" if shape.get("kv_heads") and shape["kv_heads"] != shape["heads"] else "")
     conv = memory.get_convention(plan.convention)
-    exposed = [f"{_AXES[a]} {_time(b[a])} ({j['bytes_per_step'][a] / 1e9:,.2f} GB over {j['links'][a]})"
-               for a in _AXES if j["bytes_per_step"][a] > 0]
+    comm = [f"{_AXES[a]} {_time(b[a])} exposed + {_time(j['hidden_s'].get(a, 0.0))} hidden "
+            f"({j['bytes_per_step'][a] / 1e9:,.2f} GB over {j['links'][a]})"
+            for a in _AXES if j["bytes_per_step"].get(a, 0) > 0]
+    margin = mem["margin_bytes"]
     recompute = "no" if lay["recompute"] == "none" else lay["recompute"]
     rows = [
         _section("Compute"),
@@ -96,22 +91,26 @@ def plan_tables(plan: planner.Plan, names: dict | None = None) -> str:
                          f"{e(shape['mlp'])} MLP, sequences of {shape['seq_len']:,} tokens"),
         _row(4, "layout", f"{describe_layout(lay)}, {e(lay['attention'])} attention, on {j['count']:,} {e(j['gpu'])}"
                           + "".join(f"<br>why: {e(r)}" for r in plan.reasons)),
-        _section("Memory per GPU"),
+        _section("Memory per GPU (GiB = 2<sup>30</sup> bytes)"),
         _row(5, f"model state ({conv.total:g} bytes per parameter)",
-             f"weights {_gb(mem['weights_bytes'])}, gradients {_gb(mem['grads_bytes'])}, "
-             f"optimizer state {_gb(mem['optimizer_bytes'])}"),
-        _row(6, "activations", f"{_gb(mem['activation_bytes'])} ({recompute} recomputation, {e(lay['attention'])} "
+             f"weights {_gib(mem['weights_bytes'])}, gradients {_gib(mem['grads_bytes'])}, "
+             f"optimizer state {_gib(mem['optimizer_bytes'])}"),
+        _row(6, "activations", f"{_gib(mem['activation_bytes'])} ({recompute} recomputation, {e(lay['attention'])} "
                                "attention, busiest pipeline stage"
              + (f"; {lay['offload_layers']} layers' activations offloaded over {e(j['links']['offload'])}, "
                 f"{_time(b['offload'])} exposed + {_time(j['hidden_s']['offload'])} hidden"
                 if lay.get("offload_layers") else "") + ")"),
-        _row(7, "total", f"{_gb(j['memory_per_gpu_bytes'])} of {_gb(mem['gpu_bytes'])}: "
-                         + ("fits" if mem["fits"] else "<strong>does not fit</strong>")),
+        _row(7, "total", f"{_gib(j['memory_per_gpu_bytes'])} of {_gib(mem['usable_bytes'])} usable "
+                         f"({_gib(mem['gpu_bytes'])} as CUDA reports the {e(plan.gpu.memory_vendor)}, less a "
+                         f"{mem['reserve_bytes'] / 2**30:g} GiB reserve for the CUDA context and NCCL): "
+                         + (f"fits, {_gib(margin)} to spare" if mem["fits"]
+                            else f"<strong>does not fit</strong>: {_gib(-margin)} over")),
         _section("Step (predicted)"),
         _row(8, "batch", f"{j['global_batch']:,} sequences, {j['global_batch'] * shape['seq_len'] / 1e6:.1f}M tokens "
-                         f"per step; {j['microbatches']} micro-batches per replica; {j['steps']:,} steps"),
+                         f"per step; {plural(j['microbatches'], 'micro-batch', 'micro-batches')} per replica; "
+                         f"{j['steps']:,} steps"),
         _row(9, "compute", _time(b["compute"])),
-        _row(10, "exposed communication", "; ".join(exposed) or "none"),
+        _row(10, "communication", "; ".join(comm) or "none"),
         _row(11, "pipeline bubble", f"{_time(b['bubble'])} ({b['bubble'] / j['step_time_s']:.1%} of the step)"),
         _row(12, "step", f"{_time(j['step_time_s'])}: {j['tokens_per_s']:,.0f} tokens/s, MFU {j['predicted_mfu']:.1%}, "
                          f"hardware FLOPs utilisation {j['hardware_flops_utilization']:.1%}", "total"),

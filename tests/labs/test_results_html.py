@@ -107,6 +107,32 @@ def test_the_plan_tables_number_the_printout_s_lines(chinchilla_plan):
     assert plan_html.PlanTables(chinchilla_plan).__repr__() == plan.format_plan(chinchilla_plan)
 
 
+def test_the_plan_tables_say_the_printout_s_memory_and_communication():
+    """Lines 7, 8 and 10 as the printout has them: memory in GiB against what CUDA leaves
+    usable, with the margin (the tables once said '67.2 GB of 84.9 GB' where the printout and
+    the planner page said 62.6 GiB of 78.1 GiB usable); every axis that moves bytes, expert
+    all-to-alls included, exposed and hidden; one micro-batch, not '1 micro-batches'."""
+    p = plan.make_plan(arch="DeepSeek-V3", tokens=14.8e12, gpu="H800", count=2048)
+    j, printed = plan.plan_json(p), plan.format_plan(p)
+    rows = {r[0]: r[2] for r in Cells(plan_html.plan_tables(p)).rows if len(r) == 3 and r[0].isdigit()}
+    gib = 2 ** 30
+    usable, margin = j["memory"]["usable_bytes"] / gib, j["memory"]["margin_bytes"] / gib
+    assert rows["7"].startswith(f"{j['memory_per_gpu_bytes'] / gib:,.1f} GiB of {usable:,.1f} GiB usable")
+    assert f"fits, {margin:,.1f} GiB to spare" in rows["7"] and f"{usable:,.1f} GiB usable" in printed
+    assert j["bytes_per_step"]["ep"] > 0 and j["breakdown_s"]["ep"] > 0
+    ep = next(x for x in rows["10"].split("; ") if x.startswith("expert all-to-all"))
+    assert " exposed + " in ep and f"{j['bytes_per_step']['ep'] / 1e9:,.2f} GB" in ep
+    assert len(rows["10"].split("; ")) == sum(1 for v in j["bytes_per_step"].values() if v > 0)
+    one = plan.make_plan(model=1e9, tokens=1e11, gpu="H100", count=8, global_batch=8, dp=8, micro_batch=1)
+    line8 = {r[0]: r[2] for r in Cells(plan_html.plan_tables(one)).rows if len(r) == 3}["8"]
+    assert "; 1 micro-batch per replica;" in line8 and "1 micro-batch per replica" in plan.format_plan(one)
+    tight = plan.make_plan(arch="Llama 3 70B", tokens=1e12, gpu="H100", count=8, tp=8, pp=1, zero=1, micro_batch=1,
+                           global_batch=64, seq_len=8192, recompute="none")
+    assert not tight.step.fits
+    over = {r[0]: r[2] for r in Cells(plan_html.plan_tables(tight)).rows if len(r) == 3}["7"]
+    assert over.endswith(f"does not fit: {-tight.step.margin_bytes / gib:,.1f} GiB over")
+
+
 def test_the_plan_tables_end_with_the_runs_like_the_plan(chinchilla_plan):
     html = plan_html.plan_tables(chinchilla_plan)
     table = re.search(r'<table class="plan-runs-like">.*?</table>', html, re.S).group(0)

@@ -442,6 +442,19 @@ def test_a_width_the_user_gave_is_kept_and_a_model_too_small_is_one_line():
     assert "below one layer of width 128" in r.stderr and "give a smaller --vocab, or --layers" in r.stderr
 
 
+def test_a_model_beyond_what_the_planner_sizes_is_one_line_naming_the_bound():
+    """Above plan.MAX_MODEL_PARAMS the resized depth outgrows an exact integer: the error says
+    the bound, given directly or as a budget's compute-optimal size (it once said 'for a model
+    this small' of 1e30 parameters)."""
+    for args, words in ((("--model", "1e30", "--tokens", "1e12"), "got 1e+30"),
+                        (("--budget", "1e50"), "compute-optimal size for a budget of 1e+50 FLOPs")):
+        r = run_cli(*args)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "at most 1e+15 parameters (1,000T" in r.stderr and words in r.stderr and "small" not in r.stderr
+    big = plan.make_plan(model=plan.MAX_MODEL_PARAMS, tokens=1e12, gpu="H100", count=8)
+    assert "model 1,000T parameters" in plan.format_plan(big).splitlines()[1]
+
+
 def test_a_mixture_given_by_size_and_experts_gets_a_shape_of_its_size():
     """--model with --experts and no --arch: the nearest dense design (Chinchilla, 8,192 wide
     over 80 layers: 102 per layer) with its MLPs turned into the experts given is resized as a
