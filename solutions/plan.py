@@ -655,8 +655,9 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
                          f"onto it): tp={tp} x cp={cp or 1} x pp={pp} x dp={dp} = {(cp or 1) * tp * pp * dp} "
                          f"against count={count}")
     if count % fixed:
-        raise ValueError(f"tp * cp * pp * dp must divide count: tp={tp} x cp={cp} x pp={pp} x dp={dp} against "
-                         f"count={count}")
+        given = " x ".join(f"{k}={v}" for k, v in (("tp", tp), ("cp", cp), ("pp", pp), ("dp", dp)) if v)
+        raise ValueError(f"the degrees given must divide the GPU count: {given}"
+                         + (f" = {fixed}" if " x " in given else "") + f" does not divide count={count}")
     if ep and tp and dp and (cp or shape.seq_len < CP_FROM_SEQ_LEN):
         moe_step.check_expert_layout(shape.moe, ep, etp, tp, cp or 1, dp)
     _check_pipeline(shape, pp, virtual_stages, schedule)

@@ -178,7 +178,10 @@ def test_json_for_a_budget():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--model", "7e9", "--tokens", "1e12", "--count", "12", "--tp", "8"], "must divide count"),
+    (["--model", "7e9", "--tokens", "1e12", "--count", "12", "--tp", "8"], "tp=8 does not divide count=12"),
+    (["--arch", "DeepSeek-V3", "--tokens", "1e12", "--count", "2048", "--tp", "8", "--dp", "3"],
+     "must divide the GPU count: tp=8 x dp=3 = 24 does not divide count=2048"),  # no 'cp=None'
+
     (["--model", "7e9", "--tokens", "1e12", "--count", "8", "--tp", "16"], "tp must be at most"),
     (["--model", "7e9", "--tokens", "1e12", "--recompute", "some"], "recompute must be one of"),
     (["--model", "7e9", "--tokens", "1e12", "--attention", "sparse"], "attention must be one of"),
