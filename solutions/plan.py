@@ -661,6 +661,9 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     if ep and tp and dp and (cp or shape.seq_len < CP_FROM_SEQ_LEN):
         moe_step.check_expert_layout(shape.moe, ep, etp, tp, cp or 1, dp)
     _check_pipeline(shape, pp, virtual_stages, schedule)
+    if global_batch is None and batch_tokens < shape.seq_len and batch_tokens != DEFAULT_BATCH_TOKENS:
+        raise ValueError(f"batch_tokens must be at least one sequence ({shape.seq_len:,} tokens), got "
+                         f"{batch_tokens:,}; or give --global-batch")
     gb = global_batch if global_batch is not None else max(1, batch_tokens // shape.seq_len)
     cluster = cluster_for(g, network, nvlink)
     given = tuple(k for k, v in dict(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, zero=zero, micro_batch=micro_batch,
@@ -669,9 +672,17 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     reasons = []
     if global_batch is None:
         # round the batch to a whole number of sequences per replica for the finest DP the cluster allows
-        gb = count * math.ceil(gb / count) if gb >= count else gb
-        reasons.append(f"global batch {gb:,} sequences of {shape.seq_len:,} tokens (about {batch_tokens / 2**20:.0f}M "
-                       "tokens, Llama 3's batch; --global-batch sets it)")
+        rounded = count * math.ceil(gb / count) if gb >= count else gb
+        if batch_tokens != DEFAULT_BATCH_TOKENS:
+            whence = f"--batch-tokens {batch_tokens:,} in whole sequences"
+        else:
+            whence = (f"about {batch_tokens / 2**20:.0f}M tokens, Llama 3's batch"
+                      + (", less than one sequence" if batch_tokens < shape.seq_len else "")
+                      + "; --global-batch or --batch-tokens sets it")
+        if rounded != gb:
+            whence += f", rounded up from {gb:,} to a multiple of the {count:,} GPUs"
+        gb = rounded
+        reasons.append(f"global batch {_n(gb, 'sequence')} of {shape.seq_len:,} tokens ({whence})")
     fitting, others = search_layouts(shape, cluster, count, gb, convention, tp, cp, pp, dp, zero, micro_batch,
                                      recompute, virtual_stages, schedule, attention, ep, etp, precision, ov,
                                      ep_dispatch, offload_layers, expert_kernels, attention_precision)
@@ -787,7 +798,7 @@ def format_plan(plan: Plan) -> str:
                      f"{o['lifetime']:.3g} FLOPs of training + inference, against {o['baseline']:.3g} "
                      f"({1 - o['lifetime'] / o['baseline']:.0%} less)")
     sh, lay, st, g = plan.shape, plan.layout, plan.step, plan.gpu
-    attn = f"{sh.heads:,} heads x {sh.head_size}" + (f", {sh.kv:,} K/V heads" if sh.kv != sh.heads else "")
+    attn = f"{_n(sh.heads, 'head')} x {sh.head_size}" + (f", {_n(sh.kv, 'K/V head')}" if sh.kv != sh.heads else "")
     moe = ""
     if sh.is_moe:
         m = sh.moe
@@ -1013,7 +1024,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="network bandwidth per GPU across nodes, Gb/s (default: the GPU's reference node)")
     p.add_argument("--convention", default="zero_16", help=f"bytes per parameter, one of {sorted(memory.BYTE_CONVENTIONS)}")
     p.add_argument("--constants", default=DEFAULT_CONSTANTS, help=f"one of {sorted(scaling.CONSTANT_SETS)}")
-    p.add_argument("--batch-tokens", type=int, default=DEFAULT_BATCH_TOKENS,
+    p.add_argument("--batch-tokens", type=float, default=DEFAULT_BATCH_TOKENS,
                    help="tokens per optimizer step when --global-batch is not given")
     p.add_argument("--inference-tokens", type=float,
                    help="tokens the trained model will serve: also plan the over-trained model that is cheapest over its lifetime")

@@ -73,8 +73,8 @@ def plan_tables(plan: planner.Plan, names: dict | None = None) -> str:
     optimal = ('<table class="plan-optimal"><thead><tr><th scope="col">fit</th><th scope="col">N</th>'
                '<th scope="col">D</th><th scope="col">tokens / param</th><th scope="col">loss</th></tr></thead>'
                f"<tbody>{optimal}</tbody></table>")
-    attention = f"{shape['heads']} heads of {shape['head_size']}" + (
-        f", {shape['kv_heads']} key/value heads" if shape.get("kv_heads") and shape["kv_heads"] != shape["heads"] else "")
+    attention = f"{plural(shape['heads'], 'head')} of {shape['head_size']}" + (
+        f", {plural(shape['kv_heads'], 'key/value head')}" if shape.get("kv_heads") and shape["kv_heads"] != shape["heads"] else "")
     conv = memory.get_convention(plan.convention)
     comm = [f"{_AXES[a]} {_time(b[a])} exposed + {_time(j['hidden_s'].get(a, 0.0))} hidden "
             f"({j['bytes_per_step'][a] / 1e9:,.2f} GB over {j['links'][a]})"

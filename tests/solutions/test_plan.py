@@ -458,6 +458,37 @@ def test_a_model_beyond_what_the_planner_sizes_is_one_line_naming_the_bound():
     assert "model 1,000T parameters" in plan.format_plan(big).splitlines()[1]
 
 
+def test_the_batch_line_says_where_the_batch_came_from():
+    """--batch-tokens under one sequence is one line (it became one sequence, and the plan
+    said 'about 0M tokens, Llama 3's batch'); a batch given in tokens is not called Llama 3's;
+    a batch rounded up to the GPUs says so; --batch-tokens takes 4e6 as --tokens does."""
+    r = run_cli("--model", "7e9", "--tokens", "1e12", "--batch-tokens", "100")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "at least one sequence (8,192 tokens), got 100" in r.stderr
+
+    def why(**kw):
+        p = plan.make_plan(model=7e9, tokens=1e12, gpu="H100", **kw)
+        return next(x for x in plan.format_plan(p).splitlines() if "why: global batch" in x), p
+
+    line, p = why(count=8, batch_tokens=int(4e6))
+    assert p.global_batch == int(4e6) // 8192 == 488
+    assert "488 sequences of 8,192 tokens (--batch-tokens 4,000,000 in whole sequences)" in line
+    assert "Llama 3" not in line
+    line, p = why(count=3)
+    assert p.global_batch == 2049 and "rounded up from 2,048 to a multiple of the 3 GPUs" in line
+    line, p = why(count=8, batch_tokens=8192)
+    assert "global batch 1 sequence of 8,192" in line
+    out = run_cli("--model", "7e9", "--tokens", "1e12", "--batch-tokens", "4e6", "--json")
+    assert out.returncode == 0 and json.loads(out.stdout)["global_batch"] == 488
+
+
+def test_one_head_is_a_head():
+    p = plan.make_plan(layers=2, hidden=256, heads=2, kv_heads=1, tokens=1e12, gpu="H100", count=1)
+    assert "2 heads x 128, 1 K/V head," in plan.format_plan(p)
+    q = plan.make_plan(layers=1, hidden=8, heads=1, tokens=1e12, gpu="H100", count=1)
+    assert "1 head x 8," in plan.format_plan(q)
+
+
 def test_a_mixture_given_by_size_and_experts_gets_a_shape_of_its_size():
     """--model with --experts and no --arch: the nearest dense design (Chinchilla, 8,192 wide
     over 80 layers: 102 per layer) with its MLPs turned into the experts given is resized as a
@@ -580,11 +611,15 @@ def test_expert_flags_on_a_dense_model_are_one_line_not_ignored(flags, message):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
 
 
-def test_a_batch_below_one_sequence_reads_as_one_sequence_of_its_tokens():
-    p = plan.make_plan(model=7e9, tokens=1e12, gpu="H100", count=16, batch_tokens=100)
+def test_a_default_batch_below_one_sequence_reads_as_one_sequence_of_its_tokens():
+    """Sequences longer than the default 16M-token batch: one sequence per step, said so (a
+    --batch-tokens given below one sequence is an error instead)."""
+    p = plan.make_plan(model=7e9, tokens=1e12, gpu="H100", count=16, seq_len=2**25)
     assert p.global_batch == 1
-    line8 = next(x for x in plan.format_plan(p).splitlines() if x.startswith("8. batch"))
-    assert f"1 sequence = {p.shape.seq_len:,} tokens per step" in line8
+    lines = plan.format_plan(p).splitlines()
+    line8 = next(x for x in lines if x.startswith("8. batch"))
+    assert "1 sequence = 33.6M tokens per step" in line8
+    assert "(about 16M tokens, Llama 3's batch, less than one sequence;" in next(x for x in lines if "why: global" in x)
 
 
 def test_one_replica_is_searched_at_zero_stage_0_only_unless_a_stage_is_given():
