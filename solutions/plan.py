@@ -690,9 +690,13 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
         raise ValueError(f"offload_layers ({offload_layers}) must be fewer than the layers per pipeline stage "
                          f"(the model has {shape.layers} layers)")
     if not fitting and not others:
-        raise ValueError(f"no layout of {count} GPUs divides the global batch of {gb} sequences with the given "
-                         f"degrees (tp={tp}, cp={cp}, pp={pp}, dp={dp}, ep={ep}, micro_batch={micro_batch}); "
-                         "change --global-batch or --micro-batch")
+        pinned = ", ".join(f"{k}={v}" for k, v in (("tp", tp), ("cp", cp), ("pp", pp), ("dp", dp), ("ep", ep),
+                                                     ("micro_batch", micro_batch)) if v is not None)
+        fixes = ["--global-batch", "--batch-tokens", "--count"] + (["--micro-batch"] if micro_batch else []) \
+            + (["the degrees given"] if any(v is not None for v in (tp, cp, pp, dp, ep)) else [])
+        raise ValueError(f"no layout of {count:,} GPUs divides the global batch of {gb:,} sequences"
+                         + (f" with {pinned}" if pinned else "") + "; change " + ", ".join(fixes[:-1])
+                         + " or " + fixes[-1])
     st, lay = fitting[0] if fitting else others[0]
     if fitting:
         reasons.append(f"the fastest of {_n(len(fitting), 'layout')} that fit{'s' if len(fitting) == 1 else ''} "

@@ -187,7 +187,13 @@ def test_json_for_a_budget():
     (["--model", "7e9", "--tokens", "1e12", "--attention", "sparse"], "attention must be one of"),
     (["--model", "7e9", "--tokens", "1e12", "--cp", "3"], "cp must divide seq_len"),
     (["--model", "7e9", "--tokens", "1e12", "--global-batch", "0"], "global_batch"),
-    (["--model", "7e9", "--tokens", "1e12", "--count", "8", "--global-batch", "3", "--dp", "8"], "no layout"),
+    (["--model", "7e9", "--tokens", "1e12", "--count", "8", "--global-batch", "3", "--dp", "8"],
+     "no layout of 8 GPUs divides the global batch of 3 sequences with dp=8; change --global-batch, --batch-tokens, "
+     "--count or the degrees given"),
+    (["--model", "7e9", "--tokens", "1e12", "--count", "100000"],
+     "no layout of 100,000 GPUs divides the global batch of 2,048 sequences; change --global-batch, --batch-tokens "
+     "or --count"),  # no 'tp=None'
+
     (["--model", "7e9", "--tokens", "1e12", "--gpu", "Z100"], "gpu must be one of"),
     (["--model", "7e9", "--tokens", "1e12", "--gpu", "H100", "--precision", "nvfp4"],
      "precision nvfp4 is not available on the H100 SXM"),
