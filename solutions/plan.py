@@ -57,7 +57,7 @@ from ._validate import nonnegative_integer, one_of, positive, positive_integer, 
 __all__ = [
     "GPUS_PER_SERVER", "STATE_SHARE", "DEFAULT_BATCH_TOKENS", "DEFAULT_CONSTANTS", "RECOMPUTE_MODES", "Plan",
     "find_gpu", "nearest_architecture", "regime", "choose_layout", "state_breakdown_3d", "cluster_for",
-    "search_layouts", "make_plan", "format_plan", "plan_json", "build_parser", "main",
+    "search_layouts", "make_plan", "format_plan", "link_name", "plan_json", "build_parser", "main",
 ]
 
 #: GPUs per HGX/DGX server: the reach of NVLink on the course's reference machines.
@@ -782,6 +782,12 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
 _AXES = steptime.OVERLAP_AXES
 
 
+def link_name(kind: str, gpu: hardware.GPUSpec) -> str:
+    """A link of :func:`solutions.network.link_for` as a reader names it: the GPU's scale-up
+    link by its own name (NVLink 4, Infinity Fabric, ...), anything else as it is."""
+    return (gpu.scale_up_name or "NVLink") if kind == "nvlink" else kind
+
+
 def format_plan(plan: Plan) -> str:
     """The plan as the numbered lines ``python -m solutions.plan`` prints."""
     lines = ["== compute"]
@@ -841,9 +847,12 @@ def format_plan(plan: Plan) -> str:
               f"{hardware.ALLOCATOR_RESERVE_BYTES / 2**30:g} GiB reserve for the CUDA context and NCCL): {verdict}"]
     b, hid = st.breakdown_s, st.hidden_s
     comm = ", ".join(f"{a.upper()} {_time(b[a])} exposed + {_time(hid.get(a, 0.0))} hidden ({st.bytes[a] / 1e9:,.2f} GB "
-                     f"on {st.links[a]})" for a in _AXES if st.bytes.get(a, 0) > 0) or "none"
+                     f"on {link_name(st.links[a], g)})" for a in _AXES if st.bytes.get(a, 0) > 0) or "none"
     net_gbs = plan.cluster.network / 1e9
     ov = ", ".join(sorted(plan.overlap)) or "nothing"
+    # the scale-up link by its name (NVLink 4, Infinity Fabric, PCIe); where it joins one GPU,
+    # every group of two or more crosses the network
+    scale_up = (g.scale_up_name or "NVLink") + (" (one GPU per domain)" if g.scale_up_gpus == 1 else "")
     peak16 = g.sixteen_bit.upper()  # what MFU is quoted against (hardware.GPUSpec.bf16_peak)
     lines += ["== step (predicted)",
               f"8. batch                    {_n(plan.global_batch, 'sequence')} = "
@@ -854,7 +863,7 @@ def format_plan(plan: Plan) -> str:
               f"the measured ceiling are {st.efficiency:.0%} of it, the rest memory traffic, attention and "
               f"fixed costs (linear layers in {plan.precision.upper()}: "
               f"{g.peak(plan.precision) / 1e12:,.0f} TFLOP/s peak, {g.ceiling(plan.precision) / 1e12:,.0f} measured ceiling)",
-              f"10. communication           {comm}; overlapped: {ov} (--overlap); NVLink at "
+              f"10. communication           {comm}; overlapped: {ov} (--overlap); {scale_up} at "
               f"{steptime.network.NVLINK_EFFICIENCY:.0%} of {plan.cluster.nvlink / 1e9:,.0f} GB/s, network at "
               f"{steptime.CALIBRATION.network:.0%} of {net_gbs:,.1f} GB/s per GPU (calibrated), a group's NICs "
               f"summed over its members in each node",

@@ -77,7 +77,7 @@ def plan_tables(plan: planner.Plan, names: dict | None = None) -> str:
         f", {plural(shape['kv_heads'], 'key/value head')}" if shape.get("kv_heads") and shape["kv_heads"] != shape["heads"] else "")
     conv = memory.get_convention(plan.convention)
     comm = [f"{_AXES[a]} {_time(b[a])} exposed + {_time(j['hidden_s'].get(a, 0.0))} hidden "
-            f"({j['bytes_per_step'][a] / 1e9:,.2f} GB over {j['links'][a]})"
+            f"({j['bytes_per_step'][a] / 1e9:,.2f} GB over {planner.link_name(j['links'][a], plan.gpu)})"
             for a in _AXES if j["bytes_per_step"].get(a, 0) > 0]
     margin = mem["margin_bytes"]
     recompute = "no" if lay["recompute"] == "none" else lay["recompute"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from dataclasses import replace
 
-from solutions import facts, plan, steptime
+from solutions import facts, plan, plan_html, steptime
 
 ROOT = Path(__file__).resolve().parents[2]
 H100 = facts.GPUS["H100 SXM"]
@@ -486,6 +486,20 @@ def test_the_batch_line_says_where_the_batch_came_from():
     assert "global batch 1 sequence of 8,192" in line
     out = run_cli("--model", "7e9", "--tokens", "1e12", "--batch-tokens", "4e6", "--json")
     assert out.returncode == 0 and json.loads(out.stdout)["global_batch"] == 488
+
+
+def test_the_scale_up_link_goes_by_its_own_name():
+    """Line 10 named every scale-up link 'NVLink' and 'nvlink': an MI355X's Infinity Fabric
+    and a T4's PCIe included."""
+    for gpu, name in (("MI355X", "Infinity Fabric (7 links)"), ("H100", "NVLink 4"), ("GB200", "NVLink 5 (NVL72)")):
+        p = plan.make_plan(model=70e9, tokens=1e11, gpu=gpu, count=16, tp=8)
+        line10 = next(x for x in plan.format_plan(p).splitlines() if x.startswith("10."))
+        assert f"on {name})" in line10 and f"{name} at 82% of" in line10 and "nvlink" not in line10
+        assert plan.plan_json(p)["links"]["tp"] == "nvlink"  # the JSON keeps the link's kind
+        tables = plan_html.plan_tables(p)
+        assert f"over {name})" in tables and "over nvlink" not in tables
+    t4 = plan.make_plan(model=1e9, tokens=1e11, gpu="T4", count=4)
+    assert "PCIe 3.0 (one GPU per domain) at 82% of 16 GB/s" in plan.format_plan(t4)
 
 
 def test_one_head_is_a_head():
