@@ -650,3 +650,15 @@ def test_one_replica_is_searched_at_zero_stage_0_only_unless_a_stage_is_given():
                                      precision_name="fp16")
     assert {lay.zero for _, lay in fitting} == {0}
     assert plan.make_plan(**kw, zero=2).layout.zero == 2
+
+
+def test_python_m_solutions_names_its_commands_and_they_run():
+    out = subprocess.run([sys.executable, "-m", "solutions"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    from solutions.__main__ import COMMANDS
+    for command, _ in COMMANDS:
+        assert command in out.stdout
+        module = command.split()[2]
+        helped = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True,
+                                timeout=120)
+        assert helped.returncode == 0 and "usage: python -m " + module in helped.stdout
