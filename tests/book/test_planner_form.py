@@ -109,11 +109,13 @@ def test_the_form_gives_the_plan_of_the_command(browser, server, width):
             assert number(text("tps")) == pytest.approx(want["tokens_per_s"], rel=1e-4, abs=0.5), case
             assert number(text("mfu")) == pytest.approx(100 * want["predicted_mfu"], abs=0.051), case
             assert number(text("days")) == pytest.approx(want["days"], rel=1e-3), case
-            assert number(text("memory")) == pytest.approx(want["memory_per_gpu_bytes"] / 1e9, rel=1e-3), case
-            # against what the GPU leaves usable (CUDA's figure less the reserve), not the datasheet's GB
-            of = text("memory").split(" of ")[1]
-            assert of.endswith(" usable") and number(of) == pytest.approx(want["memory"]["usable_bytes"] / 1e9,
-                                                                           rel=1e-3), case
+            # in GiB, as the printout and the tables above the form; against what the GPU leaves
+            # usable (CUDA's figure less the reserve), not the datasheet's GB
+            held, of = text("memory").split(" of ")
+            assert held.endswith(" GiB") and number(held) == pytest.approx(want["memory_per_gpu_bytes"] / 2**30,
+                                                                          rel=1e-3), case
+            assert of.endswith(" GiB usable") and number(of) == pytest.approx(want["memory"]["usable_bytes"] / 2**30,
+                                                                               rel=1e-3), case
             message = root.locator('[data-out="message"]')
             assert message.is_visible() == (not want["memory"]["fits"]), case
             if not want["memory"]["fits"]:

@@ -46,6 +46,12 @@
     if (Math.abs(x) >= 1000) return Math.round(x).toLocaleString("en-US") + " GB";
     return x.toPrecision(4) + " GB";
   }
+  /* Bytes in GiB (2^30), as torch.cuda and the planner's printout report memory. */
+  function fmtGiB(bytes) {
+    var x = bytes / 1073741824;
+    if (Math.abs(x) >= 1000) return Math.round(x).toLocaleString("en-US") + " GiB";
+    return x.toPrecision(4) + " GiB";
+  }
   /* 10^e as a round count with a suffix: 100M, 1B, 10B, 1T. */
   function fmtPower(e) {
     var units = [[12, "T"], [9, "B"], [6, "M"], [3, "K"], [0, ""]];
@@ -1049,8 +1055,8 @@
       facts.tps.textContent = Math.round(p.tokens_per_s).toLocaleString("en-US");
       facts.mfu.textContent = (100 * p.predicted_mfu).toFixed(1) + " %";
       facts.days.textContent = p.days.toPrecision(4);
-      var usable = fmtGB(p.memory.usable_bytes / 1e9) + " usable";  /* the planner's: what CUDA allocates, less a reserve */
-      facts.memory.textContent = fmtGB(p.memory_per_gpu_bytes / 1e9) + " of " + usable;
+      var usable = fmtGiB(p.memory.usable_bytes) + " usable";  /* the planner's: what CUDA allocates, less a reserve */
+      facts.memory.textContent = fmtGiB(p.memory_per_gpu_bytes) + " of " + usable;
       var fits = p.memory.fits;
       if (!fits) {
         message.textContent = "No layout fits in the " + usable + " per GPU; this is the least hungry, and it does not fit. " +
@@ -1063,8 +1069,8 @@
       });
       row(timeBody, ["whole step", fmtSeconds(p.step_time_s), "100 %"], { "class": "total" });
       [["weights_bytes", "weights"], ["grads_bytes", "gradients"], ["optimizer_bytes", "optimizer state"],
-       ["activation_bytes", "activations"]].forEach(function (q) { row(memBody, [q[1], fmtGB(p.memory[q[0]] / 1e9)]); });
-      row(memBody, ["total", fmtGB(p.memory_per_gpu_bytes / 1e9) + " of " + usable + (fits ? "" : ": does not fit")], { "class": "total" });
+       ["activation_bytes", "activations"]].forEach(function (q) { row(memBody, [q[1], fmtGiB(p.memory[q[0]])]); });
+      row(memBody, ["total", fmtGiB(p.memory_per_gpu_bytes) + " of " + usable + (fits ? "" : ": does not fit")], { "class": "total" });
       p.alternatives.forEach(function (a) {
         row(altBody, [describeLayout(unpack(a.layout)), fmtSeconds(a.step_time_s), (100 * a.predicted_mfu).toFixed(1) + " %"]);
       });
