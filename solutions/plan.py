@@ -989,7 +989,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                "published one) takes this size, its depth or width and depth resized")
     p.add_argument("--tokens", type=float, help="training tokens, e.g. 1.4e12")
     p.add_argument("--gpu", default="H100", help=f"one of {', '.join(hardware.PLANNABLE)} (or an alias)")
-    p.add_argument("--count", type=int, default=8, help="number of GPUs")
+    p.add_argument("--count", "--gpus", dest="count", type=int, default=8, help="number of GPUs")
     p.add_argument("--precision", default=None, help=f"training precision, one of {list(hardware.PRECISIONS)} "
                                                      "(default: bf16, fp16 on a GPU without it)")
     p.add_argument("--overlap", default="default",

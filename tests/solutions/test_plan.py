@@ -662,3 +662,10 @@ def test_python_m_solutions_names_its_commands_and_they_run():
         helped = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True,
                                 timeout=120)
         assert helped.returncode == 0 and "usage: python -m " + module in helped.stdout
+
+
+def test_gpus_is_another_name_for_count():
+    """A researcher types --gpus 16; it had been 'unrecognized arguments'."""
+    both = [json.loads(run_cli("--model", "7e9", "--tokens", "1e12", flag, "16", "--json").stdout)
+            for flag in ("--count", "--gpus")]
+    assert both[0]["count"] == both[1]["count"] == 16 and both[0]["layout"] == both[1]["layout"]
