@@ -333,6 +333,10 @@ def test_memory_explorer(browser, server, width):
         assert fits.get_attribute("data-fits") == ("yes" if want["fits"] else "no"), case
         assert visit.text('td[data-out="fits"]').startswith("yes" if want["fits"] else "no"), case
         check_bar(root, want, usable_gb(device), case)
+        # the breakdown fits its column: on a phone the verdict wraps (it had pushed the
+        # figures out of view, behind a sideways scroll)
+        spill = root.locator(".explorer-table-wrap").evaluate_all("ws => ws.map(w => w.scrollWidth - w.clientWidth)")
+        assert max(spill) <= 1, (case, spill)
 
     # A layout whose TP x PP does not divide the GPUs: a message, and no figures at all.
     choose(root, "gpus", "24")
