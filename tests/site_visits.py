@@ -77,6 +77,15 @@ _CUT_OFF_JS = """() => Array.from(document.querySelectorAll(
   .map(el => `${el.tagName.toLowerCase()} ${el.scrollWidth}px in ${el.clientWidth}px: ` +
              el.textContent.trim().replace(/\\s+/g, ' ').slice(0, 50))"""
 
+# The pages' own tables (not cell outputs) of at most three columns that scroll sideways: on a
+# phone, three columns of words fit the column once the cells are compact (book/_static/course.css).
+_SCROLLING_SMALL_TABLES_JS = """() => Array.from(document.querySelectorAll('article .pst-scrollable-table-container'))
+  .filter(box => !box.closest('.cell_output') && box.clientWidth > 0)
+  .map(box => [box, box.querySelector('table')])
+  .filter(([box, t]) => t && t.rows[0] && t.rows[0].cells.length <= 3 && box.scrollWidth > box.clientWidth + 1)
+  .map(([box, t]) => t.rows[0].textContent.trim().replace(/\\s+/g, ' ').slice(0, 50) +
+                     `: ${box.scrollWidth}px in ${box.clientWidth}px`)"""
+
 # The theme's icons are drawn by book/_static/course-icons.css: an icon class without a rule
 # there shows nothing.
 _BLANK_ICONS_JS = """() => Array.from(document.querySelectorAll('[class*="fa-"]'))
@@ -126,6 +135,7 @@ def _visit(page, server: str, path: str, width: int) -> dict:
         "equations": page.evaluate(_WIDE_EQUATIONS_JS),
         "figures": [(urljoin(url, src), shown) for src, shown in page.evaluate(_FIGURES_JS)],
         "cut_off": page.evaluate(_CUT_OFF_JS),
+        "scrolling_small_tables": page.evaluate(_SCROLLING_SMALL_TABLES_JS),
         "blank_icons": page.evaluate(_BLANK_ICONS_JS),
         "axe": None,  # not run at this width
     }

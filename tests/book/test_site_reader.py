@@ -131,6 +131,14 @@ def test_display_equations_fit_a_phone(measurements):
     assert not bad, "\n".join(f"{path}: {v}" for path, v in bad.items())
 
 
+def test_small_tables_fit_a_phone(measurements):
+    """A table of two or three columns of words reads on a 390 px phone without a sideways
+    scroll (the chapters' comparison tables and the labs' index scrolled by 9 to 45 px)."""
+    bad = {path: m["scrolling_small_tables"] for (path, w), m in measurements.items()
+           if w == 390 and m["scrolling_small_tables"]}
+    assert not bad, bad
+
+
 @pytest.mark.parametrize("width", WIDTHS.values(), ids=WIDTHS.keys())
 def test_figure_text_is_legible(site_visits, width):
     server, measurements = site_visits
