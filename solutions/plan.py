@@ -57,7 +57,7 @@ from ._validate import nonnegative_integer, one_of, positive, positive_integer, 
 __all__ = [
     "GPUS_PER_SERVER", "STATE_SHARE", "DEFAULT_BATCH_TOKENS", "DEFAULT_CONSTANTS", "RECOMPUTE_MODES", "Plan",
     "find_gpu", "nearest_architecture", "regime", "choose_layout", "state_breakdown_3d", "cluster_for",
-    "search_layouts", "make_plan", "format_plan", "link_name", "plan_json", "build_parser", "main",
+    "search_layouts", "make_plan", "format_plan", "memory_budget_words", "link_name", "plan_json", "build_parser", "main",
 ]
 
 #: GPUs per HGX/DGX server: the reach of NVLink on the course's reference machines.
@@ -782,6 +782,15 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
 _AXES = steptime.OVERLAP_AXES
 
 
+def memory_budget_words(plan: Plan) -> str:
+    """Line 7 before its verdict: what the busiest GPU holds against what CUDA leaves usable,
+    and where that comes from (the printout and :mod:`solutions.plan_html` both say it)."""
+    st, g = plan.step, plan.gpu
+    return (f"{_gib(st.memory_bytes)} of {_gib(st.usable_bytes)} usable ({_gib(g.memory_bytes)} as CUDA reports the "
+            f"{g.memory_vendor} less a {hardware.ALLOCATOR_RESERVE_BYTES / 2**30:g} GiB reserve for the CUDA context "
+            "and NCCL)")
+
+
 def link_name(kind: str, gpu: hardware.GPUSpec) -> str:
     """A link of :func:`solutions.network.link_for` as a reader names it: the GPU's scale-up
     link by its own name (NVLink 4, Infinity Fabric, ...), anything else as it is."""
@@ -842,9 +851,7 @@ def format_plan(plan: Plan) -> str:
               + (f"; {lay.offload_layers} layers' activations offloaded over {g.host_link_name}, "
                  f"{_time(st.breakdown_s['offload'])} exposed + {_time(st.hidden_s['offload'])} hidden"
                  if lay.offload_layers else "") + ")",
-              f"7. total                    {_gib(st.memory_bytes)} of {_gib(st.usable_bytes)} usable "
-              f"({_gib(g.memory_bytes)} as CUDA reports the {g.memory_vendor} less a "
-              f"{hardware.ALLOCATOR_RESERVE_BYTES / 2**30:g} GiB reserve for the CUDA context and NCCL): {verdict}"]
+              f"7. total                    {memory_budget_words(plan)}: {verdict}"]
     b, hid = st.breakdown_s, st.hidden_s
     comm = ", ".join(f"{a.upper()} {_time(b[a])} exposed + {_time(hid.get(a, 0.0))} hidden ({st.bytes[a] / 1e9:,.2f} GB "
                      f"on {link_name(st.links[a], g)})" for a in _AXES if st.bytes.get(a, 0) > 0) or "none"
@@ -852,7 +859,7 @@ def format_plan(plan: Plan) -> str:
     ov = ", ".join(sorted(plan.overlap)) or "nothing"
     # the scale-up link by its name (NVLink 4, Infinity Fabric, PCIe); where it joins one GPU,
     # every group of two or more crosses the network
-    scale_up = (g.scale_up_name or "NVLink") + (" (one GPU per domain)" if g.scale_up_gpus == 1 else "")
+    scale_up = link_name("nvlink", g) + (" (one GPU per domain)" if g.scale_up_gpus == 1 else "")
     peak16 = g.sixteen_bit.upper()  # what MFU is quoted against (hardware.GPUSpec.bf16_peak)
     lines += ["== step (predicted)",
               f"8. batch                    {_n(plan.global_batch, 'sequence')} = "

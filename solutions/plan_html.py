@@ -17,7 +17,7 @@ import html
 import math
 from dataclasses import asdict
 
-from . import memory, plan as planner, scaling
+from . import memory, plan as planner, scaling, steptime
 from ._format import count as count_words, gib as _gib, plural, seconds as _time
 
 __all__ = ["plan_tables", "PlanTables"]
@@ -78,7 +78,7 @@ def plan_tables(plan: planner.Plan, names: dict | None = None) -> str:
     conv = memory.get_convention(plan.convention)
     comm = [f"{_AXES[a]} {_time(b[a])} exposed + {_time(j['hidden_s'].get(a, 0.0))} hidden "
             f"({j['bytes_per_step'][a] / 1e9:,.2f} GB over {planner.link_name(j['links'][a], plan.gpu)})"
-            for a in _AXES if j["bytes_per_step"].get(a, 0) > 0]
+            for a in steptime.OVERLAP_AXES if j["bytes_per_step"].get(a, 0) > 0]  # every axis the printout has
     margin = mem["margin_bytes"]
     recompute = "no" if lay["recompute"] == "none" else lay["recompute"]
     rows = [
@@ -100,9 +100,7 @@ def plan_tables(plan: planner.Plan, names: dict | None = None) -> str:
              + (f"; {lay['offload_layers']} layers' activations offloaded over {e(j['links']['offload'])}, "
                 f"{_time(b['offload'])} exposed + {_time(j['hidden_s']['offload'])} hidden"
                 if lay.get("offload_layers") else "") + ")"),
-        _row(7, "total", f"{_gib(j['memory_per_gpu_bytes'])} of {_gib(mem['usable_bytes'])} usable "
-                         f"({_gib(mem['gpu_bytes'])} as CUDA reports the {e(plan.gpu.memory_vendor)}, less a "
-                         f"{mem['reserve_bytes'] / 2**30:g} GiB reserve for the CUDA context and NCCL): "
+        _row(7, "total", e(planner.memory_budget_words(plan)) + ": "
                          + (f"fits, {_gib(margin)} to spare" if mem["fits"]
                             else f"<strong>does not fit</strong>: {_gib(-margin)} over")),
         _section("Step (predicted)"),
