@@ -86,6 +86,40 @@ _SCROLLING_SMALL_TABLES_JS = """() => Array.from(document.querySelectorAll('arti
   .map(([box, t]) => t.rows[0].textContent.trim().replace(/\\s+/g, ' ').slice(0, 50) +
                      `: ${box.scrollWidth}px in ${box.clientWidth}px`)"""
 
+# Inline code that a line break cuts inside a word ("labs.colle" / "ctives") or inside an
+# option's leading dashes ("--" / "nproc"): each as "before|after" the break. A break at a
+# space, or after a dot, underscore, slash or inner hyphen (book/_ext/course_site.py, item 11),
+# is where a reader expects one.
+_CODE_CUT_MID_WORD_JS = """() => {
+  const bad = [];
+  const alnum = c => /[A-Za-z0-9]/.test(c);
+  for (const code of document.querySelectorAll('article code')) {
+    if (code.closest('pre') || code.getClientRects().length < 2) continue;
+    const chars = [], tops = [];
+    const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+      for (let i = 0; i < n.length; i++) {
+        const r = document.createRange(); r.setStart(n, i); r.setEnd(n, i + 1);
+        const box = r.getBoundingClientRect();
+        chars.push(n.data[i]); tops.push(box.height ? box.top : null);
+      }
+    }
+    const text = chars.join('');
+    let prev = -1;
+    for (let i = 0; i < chars.length; i++) {
+      if (tops[i] === null || /\\s/.test(chars[i])) continue;
+      if (prev >= 0 && i === prev + 1 && tops[i] > tops[prev] + 2) {
+        const a = chars[prev], b = chars[i];
+        const optionDash = a === '-' && (prev === 0 || /[-\\s]/.test(chars[prev - 1]));
+        if ((alnum(a) && alnum(b)) || optionDash)
+          bad.push(text.slice(Math.max(0, prev - 15), prev + 1) + '|' + text.slice(i, i + 15));
+      }
+      prev = i;
+    }
+  }
+  return bad;
+}"""
+
 # The theme's icons are drawn by book/_static/course-icons.css: an icon class without a rule
 # there shows nothing.
 _BLANK_ICONS_JS = """() => Array.from(document.querySelectorAll('[class*="fa-"]'))
@@ -136,6 +170,7 @@ def _visit(page, server: str, path: str, width: int) -> dict:
         "figures": [(urljoin(url, src), shown) for src, shown in page.evaluate(_FIGURES_JS)],
         "cut_off": page.evaluate(_CUT_OFF_JS),
         "scrolling_small_tables": page.evaluate(_SCROLLING_SMALL_TABLES_JS),
+        "code_cut_mid_word": page.evaluate(_CODE_CUT_MID_WORD_JS) if width == WIDTHS["phone"] else [],
         "blank_icons": page.evaluate(_BLANK_ICONS_JS),
         "axe": None,  # not run at this width
     }

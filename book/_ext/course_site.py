@@ -51,6 +51,13 @@
 10. Number each lab's figures and tables by lab (Fig. L2.1 is Lab 2's first figure) rather
    than with one counter for every page outside the numbered sections; the other unnumbered
    pages keep one counter between them (:func:`_number_lab_figures`).
+11. Let inline code break where a reader would (:func:`_code_breaks`): at its spaces, after a
+   dot, an underscore or a slash, and at a hyphen between two letters or digits, never inside a
+   word or an option's leading dashes. Sphinx writes each space-separated word of inline code
+   as a ``span.pre``; each is split at those places into spans that do not wrap, with a
+   ``<wbr>`` between them. On a phone ``python -m labs.collectives --nproc N`` then wraps as
+   ``python -m labs.`` / ``collectives --nproc N``, where a rule that let code break anywhere
+   had cut it into ``labs.colle`` / ``ctives --`` / ``nproc N``. Copying the text is unchanged.
 """
 from __future__ import annotations
 
@@ -284,6 +291,34 @@ def _list_items(app, pagename, templatename, context, doctree):
         context["body"] = body.replace('role="doc-biblioentry"', 'role="listitem"')
 
 
+#: Where a word of inline code may break (item 11), always after a letter or digit: after
+#: underscores or slashes before a letter or digit (``carlosabe_`` / ``100517_``), after dots
+#: before a letter (``labs.`` / ``ddp``, not ``1.`` / ``5e12``), and after a hyphen between
+#: two letters or digits (``fsdp-`` / ``cpu``, not ``-`` / ``-nproc``).
+CODE_BREAK_AFTER = re.compile(r"[A-Za-z0-9](?:[/_]+(?=[A-Za-z0-9])|\.+(?=[A-Za-z_])|-(?=[A-Za-z0-9]))")
+_PRE_WORD = re.compile(r'<span class="pre">([^<]*)</span>')
+
+
+def code_word_parts(word: str) -> list[str]:
+    """``word`` (HTML-escaped text of one word of inline code) cut where it may break."""
+    cuts = [0] + [m.end() for m in CODE_BREAK_AFTER.finditer(word)] + [len(word)]
+    return [word[a:b] for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
+def _split_code_word(match) -> str:
+    parts = code_word_parts(match.group(1))
+    if len(parts) < 2:
+        return match.group(0)
+    return "<wbr>".join(f'<span class="pre">{p}</span>' for p in parts)
+
+
+def _code_breaks(app, pagename, templatename, context, doctree):
+    """Item 11 of the module's list: break opportunities inside inline code's words."""
+    body = context.get("body")
+    if body and '<span class="pre">' in body:
+        context["body"] = _PRE_WORD.sub(_split_code_word, body)
+
+
 def _copy_mathjax(app, exception):
     if exception is not None or app.builder.format != "html":
         return
@@ -328,6 +363,7 @@ def setup(app):
     app.add_js_file("course.js", defer="defer")
     app.connect("html-page-context", _dedupe_scripts, priority=1)
     app.connect("html-page-context", _list_items, priority=2)
+    app.connect("html-page-context", _code_breaks, priority=3)
     app.connect("build-finished", _copy_mathjax)
     app.connect("build-finished", _drop_icon_script)
     app.connect("build-finished", _student_sources)

@@ -139,6 +139,16 @@ def test_small_tables_fit_a_phone(measurements):
     assert not bad, bad
 
 
+def test_inline_code_breaks_between_words_on_a_phone(measurements):
+    """On a 390 px phone a command in the text wraps at its spaces, dots and underscores, never
+    inside a word: the labs' index showed ``python -m labs.colle`` / ``ctives --`` / ``nproc N``."""
+    checked = [path for (path, w) in measurements if w == 390]
+    assert len(checked) == len(PAGES)
+    bad = {path: m["code_cut_mid_word"] for (path, w), m in measurements.items()
+           if w == 390 and m["code_cut_mid_word"]}
+    assert not bad, bad
+
+
 @pytest.mark.parametrize("width", WIDTHS.values(), ids=WIDTHS.keys())
 def test_figure_text_is_legible(site_visits, width):
     server, measurements = site_visits
