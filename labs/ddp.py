@@ -40,6 +40,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from solutions._format import plural
 from solutions.communication import allreduce_bytes_per_rank
 from solutions.compute import flops_per_token
 
@@ -201,7 +202,7 @@ def worker(ctx, args) -> dict:
     ddp, grads, ring = wrap_ddp(model, ctx, args.allreduce, args.bucket_mb)
     opt = make_optimizer(ddp.module, tcfg)
     scaler = make_scaler(dev, dtype)
-    ctx.log(f"model: {P:,} parameters; {n} rank(s) x {tcfg.batch_per_rank} sequences x "
+    ctx.log(f"model: {P:,} parameters; {plural(n, 'rank')} x {tcfg.batch_per_rank} sequences x "
             f"{mcfg.block_size} characters; compute dtype {dtype_name(dtype)} ({dtype_reason}); "
             f"steps 1-{checked} checked, {checked + 1}-{tcfg.steps} timed")
 
@@ -293,7 +294,7 @@ def worker(ctx, args) -> dict:
             single = tokens_per_step / median(ref_times)
             metrics.update(single_process_tokens_per_s=single, speedup=metrics["tokens_per_s"] / single,
                            scaling_efficiency=metrics["tokens_per_s"] / single / n)
-        ctx.log(f"timing: {format_rate(metrics['tokens_per_s'])} tokens/s on {n} rank(s)"
+        ctx.log(f"timing: {format_rate(metrics['tokens_per_s'])} tokens/s on {plural(n, 'rank')}"
                 + (f"; one process {format_rate(metrics['single_process_tokens_per_s'])} tokens/s;"
                    f" scaling efficiency {metrics['scaling_efficiency']:.3g}" if ref_times else "")
                 + f"; {format_mfu(metrics)}")

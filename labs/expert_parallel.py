@@ -58,6 +58,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from solutions._format import plural
 from solutions import moe
 
 from . import launch
@@ -586,7 +587,7 @@ def timing_checks(ctx, args, cfg: MoEConfig) -> tuple[list, dict]:
     names.append("cost of imbalance (skewed / balanced step time), |measured / predicted - 1|")
     cores = launch.cpu_cores()
     if dev.type == "cpu" and n > cores and not pace:
-        why = f"{n} ranks share {cores} core(s): the timings measure the sharing, not the layer"
+        why = f"{n} ranks share {plural(cores, 'core')}: the timings measure the sharing, not the layer"
         checks = [check_skipped(name, why, TIME_BOUND, unit="") for name in names]
     else:
         errors = [abs(rows[r_]["measured_s"] / rows[r_]["predicted_s"] - 1) for r_ in ("balanced", "skewed")]

@@ -43,6 +43,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from solutions._format import plural
 from solutions.communication import (allgather_bytes_per_rank, allreduce_bytes_per_rank, communication_breakdown,
                                      reduce_scatter_bytes_per_rank)
 from solutions.compute import flops_per_token
@@ -266,7 +267,7 @@ def worker(ctx, args) -> dict:
     dtype, dtype_reason = pick_dtype(args.dtype, dev)
     P = param_count(mcfg)
     P_pad = fsdp_padded_numel(param_shapes(mcfg).values(), n)
-    ctx.log(f"model: {P:,} parameters ({P_pad:,} with FSDP's padding on {n} rank(s)); "
+    ctx.log(f"model: {P:,} parameters ({P_pad:,} with FSDP's padding on {plural(n, 'rank')}); "
             f"compute dtype {dtype_name(dtype)} ({dtype_reason}); "
             f"steps 1-{checked} checked, {checked + 1}-{tcfg.steps} timed")
     phases = {

@@ -47,6 +47,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from solutions._format import plural
+
 from .launch import REPO_ROOT
 
 __all__ = ["LabRun", "LABS", "world_sizes", "figures", "markdown", "not_exercised", "driver_gpus",
@@ -370,7 +372,7 @@ def main(argv=None) -> int:
     if gpus == 0 and not args.cpu_rehearsal:
         seen, how = driver_gpus()
         if seen:
-            print(f"error: the driver reports {seen} NVIDIA GPU(s) ({how}) but torch cannot use them: {problem}; "
+            print(f"error: the driver reports {plural(seen, 'NVIDIA GPU')} ({how}) but torch cannot use them: {problem}; "
                   "install a CUDA build of torch (or run where the driver's libraries are visible)", file=sys.stderr)
             return 1
         print(f"no GPU: torch {torch.__version__} sees no CUDA device, so nothing was run. "
@@ -416,7 +418,7 @@ def main(argv=None) -> int:
     summary["ok"] = bool(ran) and all(r.get("ok") for r in ran) and not interrupted
     failed = [r for r in ran if not r.get("ok")]
     summary["status"] = ("interrupted" if interrupted else
-                         f"{len(failed)} of {len(ran)} run(s) failed" if failed else f"all {len(ran)} run(s) passed")
+                         f"{len(failed)} of {plural(len(ran), 'run')} failed" if failed else f"all {plural(len(ran), 'run')} passed")
     summary["seconds"] = time.monotonic() - start
     _write(out, summary)
     print(markdown(summary), flush=True)

@@ -39,6 +39,8 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from solutions._format import plural
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BACKENDS = ("auto", "gloo", "nccl")
 
@@ -64,20 +66,20 @@ def choose_backend(requested: str, nproc: int, gpu_count: int) -> tuple[str, str
     if requested == "nccl":
         if gpu_count < nproc:
             raise ValueError(
-                f"backend nccl needs one CUDA GPU per rank: nproc={nproc} but {gpu_count} GPU(s) "
-                "are visible (NCCL cannot place two ranks on one GPU); use --backend gloo or a smaller --nproc"
+                f"backend nccl needs one CUDA GPU per rank: nproc={nproc} but {plural(gpu_count, 'GPU')} "
+                f"{'is' if gpu_count == 1 else 'are'} visible (NCCL cannot place two ranks on one GPU); use --backend gloo or a smaller --nproc"
             )
-        return "nccl", f"requested; one rank per GPU on {nproc} of {gpu_count} visible CUDA GPU(s)"
+        return "nccl", f"requested; one rank per GPU on {nproc} of {plural(gpu_count, 'visible CUDA GPU')}"
     if requested == "gloo":
-        return "gloo", f"requested; {nproc} CPU process(es)"
+        return "gloo", f"requested; {plural(nproc, 'CPU process', 'CPU processes')}"
     if gpu_count == 0:
-        return "gloo", f"no CUDA GPU is visible, so {nproc} CPU process(es) with gloo"
+        return "gloo", f"no CUDA GPU is visible, so {plural(nproc, 'CPU process', 'CPU processes')} with gloo"
     if gpu_count < nproc:
         return "gloo", (
-            f"{gpu_count} CUDA GPU(s) visible but nproc={nproc}; NCCL needs one GPU per rank, "
-            f"so {nproc} CPU process(es) with gloo"
+            f"{plural(gpu_count, 'CUDA GPU')} visible but nproc={nproc}; NCCL needs one GPU per rank, "
+            f"so {plural(nproc, 'CPU process', 'CPU processes')} with gloo"
         )
-    return "nccl", f"{gpu_count} CUDA GPU(s) visible: NCCL with one rank per GPU on {nproc} of them"
+    return "nccl", f"{plural(gpu_count, 'CUDA GPU')} visible: NCCL with one rank per GPU on {nproc} of them"
 
 
 # --------------------------------------------------------------------------- arguments
@@ -543,7 +545,7 @@ def oversubscription_warning(nproc: int, cores: int) -> str | None:
     """What to tell a learner who starts more CPU ranks than there are cores, else ``None``."""
     if nproc <= cores:
         return None
-    return (f"--nproc {nproc} starts {nproc} CPU processes on {cores} core(s): they take turns, so the run is "
+    return (f"--nproc {nproc} starts {nproc} CPU processes on {plural(cores, 'core')}: they take turns, so the run is "
             f"about {nproc / cores:.0f}x slower than it needs to be and its timings say little; "
             f"--nproc {cores} or fewer is the most this machine runs at full speed")
 
@@ -590,7 +592,7 @@ def check_fits_in_memory(bytes_per_rank: float, nproc: int, what: str, backend: 
     available = available_memory()
     need = nproc * (bytes_per_rank + RANK_MEMORY)
     if available is not None and need > available:
-        raise ValueError(f"{what} needs about {need / 2**30:.1f} GiB for {nproc} CPU rank(s), but this machine has "
+        raise ValueError(f"{what} needs about {need / 2**30:.1f} GiB for {plural(nproc, 'CPU rank')}, but this machine has "
                          f"{available / 2**30:.1f} GiB available: this run cannot be done here; make it smaller")
 
 

@@ -9,6 +9,8 @@ import os
 import shlex
 from pathlib import Path
 
+from solutions._format import plural
+
 from . import launch
 from .launch import REPO_ROOT
 from .report import run_html, table_html, table_text
@@ -171,7 +173,7 @@ def show_reference(lab: str, folder=None) -> None:
         return
     for device, run in runs:
         ok = sum(c["ok"] for c in run["checks"])
-        print(f"{device}, {run['world_size']} rank(s), {run.get('dtype', '?')}: "
+        print(f"{device}, {plural(run['world_size'], 'rank')}, {run.get('dtype', '?')}: "
               f"{ok} of {len(run['checks'])} checks pass ({run['label']})")
         for f in run.get("figures", []):
             parts = []

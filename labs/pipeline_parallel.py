@@ -48,6 +48,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from solutions._format import plural
 from solutions.communication import communication_breakdown
 from solutions.model_parallel import pipeline_bytes_sent_per_stage
 from solutions.pipeline import (SCHEDULE_KINDS, PipelineEvent, bubble_fraction, idle_fraction, peak_in_flight,
@@ -442,7 +443,7 @@ def worker(ctx, args) -> dict:
     params = list(stage_mod.parameters())
     mine = stage_params(reference, s, p)
     lo, hi = stage_bounds(cfg.n_layer, p, s)
-    ctx.log(f"{p} stage(s) of {cfg.n_layer // p} block(s); micro-batch {b} x {T} tokens; m in {ms}")
+    ctx.log(f"{plural(p, 'stage')} of {plural(cfg.n_layer // p, 'block')}; micro-batch {b} x {T} tokens; m in {ms}")
 
     checks = []
     # ---- gradients against the unsplit model, at the largest m
@@ -511,7 +512,7 @@ def worker(ctx, args) -> dict:
     if ctx.backend == "nccl":
         why = "one GPU per stage"
     else:
-        why = f"{p} rank(s) on {_usable_cores()} usable core(s)"
+        why = f"{plural(p, 'rank')} on {plural(_usable_cores(), 'usable core')}"
     if pace > 0:
         why += f"; passes paced to {pace * 1e3:g} ms forward, {2 * pace * 1e3:g} ms backward"
     if not timed:

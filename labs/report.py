@@ -22,6 +22,8 @@ import json
 import math
 from pathlib import Path
 
+from solutions._format import plural
+
 __all__ = ["check_exact", "check_skipped", "check_within", "check_at_most", "write_report", "read_report",
            "check_cells", "format_checks", "checks_html", "run_html", "table_html", "table_text", "all_ok"]
 
@@ -154,7 +156,7 @@ def checks_html(report: dict) -> str:
     counted = sum(c["rule"] != "skipped" for c in report["checks"])
     skipped = len(report["checks"]) - counted
     where = ", ".join(filter(None, (
-        f"{report['world_size']} rank(s)" if "world_size" in report else "",
+        plural(report['world_size'], 'rank') if "world_size" in report else "",
         f"backend {report['backend']}" if report.get("backend") else "",
         report.get("device") or "")))
     caption = (f"{passed} of {counted} checks pass" + (f", {skipped} skipped" if skipped else "")

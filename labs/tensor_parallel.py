@@ -43,6 +43,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from solutions._format import plural
 from solutions.communication import tensor_parallel_bytes_per_layer
 from solutions.model_parallel import (norm_activation_elements_per_layer, sequence_parallel_bytes_per_layer,
                                       tensor_parallel_collectives_per_layer)
@@ -525,7 +526,7 @@ def worker(ctx, args) -> dict:
     b, s, h, L = args.batch, cfg.block_size, cfg.d_model, cfg.n_layer
     if getattr(args, "ring_stub", False):
         ctx.log(RING_STUB_NOTE)
-    ctx.log(f"tensor parallel degree {t}: {L} block(s) of width {h}, {cfg.n_head} heads; "
+    ctx.log(f"tensor parallel degree {t}: {plural(L, 'block')} of width {h}, {cfg.n_head} heads; "
             f"micro-batch {b} x {s} tokens; collectives: {args.comm}")
 
     # The unsharded reference, identical on every rank (same seed): each rank checks its shard.

@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from solutions._format import plural
+
 from .textsafe import file_name, printable
 
 SUFFIXES = (".ipynb", ".md", ".py")
@@ -417,12 +419,12 @@ def units_from_cells(cells, label_prefix: str = "cell", assignment: bool = False
         for line, piece, defines in split_imports(code):
             units.append(Unit(len(units), label, label, piece, defines, line=line))
     if dropped_checks:
-        notes.append(f"{dropped_checks} cell(s) that set up the self-check were skipped "
+        notes.append(f"{plural(dropped_checks, 'cell')} that set up the self-check were skipped "
                      "(the grader runs its own checks)")
     if dropped_other:
-        notes.append(f"{dropped_other} cell(s) in another language (%%bash, ...) were skipped")
+        notes.append(f"{plural(dropped_other, 'cell')} in another language (%%bash, ...) were skipped")
     if cleaned:
-        notes.append(f"IPython-only lines (%magic, !shell) were skipped in {cleaned} cell(s)")
+        notes.append(f"IPython-only lines (%magic, !shell) were skipped in {plural(cleaned, 'cell')}")
     return units, notes, markdown_defs
 
 

@@ -1,5 +1,5 @@
-"""How the planner's printouts write a count: one place, so the text plan, its HTML tables
-and the sizing notes agree."""
+"""How the course's printouts write a count: one place, so the text plan, its HTML tables,
+the sizing notes and the labs' logs agree ("2 ranks", never "2 rank(s)")."""
 
 from __future__ import annotations
 

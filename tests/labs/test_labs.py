@@ -193,7 +193,7 @@ def test_collectives_four_ranks_bf16_ring_and_more_ranks_than_cores(tmp_path, mo
     monkeypatch.setattr(launch, "cpu_cores", lambda: 1)
     report = _run("collectives", 4, tmp_path, "--max-bytes", "16384", "--iters", "2", "--ring-elements", "1001",
                   "--ring-dtype", "bf16")
-    assert "warning: --nproc 4 starts 4 CPU processes on 1 core(s)" in capsys.readouterr().err
+    assert "warning: --nproc 4 starts 4 CPU processes on 1 core:" in capsys.readouterr().err
     assert all_ok(report), _failed(report)
     # 1001 elements padded to 1004 on four ranks; 2(n-1)/n of that, in 2-byte bf16 elements.
     assert _check(report, "ring all-reduce: bytes each rank sends")["measured"] == 2 * 3 / 4 * 1004 * 2

@@ -338,7 +338,7 @@ def test_notebooks_show_recorded_gpu_runs_or_say_there_are_none(tmp_path, capsys
     assert [d for d, _ in reference_runs("fsdp", folder=tmp_path)] == ["NVIDIA H100 80GB HBM3"]
     show_reference("fsdp", folder=tmp_path)
     out = capsys.readouterr().out
-    assert "NVIDIA H100 80GB HBM3, 2 rank(s), bf16: 1 of 2 checks pass" in out
+    assert "NVIDIA H100 80GB HBM3, 2 ranks, bf16: 1 of 2 checks pass" in out
     assert "123,456 tokens/s, MFU 1.23%, peak allocated 1.25 GiB" in out
 
 

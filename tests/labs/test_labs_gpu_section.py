@@ -75,5 +75,5 @@ def test_gpu_section_says_what_a_gpu_shows_and_shows_recorded_runs(stem, tmp_pat
     (device / "summary.json").write_text(json.dumps(summary))
     glued, out = run_cells(cells, capsys)
     assert glued[f"{tag}_gpu_recorded"].startswith("The runs recorded with the course")
-    assert "NVIDIA H100 80GB HBM3, 2 rank(s), bf16: 2 of 2 checks pass" in out
+    assert "NVIDIA H100 80GB HBM3, 2 ranks, bf16: 2 of 2 checks pass" in out
     assert "5,000 tokens/s" in out

@@ -60,7 +60,7 @@ def test_checks_table_has_one_row_per_check_with_its_verdict():
         ["memory", "100 bytes", "150 bytes", "1.5000", "FAIL"],
         ["ring", "10 bytes", "-", "-", "skipped"],
     ]
-    assert "2 of 3 checks pass, 1 skipped (2 rank(s), backend gloo, cpu)" in checks_html(REPORT)
+    assert "2 of 3 checks pass, 1 skipped (2 ranks, backend gloo, cpu)" in checks_html(REPORT)
 
 
 def test_the_text_table_says_the_same():
