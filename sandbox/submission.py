@@ -23,11 +23,21 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from solutions._format import plural
-
 from .textsafe import file_name, printable
 
 SUFFIXES = (".ipynb", ".md", ".py")
+
+
+def _cells(n: int) -> str:
+    """``'1 cell'``, ``'3 cells'`` (written here: the grading engine imports nothing of
+    ``solutions/``, which a student's copy may lack)."""
+    return f"{n} cell" if n == 1 else f"{n} cells"
+
+
+def _were(n: int) -> str:
+    return "was" if n == 1 else "were"
+
+
 #: The most code a submission may hold: a ``.py`` or ``.md`` file, or a notebook's code cells.
 MAX_BYTES = 20 * 1024 * 1024
 #: The most a ``.ipynb`` file may weigh, stored outputs included: they are never run nor
@@ -419,12 +429,12 @@ def units_from_cells(cells, label_prefix: str = "cell", assignment: bool = False
         for line, piece, defines in split_imports(code):
             units.append(Unit(len(units), label, label, piece, defines, line=line))
     if dropped_checks:
-        notes.append(f"{plural(dropped_checks, 'cell')} that set up the self-check were skipped "
+        notes.append(f"{_cells(dropped_checks)} that set up the self-check {_were(dropped_checks)} skipped "
                      "(the grader runs its own checks)")
     if dropped_other:
-        notes.append(f"{plural(dropped_other, 'cell')} in another language (%%bash, ...) were skipped")
+        notes.append(f"{_cells(dropped_other)} in another language (%%bash, ...) {_were(dropped_other)} skipped")
     if cleaned:
-        notes.append(f"IPython-only lines (%magic, !shell) were skipped in {plural(cleaned, 'cell')}")
+        notes.append(f"IPython-only lines (%magic, !shell) were skipped in {_cells(cleaned)}")
     return units, notes, markdown_defs
 
 
