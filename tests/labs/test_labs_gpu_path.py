@@ -216,6 +216,28 @@ print('ok')
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 
 
+WITHOUT_TOMLLIB = """
+import importlib.abc, sys
+class Python310(importlib.abc.MetaPathFinder):  # no tomllib (new in 3.11), and tomli not installed
+    def find_spec(self, name, path=None, target=None):
+        if name in ("tomllib", "tomli"):
+            raise ModuleNotFoundError("No module named " + repr(name))
+sys.meta_path.insert(0, Python310())
+from solutions.hardware import GPU_TABLE, find_gpu
+import labs.gpu_check
+print(len(GPU_TABLE), find_gpu("H100").name)
+"""
+
+
+def test_the_gpu_table_loads_without_tomllib():
+    """On Python 3.10, which the GPU check promises, there is no tomllib: the GPU table is read
+    with the tomli that pip ships (``import solutions`` had failed, and with it every lab)."""
+    proc = _python("-c", WITHOUT_TOMLLIB)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    count, name = proc.stdout.split(maxsplit=1)
+    assert int(count) >= 12 and name.strip() == "H100 SXM"
+
+
 def test_the_labs_parse_as_python_3_10():
     for folder in ("labs", "solutions"):
         for path in sorted((ROOT / folder).glob("*.py")):
