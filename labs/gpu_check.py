@@ -372,7 +372,7 @@ def main(argv=None) -> int:
     if gpus == 0 and not args.cpu_rehearsal:
         seen, how = driver_gpus()
         if seen:
-            print(f"error: the driver reports {plural(seen, 'NVIDIA GPU')} ({how}) but torch cannot use them: {problem}; "
+            print(f"error: the driver reports {plural(seen, 'NVIDIA GPU')} ({how}) but torch cannot use {'it' if seen == 1 else 'them'}: {problem}; "
                   "install a CUDA build of torch (or run where the driver's libraries are visible)", file=sys.stderr)
             return 1
         print(f"no GPU: torch {torch.__version__} sees no CUDA device, so nothing was run. "
@@ -418,12 +418,17 @@ def main(argv=None) -> int:
     summary["ok"] = bool(ran) and all(r.get("ok") for r in ran) and not interrupted
     failed = [r for r in ran if not r.get("ok")]
     summary["status"] = ("interrupted" if interrupted else
-                         f"{len(failed)} of {plural(len(ran), 'run')} failed" if failed else f"all {plural(len(ran), 'run')} passed")
+                         f"{len(failed)} of {plural(len(ran), 'run')} failed" if failed else _all_passed(len(ran)))
     summary["seconds"] = time.monotonic() - start
     _write(out, summary)
     print(markdown(summary), flush=True)
     print(f"summary: {out / 'summary.json'} and {out / 'summary.md'}; logs in {out / 'runs'}", flush=True)
     return 0 if summary["ok"] else 1
+
+
+def _all_passed(n: int) -> str:
+    """``'the 1 run passed'``, ``'all 12 runs passed'``."""
+    return "the 1 run passed" if n == 1 else f"all {plural(n, 'run')} passed"
 
 
 def _row_line(run: dict) -> str:

@@ -142,7 +142,12 @@ def test_a_cpu_torch_on_a_gpu_machine_is_an_error(tmp_path):
         pytest.skip("this torch can use a GPU")
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "driver reports 1 NVIDIA GPU" in lines[0] and "torch cannot use" in lines[0]
+    assert len(lines) == 1 and "driver reports 1 NVIDIA GPU" in lines[0] and "torch cannot use it:" in lines[0]
+
+
+def test_the_status_line_counts_its_runs_in_words():
+    assert gpu_check._all_passed(1) == "the 1 run passed"
+    assert gpu_check._all_passed(12) == "all 12 runs passed"
 
 
 @pytest.mark.parametrize("argv, message", [(["--only"], "expected at least one"),
