@@ -169,7 +169,7 @@ def _stage0_in_flight(pp) -> int:
 #: Expert-parallel degrees offered (a mixture of experts only) and the training precisions.
 MEMORY_EP = (1, 2, 4, 8, 16, 32, 64)
 MEMORY_PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
-#: GPUs of solutions.hardware offered besides the chapters' six (memory as the datasheet gives it).
+#: GPUs of solutions.hardware offered besides the chapters' six (memory as solutions.hardware gives it).
 MEMORY_MORE_DEVICES = ("B200", "GB200")
 PRECISION_LABELS = {
     "bf16": "BF16",

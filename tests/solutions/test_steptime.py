@@ -6,6 +6,8 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
+import tomllib
+
 import pytest
 
 from solutions import calibration, communication, efficiency, facts, hardware, layer_time, moe_step, network
@@ -262,6 +264,19 @@ def test_memory_is_what_cuda_reports():
     for n in ("Llama 3 405B, 8,192 GPUs", "Llama 3 405B, 16,384 GPUs"):
         st = S.predict_run(RUNS[n])[0]
         assert st.fits and st.margin_bytes > 0
+
+
+def test_the_capacity_is_the_drivers_not_the_vendors_where_both_are_known():
+    """Where the table has CUDA's total, the planner plans with it; it sits below nvidia-smi's
+    total (the runtime's own reservations) and below the vendor's figure read as GiB."""
+    known = [g for g in hardware.GPU_TABLE.values() if g.memory_source.startswith("CUDA")]
+    assert {"H100 SXM", "B200"} <= {g.name for g in known}
+    for g in known:
+        row = next(r for r in tomllib.loads(hardware.TABLE_PATH.read_text(encoding="utf-8"))["gpu"]
+                   if r["name"] == g.name)
+        vendor = float(row["memory_vendor"].split()[0]) * 2**30
+        assert g.memory_bytes == pytest.approx(row["memory_cuda_gib"] * 2**30, rel=1e-12)
+        assert g.memory_bytes < row.get("memory_smi_mib", vendor / 2**20) * 2**20 <= vendor, g.name
 
 
 def test_gpt_params_reproduce_table_1():
