@@ -100,6 +100,10 @@ class GPUSpec:
     exp_per_s: float = 0.0
     host_link_bytes_per_s: float = 0.0
     host_link_name: str = ""
+    #: where ``memory_bytes`` comes from: ``'cuda'`` (what CUDA reports), ``'nvidia-smi'``,
+    #: ``'mig'`` (NVIDIA's full-GPU MIG profile size, nvidia-smi's total rounded up: an upper
+    #: bound) or ``'vendor'`` (the datasheet's figure read as GiB).
+    memory_basis: str = ""
 
     @property
     def exponentials_per_s(self) -> float:
@@ -165,10 +169,14 @@ class GPUSpec:
 
 
 def _memory_bytes(row) -> tuple[float, str]:
+    """The card's capacity from the best figure the row has: CUDA's total, nvidia-smi's, the
+    full-GPU MIG profile's size, else the vendor's figure read as GiB."""
     if "memory_cuda_gib" in row:
         return row["memory_cuda_gib"] * GIB, "cuda"
     if "memory_smi_mib" in row:
         return row["memory_smi_mib"] * MIB, "nvidia-smi"
+    if "memory_mig_gib" in row:
+        return row["memory_mig_gib"] * GIB, "mig"
     return float(row["memory_vendor"].split()[0]) * GIB, "vendor"
 
 
@@ -187,7 +195,7 @@ def load_table(path: Path = TABLE_PATH) -> dict:
         for fmt in row["formats"]:
             if peaks.get(PRECISION_PEAK[fmt], 0) <= 0:
                 raise ValueError(f"gpu table: row {name!r} claims {fmt} without a {PRECISION_PEAK[fmt]} peak")
-        mem, _ = _memory_bytes(row)
+        mem, basis = _memory_bytes(row)
         up, out = row["scale_up"], row["scale_out"]
         table[name] = GPUSpec(
             name, peaks, mem, row["hbm_tb_s"] * 1e12, int(up["gpus"]), up["gb_s"] * 1e9,
@@ -197,7 +205,7 @@ def load_table(path: Path = TABLE_PATH) -> dict:
             row.get("architecture", ""), row["released"], row["as_of"], tuple(row["cite"]),
             tuple(row.get("aliases", ())), tuple(row.get("device_names", ())), row.get("note", ""),
             row.get("chapter_note", ""), bool(row.get("lab_only", False)), float(row.get("exp_per_s", 0.0)),
-            row.get("host_link", {}).get("gb_s", 0.0) * 1e9, row.get("host_link", {}).get("name", ""))
+            row.get("host_link", {}).get("gb_s", 0.0) * 1e9, row.get("host_link", {}).get("name", ""), basis)
     return table
 
 

@@ -786,9 +786,12 @@ def memory_budget_words(plan: Plan) -> str:
     """Line 7 before its verdict: what the busiest GPU holds against what CUDA leaves usable,
     and where that comes from (the printout and :mod:`solutions.plan_html` both say it)."""
     st, g = plan.step, plan.gpu
-    return (f"{_gib(st.memory_bytes)} of {_gib(st.usable_bytes)} usable ({_gib(g.memory_bytes)} as CUDA reports the "
-            f"{g.memory_vendor} less a {hardware.ALLOCATOR_RESERVE_BYTES / 2**30:g} GiB reserve for the CUDA context "
-            "and NCCL)")
+    whence = {"cuda": f"as CUDA reports the {g.memory_vendor}",
+              "nvidia-smi": f"as nvidia-smi reports the {g.memory_vendor}",
+              "mig": f"at most: NVIDIA's full-GPU MIG profile of the {g.memory_vendor}, nvidia-smi's total rounded up",
+              }.get(g.memory_basis, f"the {g.memory_vendor} read as GiB, no public CUDA figure")
+    return (f"{_gib(st.memory_bytes)} of {_gib(st.usable_bytes)} usable ({_gib(g.memory_bytes)} {whence}, less a "
+            f"{hardware.ALLOCATOR_RESERVE_BYTES / 2**30:g} GiB reserve for the CUDA context and NCCL)")
 
 
 def link_name(kind: str, gpu: hardware.GPUSpec) -> str:
@@ -843,7 +846,10 @@ def format_plan(plan: Plan) -> str:
     verdict = (f"fits, {_gib(margin)} to spare" if st.fits else f"DOES NOT FIT: {_gib(-margin)} over")
     lines += ["== memory per GPU (GiB = 2^30 bytes)",
               f"5. model state ({conv.total:g} B/param, {plan.convention}"
-              + (f", +{rec.weight_copy_bytes:.3g} B/param of {plan.precision.upper()} weight copies" if rec.weight_copy_bytes else "")
+              + (f", weights as {rec.weight_copy_bytes:.3g} B/param of {plan.precision.upper()} copies in place of "
+                 f"{conv.weights:g} B of 16-bit ones" if rec.quantised_weights_only
+                 else f", +{rec.weight_copy_bytes:.3g} B/param of {plan.precision.upper()} weight copies"
+                 if rec.weight_copy_bytes else "")
               + f")  weights {_gib(plan.state['weights'])}, gradients {_gib(plan.state['grads'])}, "
               f"optimizer {_gib(plan.state['optimizer'])}",
               f"6. activations              {_gib(st.activation_bytes)} ({_recompute_words(lay.recompute)} "

@@ -12,7 +12,12 @@ norms, the optimizer and every reduction stay in 16 or 32 bits in all of them.
   On Hopper the FP8 tensor cores take only the "TN" layout, so TE keeps each weight and
   its transpose in FP8 for the step: two bytes per parameter on top of the master state
   (NVIDIA Transformer Engine user guide, "FP8 primer"). Megatron-Core can gather the
-  ZeRO-sharded weights in FP8 (``--fp8-param-gather``): one byte per element on the wire.
+  ZeRO-sharded weights in FP8 (``--fp8-param-gather``): one byte per element on the wire,
+  and the model then keeps its compute weights in FP8 only ("keep the compute param in fp8
+  (do not use any other intermediate dtype)", Megatron-Core's DDP config), with no BF16 copy:
+  the FP32 master weights are the optimizer's. Megatron-Bridge's FP8 and MXFP8 recipes set
+  it (``bf16_with_fp8_current_scaling_mixed``, ``bf16_with_mxfp8_mixed``); its NVFP4 recipe
+  of 2026 keeps BF16 weights (``fp8_param_gather = False``).
 * ``mxfp8``: OCP microscaling FP8 (Rouhani et al. 2023): one E8M0 scale per 32 elements,
   along the contraction dimension, so a tensor used in two products is quantised twice
   (row- and column-wise): 2 (1 + 1/32) bytes per parameter. Blackwell and CDNA 4 run it at
@@ -45,7 +50,7 @@ class Recipe:
     name: str
     #: bytes per element of a linear layer's GEMM inputs (1 for FP8, 0.5 + 1/16 for NVFP4).
     gemm_bytes: float
-    #: extra bytes per parameter kept for the step: quantised copies of the weights.
+    #: bytes per parameter of the quantised copies of the weights kept for the step.
     weight_copy_bytes: float
     #: bytes per element of the ZeRO weight all-gather.
     param_gather_bytes: float
@@ -58,6 +63,14 @@ class Recipe:
     quant_bytes: float
     cite: str
     note: str = ""
+    #: the compute weights live only in the quantised copies (Megatron-Core's
+    #: ``fp8_param_gather``): no 16-bit weights beside them.
+    quantised_weights_only: bool = False
+
+    def weight_bytes(self, sixteen_bit: float) -> float:
+        """Bytes per parameter of the weights the step holds: the ``sixteen_bit`` ones (a
+        memory convention's) and the quantised copies, or the copies alone."""
+        return self.weight_copy_bytes + (0.0 if self.quantised_weights_only else sixteen_bit)
 
     @property
     def peak(self) -> str:
@@ -71,9 +84,11 @@ RECIPES = {
         Recipe("bf16", 2.0, 0.0, 2.0, 2.0, 1.0, 0.0, "micikevicius2018mixed", "the course's reference"),
         Recipe("fp16", 2.0, 0.0, 2.0, 2.0, 1.0, 0.0, "micikevicius2018mixed", "with a loss scaler"),
         Recipe("fp8", 1.0, 2.0, 1.0, 1.0, 0.0, 2.0 + 2.0, "nvidia2025te",
-               "per-tensor or block-scaled E4M3/E5M2; the weight and its transpose in FP8 for the step"),
+               "per-tensor or block-scaled E4M3/E5M2; the weight and its transpose in FP8, no BF16 weights",
+               quantised_weights_only=True),
         Recipe("mxfp8", 1.0 + 1 / 32, 2 * (1.0 + 1 / 32), 1.0 + 1 / 32, 1.0 + 1 / 32, 0.0, 2.0 + 2 * (1 + 1 / 32),
-               "rouhani2023mx", "row- and column-wise MX copies, one E8M0 scale per 32 elements"),
+               "rouhani2023mx", "row- and column-wise MX copies, one E8M0 scale per 32 elements, no BF16 weights",
+               quantised_weights_only=True),
         Recipe("nvfp4", 0.5 + 1 / 16, 2 * (0.5 + 1 / 16), 0.5 + 1 / 16, 1.0, 0.15, 2.0 + 2 * (0.5 + 1 / 16) + 2.0,
                "nvidia2025nvfp4", "16-element FP8 scales; Hadamard transforms on wgrad inputs; last blocks in BF16"),
     )

@@ -676,10 +676,11 @@ def state_breakdown(shape: Shape, lay: Layout, convention="zero_16", precision_n
     dense part split over TP x PP and ZeRO-sharded over the ``dp x cp`` ranks that hold it
     (as Megatron's distributed optimizer does); a MoE model's routed experts split over
     PP x EP x ETP and sharded over the expert-data-parallel ranks; plus the precision's
-    quantised copies of the weights (:data:`solutions.precision.RECIPES`), sharded like them."""
+    quantised copies of the weights (:data:`solutions.precision.RECIPES`), sharded like them,
+    which replace the 16-bit weights where the recipe keeps its weights in FP8 only."""
     conv = memory.get_convention(convention)
     rec = precision.recipe(precision_name)
-    conv = memory.ByteConvention(conv.name, conv.weights + rec.weight_copy_bytes, conv.grads, conv.optimizer,
+    conv = memory.ByteConvention(conv.name, rec.weight_bytes(conv.weights), conv.grads, conv.optimizer,
                                  conv.description, conv.cite)
     parts = {"weights": 0.0, "grads": 0.0, "optimizer": 0.0}
     (dense, d_deg), (expert, e_deg) = moe_step.state_shards(shape.n_params - shape.expert_params,

@@ -242,9 +242,15 @@ def test_precision_changes_peak_bytes_and_mfu():
     assert f8.tokens_per_s < 2 * bf.tokens_per_s  # attention, elementwise work and comm stay
     # MFU against BF16 (as torchtitan and NVIDIA report) and against the precision's own peak
     assert f8.mfu_precision == pytest.approx(f8.mfu / 2, rel=1e-12)
-    # the FP8 weight and its transpose add two bytes per parameter
-    assert f8.state_bytes - bf.state_bytes == pytest.approx(
-        2 * shape.n_params / (2 * 4), rel=1e-9)
+    # per parameter of the TP2 x PP4 shard: the FP8 weight and its transpose (2 bytes) replace the
+    # BF16 weights (2 bytes), as Megatron-Core holds them under --fp8-param-gather; MXFP8's row- and
+    # column-wise copies (2 x 33/32 bytes) replace them too; NVFP4's two copies (2 x 9/16 bytes)
+    # sit beside the BF16 weights
+    mx = S.step_time(shape, lay, cl, 256, precision_name="mxfp8")
+    shard = shape.n_params / (2 * 4)
+    assert f8.state_bytes == pytest.approx(bf.state_bytes, rel=1e-12)
+    assert mx.state_bytes - bf.state_bytes == pytest.approx((2 * 33 / 32 - 2) * shard, rel=1e-9)
+    assert f4.state_bytes - bf.state_bytes == pytest.approx(2 * 9 / 16 * shard, rel=1e-9)
     with pytest.raises(ValueError, match="nvfp4 is not available on the H100 SXM"):
         S.step_time(shape, lay, S.cluster_of("H100"), 256, precision_name="nvfp4")
 
@@ -277,6 +283,22 @@ def test_the_capacity_is_the_drivers_not_the_vendors_where_both_are_known():
         vendor = float(row["memory_vendor"].split()[0]) * 2**30
         assert g.memory_bytes == pytest.approx(row["memory_cuda_gib"] * 2**30, rel=1e-12)
         assert g.memory_bytes < row.get("memory_smi_mib", vendor / 2**20) * 2**20 <= vendor, g.name
+
+
+def test_a_blackwell_ultras_288_gb_is_not_288_gib():
+    """Without a public CUDA figure the table takes the full-GPU MIG profile's size (an upper
+    bound), and the plan's memory line says where its budget comes from."""
+    from solutions import plan
+
+    b300, gb300 = hardware.GPU_TABLE["B300"], hardware.GPU_TABLE["GB300"]
+    assert (b300.memory_basis, gb300.memory_basis) == ("mig", "mig")
+    assert b300.memory_bytes == 269 * 2**30 and gb300.memory_bytes == 278 * 2**30
+    assert b300.memory_vendor.startswith("288 GB") and "7g.269gb" in b300.memory_source
+    words = {g: plan.memory_budget_words(plan.make_plan(arch="Llama 3 70B", tokens=1e12, gpu=g, count=64))
+             for g in ("GB300", "H100", "H200")}
+    assert "278.0 GiB at most: NVIDIA's full-GPU MIG profile of the 288 GB HBM3e" in words["GB300"]
+    assert "79.1 GiB as CUDA reports the 80 GB HBM3" in words["H100"]
+    assert "the 141 GB HBM3e read as GiB, no public CUDA figure" in words["H200"]
 
 
 def test_gpt_params_reproduce_table_1():

@@ -438,12 +438,16 @@
         st = u.map(function (x, i) { return x * denseB + ue[i] * mm.expert_params / 1e9; });
         a = data.moe_act[mm.moe][qi][t][p][ri][spi] * tokens;
       }
-      /* a low precision keeps quantised copies of the weights, sharded like them */
+      /* a low precision keeps quantised copies of the weights, sharded like them: beside the
+         16-bit weights, or in their place (FP8 and MXFP8, as Megatron-Core's fp8_param_gather) */
       var cv = data.conventions[ci];
-      st[0] *= (cv.weights + q.weight_copy) / cv.weights;
+      st[0] *= ((q.copies_only ? 0 : cv.weights) + q.weight_copy) / cv.weights;
       var needs = q.name === "bf16" ? "bf16" : q.name;
       precNote.textContent = (q.name === "bf16" ? "BF16 weights, activations and products." :
-        q.label + ": a copy of the weights in the low precision (" + q.weight_copy + " bytes per parameter), and the " +
+        q.label + (q.copies_only ?
+          ": the weights held in the low precision only (" + q.weight_copy + " bytes per parameter, in place of the " +
+          "16-bit ones; the FP32 master weights are the optimizer's), and the " :
+          ": a copy of the weights in the low precision (" + q.weight_copy + " bytes per parameter), and the ") +
         "linear layers' inputs stored in it for the backward pass.") +
         (dev.formats.indexOf(needs) < 0 ? " The " + dev.name + " has no " + q.label.split(" ")[0] +
           " tensor cores: the figures are for a GPU that has." : "") +
