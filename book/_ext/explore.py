@@ -276,7 +276,7 @@ def memory_data() -> dict:
         # the datasheet's GB names the GPU; what a layout must fit in is what CUDA can allocate
         # less the allocator's reserve (hardware.GPUSpec.usable_memory_bytes), as in the planner
         "devices": [{"name": g.name, "memory_gb": memory_gb, "usable_gb": _sig(g.usable_memory_bytes / GB, 5),
-                     "cuda_gb": _sig(g.memory_bytes / GB, 5), "formats": list(g.formats)}
+                     "cuda_gb": _sig(g.memory_bytes / GB, 5), "basis": g.memory_basis, "formats": list(g.formats)}
                     for memory_gb, g in [(d.memory_gb, hardware.find_gpu(d.name)) for d in facts.GPUS.values()]
                     + [(float(hardware.GPU_TABLE[n].memory_vendor.split()[0]), hardware.GPU_TABLE[n])
                        for n in MEMORY_MORE_DEVICES]],

@@ -469,8 +469,9 @@
       verdict.textContent = (fits ? "yes: " : "no: ") + fmtGB(sum) + (fits ? " of " : " > ") + fmtGB(cap) + " usable";
       verdict.setAttribute("data-fits", fits ? "yes" : "no");
       summaryLine.textContent = fmtGB(sum) + " per GPU (DP = " + layout[1] + "): " + (fits ? "fits in" : "more than") + " the " +
-        fmtGB(cap) + " usable on the " + dv.name + " (sold as " + dv.memory_gb + " GB: CUDA sees " + fmtGB(dv.cuda_gb) +
-        ", less a " + fmtGB(dv.cuda_gb - dv.usable_gb) + " reserve).";
+        fmtGB(cap) + " usable on the " + dv.name + " (sold as " + dv.memory_gb + " GB: " +
+        ({ cuda: "CUDA sees ", "nvidia-smi": "nvidia-smi shows ", mig: "its full-GPU MIG profile holds at most " }[dv.basis] ||
+         "read as GiB, ") + fmtGB(dv.cuda_gb) + ", less a " + fmtGB(dv.cuda_gb - dv.usable_gb) + " reserve).";
       stack.setAttribute("aria-label", "Memory per GPU: " + parts.map(function (q) { return q[1] + " " + fmtGB(v[q[0]]); }).join(", "));
     }
     /* A new model starts at its own training length. */
