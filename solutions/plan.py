@@ -961,7 +961,7 @@ def plan_json(plan: Plan) -> dict:
         "memory": {"state_bytes": st.state_bytes, "activation_bytes": st.activation_bytes,
                    "gpu_bytes": g.memory_bytes, "usable_bytes": st.usable_bytes,
                    "reserve_bytes": hardware.ALLOCATOR_RESERVE_BYTES, "margin_bytes": st.margin_bytes,
-                   "memory_source": g.memory_source, "fits": st.fits,
+                   "memory_source": g.memory_source, "memory_basis": g.memory_basis, "fits": st.fits,
                    **{f"{k}_bytes": v for k, v in plan.state.items()}},
         "layout": _layout_json(plan.layout),
         "given": list(plan.given),

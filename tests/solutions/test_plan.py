@@ -284,6 +284,7 @@ def test_json_for_a_mixture_of_experts():
     assert data["mfu_precision_peak"] == pytest.approx(data["mfu_bf16_peak"] / 2, rel=1e-3)
     assert data["tokens_per_s_per_gpu"] == pytest.approx(data["tokens_per_s"] / 2048, rel=1e-12)
     assert data["memory"]["fits"] and data["memory"]["margin_bytes"] > 0
+    assert data["memory"]["memory_basis"] == "cuda"  # the H800's 79.11 GiB, taken as the H100's
 
 
 def test_moe_flags_make_a_mixture_and_the_search_picks_ep():
