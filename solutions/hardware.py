@@ -16,10 +16,13 @@ What the planner reads (:class:`GPUSpec`):
   sibling (``mamf_like``): :meth:`GPUSpec.ceiling` is the roof the step-time model's
   matrix products run under;
 * ``memory_bytes``: the total CUDA reports (``torch.cuda.get_device_properties().total_memory``),
-  where a public report gives it; else nvidia-smi's total; else the vendor's figure read as
-  GiB (vendors' HBM "GB" are binary: an "80 GB" H100 shows 81,559 MiB in nvidia-smi and
-  79.11 GiB to CUDA). :data:`ALLOCATOR_RESERVE_BYTES` is kept back for the CUDA context and
-  the communication buffers: :attr:`GPUSpec.usable_memory_bytes`;
+  where a public report gives it; else nvidia-smi's total; else the size in the name of the
+  card's full-GPU MIG profile (nvidia-smi's total rounded up: an upper bound, and the only
+  public figure for a Blackwell Ultra, whose "288 GB" are 7g.269gb on a B300); else the
+  vendor's figure read as GiB (HBM "GB" are mostly binary: an "80 GB" H100 shows 81,559 MiB
+  in nvidia-smi and 79.11 GiB to CUDA). ``memory_basis`` says which.
+  :data:`ALLOCATOR_RESERVE_BYTES` is kept back for the CUDA context and the communication
+  buffers: :attr:`GPUSpec.usable_memory_bytes`;
 * ``host_link_bytes_per_s``: the link to the host's memory each way (PCIe, or NVLink-C2C to
   a Grace CPU), over which activation offloading moves, where the datasheet gives it;
 * the scale-up domain (GPUs one NVLink or Infinity Fabric joins, bytes/s per GPU each way)
@@ -176,7 +179,7 @@ def _memory_bytes(row) -> tuple[float, str]:
     if "memory_smi_mib" in row:
         return row["memory_smi_mib"] * MIB, "nvidia-smi"
     if "memory_mig_gib" in row:
-        return row["memory_mig_gib"] * GIB, "mig"
+        return float(row["memory_mig_gib"]) * GIB, "mig"
     return float(row["memory_vendor"].split()[0]) * GIB, "vendor"
 
 
@@ -196,6 +199,8 @@ def load_table(path: Path = TABLE_PATH) -> dict:
             if peaks.get(PRECISION_PEAK[fmt], 0) <= 0:
                 raise ValueError(f"gpu table: row {name!r} claims {fmt} without a {PRECISION_PEAK[fmt]} peak")
         mem, basis = _memory_bytes(row)
+        if not mem > 0:
+            raise ValueError(f"gpu table: row {name!r} has no positive memory ({basis})")
         up, out = row["scale_up"], row["scale_out"]
         table[name] = GPUSpec(
             name, peaks, mem, row["hbm_tb_s"] * 1e12, int(up["gpus"]), up["gb_s"] * 1e9,
