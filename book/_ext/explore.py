@@ -170,7 +170,7 @@ def _stage0_in_flight(pp) -> int:
 MEMORY_EP = (1, 2, 4, 8, 16, 32, 64)
 MEMORY_PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
 #: GPUs of solutions.hardware offered besides the chapters' six (memory as solutions.hardware gives it).
-MEMORY_MORE_DEVICES = ("B200", "GB200")
+MEMORY_MORE_DEVICES = ("B200", "GB200", "B300", "GB300")
 PRECISION_LABELS = {
     "bf16": "BF16",
     "fp8": "FP8 (per-tensor scales)",

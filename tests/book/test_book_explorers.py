@@ -244,6 +244,8 @@ MEMORY_CASES_MOE = [
     ("Qwen3-235B-A22B", 256, 1, 8, 1, 3, "zero_16", "GB200", "full", False, 8192, 4, "nvfp4"),
     ("Llama 3 70B", 64, 8, 1, 1, 1, "zero_16", "H100 SXM", "selective", True, None, 1, "fp8"),
     ("Llama 3 405B", 256, 4, 16, 1, 1, "zero_16", "GB200", "none", True, None, 1, "nvfp4"),
+    # a Blackwell Ultra: its "288 GB" are the 278 GiB of its MIG profile; FP8 weights without BF16 ones
+    ("Llama 3 405B", 256, 4, 8, 1, 1, "zero_16", "GB300", "none", True, None, 1, "fp8"),
 ]
 
 
@@ -373,6 +375,12 @@ def test_memory_explorer(browser, server, width):
             shown = number(visit.text(f'td[data-out="{part}"]'))
             assert shown == pytest.approx(want[part], rel=REL), (case, part)
         assert root.locator('td[data-out="fits"]').get_attribute("data-fits") == ("yes" if want["fits"] else "no"), case
+        # the readout says where the GPU's capacity comes from, and states it in GB
+        basis = {"cuda": "CUDA sees ", "mig": "its full-GPU MIG profile holds at most "}[
+            hardware.find_gpu(device).memory_basis]
+        said = re.search(re.escape(basis) + r"([\d.,]+) GB", visit.text('[data-out="summary"]'))
+        assert said, (case, visit.text('[data-out="summary"]'))
+        assert number(said.group(1)) == pytest.approx(hardware.find_gpu(device).memory_bytes / 1e9, rel=1e-3)  # as displayed
     # EP on a dense model, EP that does not divide the experts, EP that does not divide TP x DP.
     for model, gpus, tp, pp, ep, text in (("Llama 3 70B", 64, 8, 1, 8, "is dense"),
                                           ("Mixtral 8x22B", 64, 1, 1, 16, "does not divide the 8 experts"),
