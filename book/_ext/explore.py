@@ -267,8 +267,11 @@ def memory_data() -> dict:
         "models": model_rows,
         "conventions": [{"name": c.name, "label": CONVENTION_LABELS[c.name], "total": c.total, "weights": c.weights, "grads": c.grads,
                          "optimizer": c.optimizer, "description": c.description} for c in conventions],
+        # weight_bytes[convention]: bytes per parameter of the weights under the precision
+        # (solutions.precision.Recipe.weight_bytes), for the page to scale the state's weights
         "precisions": [{"name": n, "label": PRECISION_LABELS[n], "weight_copy": precision.RECIPES[n].weight_copy_bytes,
-                        "copies_only": precision.RECIPES[n].quantised_weights_only}
+                        "copies_only": precision.RECIPES[n].quantised_weights_only,
+                        "weight_bytes": [precision.RECIPES[n].weight_bytes(c.weights) for c in conventions]}
                        for n in MEMORY_PRECISIONS],
         "gpus": list(MEMORY_GPUS), "tp": list(MEMORY_TP), "pp": list(MEMORY_PP), "ep": list(MEMORY_EP),
         "zero": list(memory.ZERO_STAGES), "seq": list(MEMORY_SEQ), "micro_batch": list(MEMORY_MICRO_BATCH),

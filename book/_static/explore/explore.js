@@ -441,7 +441,7 @@
       /* a low precision keeps quantised copies of the weights, sharded like them: beside the
          16-bit weights, or in their place (FP8 and MXFP8, as Megatron-Core's fp8_param_gather) */
       var cv = data.conventions[ci];
-      st[0] *= ((q.copies_only ? 0 : cv.weights) + q.weight_copy) / cv.weights;
+      st[0] *= q.weight_bytes[ci] / cv.weights;
       var needs = q.name === "bf16" ? "bf16" : q.name;
       precNote.textContent = (q.name === "bf16" ? "BF16 weights, activations and products." :
         q.label + (q.copies_only ?
