@@ -18,8 +18,11 @@ and which therefore fills the idle time. DualPipe (DeepSeek-V3 report, sec. 3.2.
 feeds micro-batches from both ends of the pipeline: each GPU holds stage ``s`` of
 one copy of the model and stage ``p - 1 - s`` of a second copy.
 
+DeepSpeed's pipeline engine (:func:`deepspeed_order`) states its schedule as numbered
+steps that all stages share rather than as a list per stage; written out per stage, it is 1F1B.
+
 References: huang2019gpipe, narayanan2019pipedream, narayanan2021megatron,
-qi2023zerobubble, liu2024deepseekv3.
+qi2023zerobubble, liu2024deepseekv3, microsoft2020deepspeedpipe.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ __all__ = [
     "ALL_KINDS",
     "pipeline_schedule",
     "simulate_orders",
+    "deepspeed_order",
     "makespan",
     "idle_fraction",
     "inner_idle_fraction",
@@ -266,6 +270,30 @@ def _dualpipe_orders(p, m):
         assert not deferred, "DualPipe left weight passes unscheduled"
         orders.append(out)
     return orders
+
+
+def deepspeed_order(p, m, stage):
+    """The order in which DeepSpeed's pipeline engine runs ``stage``'s passes
+    (``TrainSchedule`` in DeepSpeed's deepspeed/runtime/pipe/schedule.py), the engine
+    MT-NLG and BLOOM trained with. DeepSpeed does not list the passes of a stage; it
+    counts ``2 (m + p - 1)`` steps that all stages share, and at step ``t`` a stage whose
+    index has ``t``'s parity runs the forward of micro-batch ``t//2 - stage//2`` while
+    the others run the backward of micro-batch ``t//2 - (p - 1) + stage//2``; a step
+    whose micro-batch falls outside ``0 .. m - 1`` has no pass. Returns
+    ``(phase, microbatch, 0)`` entries for :func:`simulate_orders`; the rule gives every
+    stage exactly 1F1B's order (the tests check it)."""
+    p = positive_integer("p", p)
+    m = positive_integer("m", m)
+    stage = nonnegative_integer("stage", stage)
+    if stage >= p:
+        raise ValueError(f"stage must be below p={p}, got {stage}")
+    order = []
+    for t in range(2 * (m + p - 1)):
+        forward = t % 2 == stage % 2
+        i = t // 2 - stage // 2 if forward else t // 2 - (p - 1) + stage // 2
+        if 0 <= i < m:
+            order.append(("F" if forward else "B", i, 0))
+    return order
 
 
 def pipeline_schedule(p, m, kind="gpipe", t_fwd=1.0, t_bwd=2.0, interleave=1, t_w=None):

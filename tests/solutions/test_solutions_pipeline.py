@@ -177,6 +177,8 @@ def test_small_gpipe_schedule_by_hand():
         (lambda: pl.pipeline_schedule(True, 8), "p"),
         (lambda: pl.peak_in_flight(pl.pipeline_schedule(2, 2), 2), "stage"),
         (lambda: pl.peak_in_flight(pl.pipeline_schedule(2, 2), -1), "stage"),
+        (lambda: pl.deepspeed_order(4, 8, 4), "stage must be below p=4"),
+        (lambda: pl.deepspeed_order(4, 0, 0), "m"),
     ],
 )
 def test_pipeline_bad_input(call, match):
@@ -193,3 +195,25 @@ def test_simulate_orders_runs_given_orders_and_names_a_deadlock():
     # Stage 0 wants B(0) before its own F(0) (which B(0) needs): it waits forever.
     with pytest.raises(ValueError, match="stage 0 waits to run B\\(0\\)"):
         simulate_orders([[("B", 0), ("F", 0)], [("F", 0), ("B", 0)]])
+
+
+def test_deepspeed_order_by_hand():
+    # p=2, m=3: eight steps. Stage 0 forwards on the even steps (micro-batches 0, 1, 2 at
+    # steps 0, 2, 4) and backwards on the odd ones (t//2 - 1: none at step 1, then 0, 1, 2);
+    # stage 1 the other way round (forwards 0, 1, 2 at steps 1, 3, 5; backwards at 2, 4, 6).
+    assert pl.deepspeed_order(2, 3, 0) == [("F", 0, 0), ("F", 1, 0), ("B", 0, 0), ("F", 2, 0), ("B", 1, 0), ("B", 2, 0)]
+    assert pl.deepspeed_order(2, 3, 1) == [("F", 0, 0), ("B", 0, 0), ("F", 1, 0), ("B", 1, 0), ("F", 2, 0), ("B", 2, 0)]
+    # One stage: forward and backward alternate, micro-batch by micro-batch.
+    assert pl.deepspeed_order(1, 2, 0) == [("F", 0, 0), ("B", 0, 0), ("F", 1, 0), ("B", 1, 0)]
+
+
+@FAST
+@given(p=stages, m=micro, tf=times, tb=times)
+def test_deepspeed_schedule_is_1f1b(p, m, tf, tb):
+    # DeepSpeed's step rule, written out per stage, is PipeDream-Flush's order: every
+    # stage runs the same passes in the same order, so the step takes 1F1B's time.
+    one = pl.pipeline_schedule(p, m, "1f1b", tf, tb)
+    orders = [pl.deepspeed_order(p, m, s) for s in range(p)]
+    for s in range(p):
+        assert orders[s] == [(e.phase, e.microbatch, e.chunk) for e in one if e.stage == s]
+    assert pl.makespan(pl.simulate_orders(orders, tf, tb)) == pytest.approx(pl.makespan(one), rel=1e-12)
