@@ -756,7 +756,9 @@ PUBLISHED_RUNS = (
     # batch 1,920 sequences of 2,048 tokens, on 280, 350 and 420 DGX A100 nodes.
     *(PublishedRun(f"MT-NLG 530B, {8 * 35 * d:,} GPUs", 530e9, 105, 20480, 128, 2048, 51200, "A100 80GB",
                    A100_NVLINK, SELENE_NETWORK, 8, 35, d, 1920, 1, "full", "smith2022mtnlg", tflops_per_gpu=x,
-                   assumed="micro-batch 1; vocabulary padded to 51,200 as in Megatron-LM; non-interleaved 1F1B",
+                   assumed="micro-batch 1; vocabulary padded to 51,200 as in Megatron-LM",
+                   note="DeepSpeed's pipeline engine, whose schedule is 1F1B (microsoft2020deepspeedpipe; "
+                        "solutions.pipeline.deepspeed_order)",
                    sequence_parallel=False, overlap=_OVERLAP_2021, year=2022,
                    where=f"sec. 3.3, throughput on {35 * d} DGX A100 nodes")
       for d, x in ((8, 126), (10, 121), (12, 113))),
@@ -766,10 +768,10 @@ PUBLISHED_RUNS = (
     # GBS=784", i.e. during the batch ramp) and --checkpoint-activations (full recomputation).
     PublishedRun("BLOOM 176B", 176.2e9, 70, 14336, 112, 2048, 250_880, "A100 80GB", A100_NVLINK,
                  JEAN_ZAY_NETWORK, 4, 12, 8, 2048, 2, "full", "lescao2022bloom", zero=1, tflops_per_gpu=150,
-                 assumed="DeepSpeed's pipeline schedule read as non-interleaved 1F1B",
                  note="throughput from bigscience2022bloomtraining; micro-batch and recomputation from the "
-                      "launch script, bigscience2022tr11", sequence_parallel=False, overlap=_OVERLAP_2021,
-                 year=2022, where="sec. 3.4 (layout), the launch script (micro-batch, recomputation) and the "
+                      "launch script, bigscience2022tr11; DeepSpeed's pipeline engine, whose schedule is 1F1B "
+                      "(microsoft2020deepspeedpipe; solutions.pipeline.deepspeed_order)",
+                 sequence_parallel=False, overlap=_OVERLAP_2021, year=2022, where="sec. 3.4 (layout), the launch script (micro-batch, recomputation) and the "
                                   "training chronicle (throughput)"),
     # Dubey et al. 2024, Table 4: Llama 3 405B on H100s, 16M-token batches,
     # BF16 MFU; interleaved 1F1B (sec. 3.3.2), no activation checkpointing at 8K.
