@@ -593,9 +593,15 @@ LLAMA3_NETWORK = 50e9
 JEAN_ZAY_NETWORK = 4 * 100e9 / 8 / 8
 
 
-#: What the stacks of 2021-22 overlapped: the pipeline's sends and the data-parallel gradient
-#: reduction (no TP overlap, which Megatron-Core added in 2023; no sequence parallelism).
+#: What the stacks of 2021-22 overlapped, DeepSpeed's pipeline engine apart (below): the
+#: pipeline's sends and the data-parallel gradient reduction (no TP overlap, which
+#: Megatron-Core added in 2023; no sequence parallelism).
 _OVERLAP_2021 = "pp,dp"
+#: What DeepSpeed's pipeline engine (MT-NLG, BLOOM) overlaps: nothing. Its schedule
+#: (microsoft2020deepspeedpipe) makes every send and receive between stages blocking and
+#: paired with its peer's, and reduces the gradients in the step's last instruction list,
+#: after the last backward pass has finished.
+_OVERLAP_DEEPSPEED_PIPE = "none"
 
 
 def _megatron(params, heads, hidden, layers, tp, pp, gpus, batch, tflops):
@@ -759,7 +765,7 @@ PUBLISHED_RUNS = (
                    assumed="micro-batch 1; vocabulary padded to 51,200 as in Megatron-LM",
                    note="DeepSpeed's pipeline engine, whose schedule is 1F1B (microsoft2020deepspeedpipe; "
                         "solutions.pipeline.deepspeed_order)",
-                   sequence_parallel=False, overlap=_OVERLAP_2021, year=2022,
+                   sequence_parallel=False, overlap=_OVERLAP_DEEPSPEED_PIPE, year=2022,
                    where=f"sec. 3.3, throughput on {35 * d} DGX A100 nodes")
       for d, x in ((8, 126), (10, 121), (12, 113))),
     # Le Scao et al. 2022 (BLOOM), sec. 3.4: 384 A100 80GB, TP4 x PP12 x DP8, ZeRO-1,
@@ -771,8 +777,9 @@ PUBLISHED_RUNS = (
                  note="throughput from bigscience2022bloomtraining; micro-batch and recomputation from the "
                       "launch script, bigscience2022tr11; DeepSpeed's pipeline engine, whose schedule is 1F1B "
                       "(microsoft2020deepspeedpipe; solutions.pipeline.deepspeed_order)",
-                 sequence_parallel=False, overlap=_OVERLAP_2021, year=2022, where="sec. 3.4 (layout), the launch script (micro-batch, recomputation) and the "
-                                  "training chronicle (throughput)"),
+                 sequence_parallel=False, overlap=_OVERLAP_DEEPSPEED_PIPE, year=2022,
+                 where="sec. 3.4 (layout), the launch script (micro-batch, recomputation) and the "
+                       "training chronicle (throughput)"),
     # Dubey et al. 2024, Table 4: Llama 3 405B on H100s, 16M-token batches,
     # BF16 MFU; interleaved 1F1B (sec. 3.3.2), no activation checkpointing at 8K.
     *(PublishedRun(f"Llama 3 405B, {n:,} GPUs{', 128K context' if cp > 1 else ''}", 405e9, 126, 16384, 128, s,

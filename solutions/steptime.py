@@ -420,9 +420,9 @@ class CPUCalibration:
 #: 53% of the BF16 matmul ceiling, the network at 72% of its line rate, 0.26 ms per local
 #: expert of a MoE layer and micro-batch, and 0.35 s of compute lost per second of
 #: communication hidden behind it.
-CALIBRATION = Calibration(gemm_traffic=2.4764, elementwise=1.0, attention=0.5289, network=0.7238,
-                          set_by=("every run of solutions.facts.PUBLISHED_RUNS",), layer_s=0.0, expert_s=2.6287e-4,
-                          contention=0.3477)
+CALIBRATION = Calibration(gemm_traffic=2.4659, elementwise=1.0, attention=0.5261, network=0.7199,
+                          set_by=("every run of solutions.facts.PUBLISHED_RUNS",), layer_s=0.0, expert_s=2.6284e-4,
+                          contention=0.3393)
 #: What the model promises on the course's table (relative error of tokens/s per GPU): the
 #: median over every run and over the leave-one-out predictions, the worst case, and the band
 #: the book draws. ``tests/solutions/test_steptime.py`` holds the model to them. The worst is

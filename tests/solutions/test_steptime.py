@@ -87,6 +87,15 @@ def test_the_runs_are_read_as_their_sources_say():
     bloom = RUNS["BLOOM 176B"]
     assert (bloom.micro_batch, bloom.recompute) == (2, "full") and "bigscience2022tr11" in bloom.note
     assert "micro-batch" not in bloom.assumed  # read from the script, not assumed
+    # DeepSpeed's pipeline engine (MT-NLG, BLOOM): 1F1B with blocking, paired sends and the
+    # gradients reduced after the last backward pass, so nothing hides behind compute
+    for name in ("MT-NLG 530B, 2,240 GPUs", "BLOOM 176B"):
+        run = RUNS[name]
+        assert run.schedule == "1f1b" and "deepspeed_order" in run.note and "1F1B" not in run.assumed
+        st, _ = S.predict_run(run)
+        assert all(v == 0 for v in st.hidden_s.values()), (name, st.hidden_s)
+        assert st.breakdown_s["pp"] == pytest.approx(st.comm_s["pp"], rel=1e-9) and st.breakdown_s["pp"] > 0
+        assert st.breakdown_s["dp"] == pytest.approx(st.comm_s["dp"], rel=1e-9) and st.breakdown_s["dp"] > 0
     long = RUNS["Llama 3 405B, 16,384 GPUs, 128K context"]
     st, _ = S.predict_run(long)
     assert st.breakdown_s["cp"] > 0 and st.hidden_s["cp"] == 0
