@@ -593,10 +593,16 @@ LLAMA3_NETWORK = 50e9
 JEAN_ZAY_NETWORK = 4 * 100e9 / 8 / 8
 
 
-#: What the stacks of 2021-22 overlapped, DeepSpeed's pipeline engine apart (below): the
-#: pipeline's sends and the data-parallel gradient reduction (no TP overlap, which
-#: Megatron-Core added in 2023; no sequence parallelism).
-_OVERLAP_2021 = "pp,dp"
+#: What Megatron-LM hid behind compute when Narayanan et al. (2021) measured it: nothing. In
+#: the repository of April 2021 (nvidia2021megatronlmapr), a pipeline send or receive waits for
+#: completion and then synchronises the device (megatron/p2p_communication.py), and the default
+#: data-parallel wrapper (--DDP-impl local) only accumulates gradients during the backward pass
+#: and all-reduces them once the step's last backward has finished (megatron/training.py). No
+#: TP overlap either: Megatron-Core added it in 2023.
+_OVERLAP_MEGATRON_2021 = "none"
+#: What DeepSpeed's ZeRO-3 of 2021 hid (Narayanan et al.'s Table 2): its parameter gathers
+#: and gradient reductions, prefetched and overlapped with compute.
+_OVERLAP_ZERO3_2021 = "dp"
 #: What DeepSpeed's pipeline engine (MT-NLG, BLOOM) overlaps: nothing. Its schedule
 #: (microsoft2020deepspeedpipe) makes every send and receive between stages blocking and
 #: paired with its peer's, and reduces the gradients in the step's last instruction list,
@@ -611,7 +617,7 @@ def _megatron(params, heads, hidden, layers, tp, pp, gpus, batch, tflops):
     are not published."""
     return PublishedRun(f"Megatron {params:g}B", params * 1e9, layers, hidden, heads, 2048, 51200, "A100 80GB",
                         A100_NVLINK, SELENE_NETWORK, tp, pp, gpus // (tp * pp), batch, 1, "full",
-                        "narayanan2021megatron", tflops_per_gpu=tflops, sequence_parallel=False, overlap=_OVERLAP_2021,
+                        "narayanan2021megatron", tflops_per_gpu=tflops, sequence_parallel=False, overlap=_OVERLAP_MEGATRON_2021,
                         schedule="interleaved" if pp > 1 else "1f1b", virtual_stages=None if pp > 1 else 1,
                         assumed="micro-batch 1; no ZeRO; chunks per stage not published", where=f"Table 1, {params:g}B row")
 
@@ -728,15 +734,15 @@ PUBLISHED_RUNS = (
     # Narayanan et al. 2021, Table 2: GPT-3's shape (174.6B) under ZeRO-3 alone.
     PublishedRun("ZeRO-3 174.6B, 384 GPUs", 174.6e9, 96, 12288, 96, 2048, 51200, "A100 80GB", A100_NVLINK,
                  SELENE_NETWORK, 1, 1, 384, 1536, 4, "full", "narayanan2021megatron", zero=3, tflops_per_gpu=144,
-                 assumed="full recomputation", sequence_parallel=False, overlap=_OVERLAP_2021,
+                 assumed="full recomputation", sequence_parallel=False, overlap=_OVERLAP_ZERO3_2021,
                  where="Table 2, ZeRO-3 without model parallelism, 174.6B, 384 GPUs", nic_share="gpu"),
     PublishedRun("ZeRO-3 174.6B, 768 GPUs", 174.6e9, 96, 12288, 96, 2048, 51200, "A100 80GB", A100_NVLINK,
                  SELENE_NETWORK, 2, 1, 384, 1536, 2, "full", "narayanan2021megatron", zero=3, tflops_per_gpu=88,
                  assumed="full recomputation; the model-parallel size 2 taken as TP2", sequence_parallel=False,
-                 overlap=_OVERLAP_2021, where="Table 2, ZeRO-3 without model parallelism, 174.6B, 768 GPUs", nic_share="gpu"),
+                 overlap=_OVERLAP_ZERO3_2021, where="Table 2, ZeRO-3 without model parallelism, 174.6B, 768 GPUs", nic_share="gpu"),
     PublishedRun("ZeRO-3 174.6B, 1536 GPUs", 174.6e9, 96, 12288, 96, 2048, 51200, "A100 80GB", A100_NVLINK,
                  SELENE_NETWORK, 1, 1, 1536, 1536, 1, "full", "narayanan2021megatron", zero=3, tflops_per_gpu=44,
-                 assumed="full recomputation", sequence_parallel=False, overlap=_OVERLAP_2021,
+                 assumed="full recomputation", sequence_parallel=False, overlap=_OVERLAP_ZERO3_2021,
                  where="Table 2, ZeRO-3 without model parallelism, 174.6B, 1,536 GPUs", nic_share="gpu"),
     # Narayanan et al. 2021, Table 2: the same shapes with tensor and pipeline parallelism
     # (PTD-P: TP8 x PP12 for 174.6B, TP8 x PP35 for 529.6B), micro-batch 1 ...
@@ -746,7 +752,7 @@ PUBLISHED_RUNS = (
                                                     "compares the same system), chunks per stage not published",
                    sequence_parallel=False,
                    schedule="interleaved", virtual_stages=None,
-                   overlap=_OVERLAP_2021, where=f"Table 2, PTD-P, {p_b}B, {n:,} GPUs")
+                   overlap=_OVERLAP_MEGATRON_2021, where=f"Table 2, PTD-P, {p_b}B, {n:,} GPUs")
       for p_b, layers, hidden, heads, pp, batch, n, x in (
           (174.6, 96, 12288, 96, 12, 1536, 384, 153), (174.6, 96, 12288, 96, 12, 1536, 768, 149),
           (174.6, 96, 12288, 96, 12, 1536, 1536, 141), (529.6, 105, 20480, 128, 35, 2240, 560, 171),
@@ -756,7 +762,7 @@ PUBLISHED_RUNS = (
                    SELENE_NETWORK, tp, 1, n // tp, batch, b, "full", "narayanan2021megatron", zero=3,
                    tflops_per_gpu=x, assumed="full recomputation" + ("; the model-parallel size 2 taken as TP2"
                                                                       if tp > 1 else ""),
-                   sequence_parallel=False, overlap=_OVERLAP_2021, where=f"Table 2, ZeRO-3, 529.6B, {n:,} GPUs", nic_share="gpu")
+                   sequence_parallel=False, overlap=_OVERLAP_ZERO3_2021, where=f"Table 2, ZeRO-3, 529.6B, {n:,} GPUs", nic_share="gpu")
       for n, tp, batch, b, x in ((640, 1, 2560, 4, 138), (1120, 2, 2240, 2, 98), (2240, 1, 2240, 1, 48))),
     # Smith et al. 2022, sec. 3 and Table 1: MT-NLG 530B, 8-way TP x 35-way PP per replica,
     # batch 1,920 sequences of 2,048 tokens, on 280, 350 and 420 DGX A100 nodes.

@@ -415,14 +415,14 @@ class CPUCalibration:
 
 #: (S3)-(S4)'s constants, fitted by :func:`solutions.calibration.fit` on every run of
 #: :data:`solutions.facts.PUBLISHED_RUNS` (``tests/solutions/test_steptime.py`` re-derives them): the
-#: products' exposed memory traffic (2.47x their minimal bytes), the elementwise multiplier
+#: products' exposed memory traffic (2.34x their minimal bytes), the elementwise multiplier
 #: (not fitted: the bytes are counted and move at the HBM's bandwidth), FlashAttention at
-#: 53% of the BF16 matmul ceiling, the network at 72% of its line rate, 0.26 ms per local
-#: expert of a MoE layer and micro-batch, and 0.34 s of compute lost per second of
+#: 52% of the BF16 matmul ceiling, the network at 72% of its line rate, 0.27 ms per local
+#: expert of a MoE layer and micro-batch, and 0.35 s of compute lost per second of
 #: communication hidden behind it.
-CALIBRATION = Calibration(gemm_traffic=2.4659, elementwise=1.0, attention=0.5261, network=0.7199,
-                          set_by=("every run of solutions.facts.PUBLISHED_RUNS",), layer_s=0.0, expert_s=2.6284e-4,
-                          contention=0.3393)
+CALIBRATION = Calibration(gemm_traffic=2.3437, elementwise=1.0, attention=0.5165, network=0.7222,
+                          set_by=("every run of solutions.facts.PUBLISHED_RUNS",), layer_s=0.0, expert_s=2.6801e-4,
+                          contention=0.3482)
 #: What the model promises on the course's table (relative error of tokens/s per GPU): the
 #: median over every run and over the leave-one-out predictions, the worst case, and the band
 #: the book draws. ``tests/solutions/test_steptime.py`` holds the model to them. The worst is

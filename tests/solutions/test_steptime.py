@@ -96,6 +96,13 @@ def test_the_runs_are_read_as_their_sources_say():
         assert all(v == 0 for v in st.hidden_s.values()), (name, st.hidden_s)
         assert st.breakdown_s["pp"] == pytest.approx(st.comm_s["pp"], rel=1e-9) and st.breakdown_s["pp"] > 0
         assert st.breakdown_s["dp"] == pytest.approx(st.comm_s["dp"], rel=1e-9) and st.breakdown_s["dp"] > 0
+    # Megatron-LM of April 2021 neither: blocking pipeline sends, gradients all-reduced after the
+    # last backward pass; DeepSpeed's ZeRO-3 of the same table prefetches and overlaps its traffic
+    for name in ("Megatron 529.6B", "PTD-P 529.6B, 2,240 GPUs", "Megatron 1.7B"):
+        st, _ = S.predict_run(RUNS[name])
+        assert all(v == 0 for v in st.hidden_s.values()) and st.breakdown_s["dp"] > 0, (name, st.hidden_s)
+    assert RUNS["ZeRO-3 529.6B, 640 GPUs"].overlap == "dp"
+    assert S.predict_run(RUNS["ZeRO-3 529.6B, 640 GPUs"])[0].hidden_s["dp"] > 0
     long = RUNS["Llama 3 405B, 16,384 GPUs, 128K context"]
     st, _ = S.predict_run(long)
     assert st.breakdown_s["cp"] > 0 and st.hidden_s["cp"] == 0
