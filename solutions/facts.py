@@ -608,6 +608,9 @@ _OVERLAP_ZERO3_2021 = "dp"
 #: paired with its peer's, and reduces the gradients in the step's last instruction list,
 #: after the last backward pass has finished.
 _OVERLAP_DEEPSPEED_PIPE = "none"
+#: The same engine's schedule, which the rows no longer assume.
+_DEEPSPEED_PIPE_NOTE = ("DeepSpeed's pipeline engine, whose schedule is 1F1B (microsoft2020deepspeedpipe; "
+                        "solutions.pipeline.deepspeed_order)")
 
 
 def _megatron(params, heads, hidden, layers, tp, pp, gpus, batch, tflops):
@@ -769,8 +772,7 @@ PUBLISHED_RUNS = (
     *(PublishedRun(f"MT-NLG 530B, {8 * 35 * d:,} GPUs", 530e9, 105, 20480, 128, 2048, 51200, "A100 80GB",
                    A100_NVLINK, SELENE_NETWORK, 8, 35, d, 1920, 1, "full", "smith2022mtnlg", tflops_per_gpu=x,
                    assumed="micro-batch 1; vocabulary padded to 51,200 as in Megatron-LM",
-                   note="DeepSpeed's pipeline engine, whose schedule is 1F1B (microsoft2020deepspeedpipe; "
-                        "solutions.pipeline.deepspeed_order)",
+                   note=_DEEPSPEED_PIPE_NOTE,
                    sequence_parallel=False, overlap=_OVERLAP_DEEPSPEED_PIPE, year=2022,
                    where=f"sec. 3.3, throughput on {35 * d} DGX A100 nodes")
       for d, x in ((8, 126), (10, 121), (12, 113))),
@@ -781,8 +783,7 @@ PUBLISHED_RUNS = (
     PublishedRun("BLOOM 176B", 176.2e9, 70, 14336, 112, 2048, 250_880, "A100 80GB", A100_NVLINK,
                  JEAN_ZAY_NETWORK, 4, 12, 8, 2048, 2, "full", "lescao2022bloom", zero=1, tflops_per_gpu=150,
                  note="throughput from bigscience2022bloomtraining; micro-batch and recomputation from the "
-                      "launch script, bigscience2022tr11; DeepSpeed's pipeline engine, whose schedule is 1F1B "
-                      "(microsoft2020deepspeedpipe; solutions.pipeline.deepspeed_order)",
+                      "launch script, bigscience2022tr11; " + _DEEPSPEED_PIPE_NOTE,
                  sequence_parallel=False, overlap=_OVERLAP_DEEPSPEED_PIPE, year=2022,
                  where="sec. 3.4 (layout), the launch script (micro-batch, recomputation) and the "
                        "training chronicle (throughput)"),
