@@ -567,10 +567,12 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     one_of("precision", precision, hardware.PRECISIONS)
     g.peak(precision)  # one line if the GPU lacks it
     ov = steptime.parse_overlap(overlap)
-    if mfu is not None:
+    if mfu is not None:  # of the 16-bit peak, as MFU is quoted: above 1 only where the precision's peak is
         mfu = float(positive("mfu", mfu))
-        if mfu > 1:
-            raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
+        most = g.peak(precision) / g.bf16_peak
+        if mfu > most:
+            raise ValueError(f"mfu (of the {g.sixteen_bit.upper()} peak) must be in (0, {most:g}] for "
+                             f"{precision.upper()} on the {g.name}, got {mfu!r}")
     memory.get_convention(convention)
     batch_tokens = int(positive_integer("batch_tokens", batch_tokens))
     for name, v in dict(tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, etp=etp, seq_len=seq_len, global_batch=global_batch,
@@ -1008,7 +1010,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overlap", default="default",
                    help="what hides behind compute: 'default' (tp, cp, pp, dp, as Megatron-Core's recommended "
                         "settings), 'none', 'all', or axes such as 'tp,dp,ep'")
-    p.add_argument("--mfu", type=float, help="override the predicted MFU in the time to train, in (0, 1]")
+    p.add_argument("--mfu", type=float, help="override the predicted MFU in the time to train, of the BF16 peak: in (0, 1], or up to the "
+                                               "precision's peak over the BF16 peak (2 for FP8)")
     for name, what in (("tp", "tensor-parallel"), ("cp", "context-parallel"), ("pp", "pipeline-parallel"),
                        ("dp", "data-parallel"), ("ep", "expert-parallel (carved out of tp x cp x dp)"),
                        ("etp", "experts' tensor-parallel")):

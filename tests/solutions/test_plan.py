@@ -70,6 +70,17 @@ def test_days_to_train_70b_with_mfu_override():
     assert predicted.mfu == predicted.predicted_mfu and not predicted.mfu_given
 
 
+def test_mfu_override_above_one_for_a_low_precision_is_of_the_bf16_peak():
+    """MFU is quoted against the BF16 peak, so an NVFP4 run may give more than 1: the B200's
+    FP4 peak is 4 times its BF16 peak (9,000 against 2,250 TFLOP/s)."""
+    p = plan.make_plan(model=70e9, tokens=1.4e12, gpu="B200", count=64, precision="nvfp4", mfu=1.1)
+    assert p.days == pytest.approx(6 * 70e9 * 1.4e12 / (64 * 2250e12 * 1.1) / 86400, rel=1e-12)
+    with pytest.raises(ValueError, match=r"must be in \(0, 4\] for NVFP4 on the B200"):
+        plan.make_plan(model=70e9, tokens=1.4e12, gpu="B200", count=64, precision="nvfp4", mfu=4.01)
+    with pytest.raises(ValueError, match=r"must be in \(0, 1\] for BF16 on the B200"):
+        plan.make_plan(model=70e9, tokens=1.4e12, gpu="B200", count=64, mfu=1.01)
+
+
 def test_70b_fsdp_traffic_counts_every_micro_batch():
     """TP8 x FSDP over 128 servers: ZeRO-3 gathers and reduce-scatters for each of the 64
     micro-batches, so the rule of thumb loses to ZeRO-1 by far more than its compute."""
@@ -215,7 +226,9 @@ def test_json_for_a_budget():
     (["--model", "7e9"], "give --tokens (how many tokens the run trains on) with --model"),
     (["--arch", "deepseek-v3", "--gpu", "H100"], "give --tokens (how many tokens the run trains on) with --arch"),
     (["--gpu", "H100"], "give a budget, or both model and tokens"),
-    (["--model", "7e9", "--tokens", "1e12", "--mfu", "1.5"], "mfu must be in (0, 1]"),
+    (["--model", "7e9", "--tokens", "1e12", "--mfu", "1.5"], "mfu (of the BF16 peak) must be in (0, 1] for BF16"),
+    (["--model", "7e9", "--tokens", "1e12", "--gpu", "B200", "--precision", "nvfp4", "--mfu", "4.5"],
+     "must be in (0, 4] for NVFP4 on the B200"),
     (["--model", "7e9", "--tokens", "1e12", "--count", "abc"], "invalid int value"),
     (["--model", "7e9", "--tokens", "1e12", "--zero", "4"], "zero must be one of"),
     (["--model", "7e9", "--tokens", "1e12", "--inference-tokens", "-5"], "inference_tokens must be a non-negative"),
