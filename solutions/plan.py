@@ -802,6 +802,29 @@ def link_name(kind: str, gpu: hardware.GPUSpec) -> str:
     return (gpu.scale_up_name or "NVLink") if kind == "nvlink" else kind
 
 
+def moe_words(plan: Plan) -> str:
+    """A mixture of experts' layers, experts, routing and kernels, in words (empty for a dense model)."""
+    sh, lay = plan.shape, plan.layout
+    if not sh.is_moe:
+        return ""
+    m = sh.moe
+    return (f"{sh.moe_layers} MoE layers of {m.experts} experts ({m.expert_ffn:,} wide), top-{m.top_k}"
+            + (f" + {m.shared_experts} shared" if m.shared_experts else "")
+            + (f", imbalance x{m.imbalance:g}" if m.imbalance != 1 else "")
+            + f", {lay.expert_kernels} expert kernels")
+
+
+def weight_copy_words(plan: Plan) -> str:
+    """What the plan's precision adds to the model state per parameter (its low-precision
+    weight copies), in words; empty for a 16-bit run."""
+    conv, rec, name = memory.get_convention(plan.convention), precision.recipe(plan.precision), plan.precision.upper()
+    if rec.quantised_weights_only:
+        layouts = rec.weight_copy_bytes / rec.gemm_bytes  # the weight and its transpose
+        return (f"weights only as {name} copies, {layouts:g} layouts of {rec.gemm_bytes:.3g} B, in place of "
+                f"{conv.weights:g} B/param of 16-bit ones")
+    return f"+{rec.weight_copy_bytes:.3g} B/param of {name} weight copies" if rec.weight_copy_bytes else ""
+
+
 def format_plan(plan: Plan) -> str:
     """The plan as the numbered lines ``python -m solutions.plan`` prints."""
     lines = ["== compute"]
@@ -823,13 +846,7 @@ def format_plan(plan: Plan) -> str:
                      f"({1 - o['lifetime'] / o['baseline']:.0%} less)")
     sh, lay, st, g = plan.shape, plan.layout, plan.step, plan.gpu
     attn = f"{_n(sh.heads, 'head')} x {sh.head_size}" + (f", {_n(sh.kv, 'K/V head')}" if sh.kv != sh.heads else "")
-    moe = ""
-    if sh.is_moe:
-        m = sh.moe
-        moe = (f"; {sh.moe_layers} MoE layers of {m.experts} experts ({m.expert_ffn:,} wide), top-{m.top_k}"
-               + (f" + {m.shared_experts} shared" if m.shared_experts else "")
-               + (f", imbalance x{m.imbalance:g}" if m.imbalance != 1 else "")
-               + f", {lay.expert_kernels} expert kernels")
+    moe = f"; {moe_words(plan)}" if sh.is_moe else ""
     ep = f" (EP{lay.ep} x ETP{lay.etp} folded into TP x CP x DP, {lay.ep_dispatch} dispatch)" if lay.ep > 1 else ""
     lines += ["== layout",
               f"3. shape                    {plan.shape_name}: {_n(sh.layers, 'layer')}, d_model {sh.hidden:,}, {attn}, "
@@ -843,15 +860,11 @@ def format_plan(plan: Plan) -> str:
               + f", {plan.precision.upper()}"]
     lines += [f"     why: {r}" for r in plan.reasons]
     conv = memory.get_convention(plan.convention)
-    rec = precision.recipe(plan.precision)
     margin = st.margin_bytes
     verdict = (f"fits, {_gib(margin)} to spare" if st.fits else f"DOES NOT FIT: {_gib(-margin)} over")
     lines += ["== memory per GPU (GiB = 2^30 bytes)",
               f"5. model state ({conv.total:g} B/param, {plan.convention}"
-              + (f", weights as {rec.weight_copy_bytes:.3g} B/param of {plan.precision.upper()} copies in place of "
-                 f"{conv.weights:g} B of 16-bit ones" if rec.quantised_weights_only
-                 else f", +{rec.weight_copy_bytes:.3g} B/param of {plan.precision.upper()} weight copies"
-                 if rec.weight_copy_bytes else "")
+              + (f", {weight_copy_words(plan)}" if weight_copy_words(plan) else "")
               + f")  weights {_gib(plan.state['weights'])}, gradients {_gib(plan.state['grads'])}, "
               f"optimizer {_gib(plan.state['optimizer'])}",
               f"6. activations              {_gib(st.activation_bytes)} ({_recompute_words(lay.recompute)} "
@@ -887,9 +900,9 @@ def format_plan(plan: Plan) -> str:
               f"{st.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, {st.flops_per_s_per_gpu / 1e12:,.0f} TFLOP/s/GPU (model); "
               f"MFU {st.mfu:.1%} of the {peak16} peak" + (" (as torchtitan and NVIDIA report)" if peak16 == "BF16" else "")
               + (f", {st.mfu_precision:.1%} of the {plan.precision.upper()} peak" if plan.precision not in ("bf16", "fp16") else "")
-              + f"; hardware FLOPs utilisation {st.hfu:.1%}",
+              + f"; hardware FLOPs utilisation {st.hfu:.1%} of the {peak16} peak",
               "== time",
-              f"13. days to train           {plan.days:,.1f} days on {_n(plan.count, 'GPU')} at {plan.mfu:.1%} MFU "
+              f"13. days to train           {plan.days:,.1f} days on {_n(plan.count, 'GPU')} at {plan.mfu:.1%} MFU of the {peak16} peak "
               + ("(given with --mfu) " if plan.mfu_given else "(predicted) ")
               + f"({plan.days * plan.count / 365.25:,.1f} GPU-years)"]
     if plan.alternatives or plan.losers or plan.rule:

@@ -34,10 +34,14 @@ def _power(x: float, digits: int = 3) -> str:
 
 
 def describe_layout(layout: dict) -> str:
-    """A layout of the plan's JSON (``layout``) in words."""
+    """A layout of the plan's JSON (``layout``) in words; expert parallelism, folded into
+    TP x CP x DP, after the axes."""
     axes = [f"TP {layout['tp']}"] + ([f"CP {layout['cp']}"] if layout["cp"] > 1 else []) + \
         [f"PP {layout['pp']}", f"DP {layout['dp']}"]
-    words = [" × ".join(axes), f"ZeRO stage {layout['zero']}"]
+    experts = []
+    if layout.get("ep", 1) > 1:
+        experts = [f"EP {layout['ep']}" + (f" × ETP {layout['etp']}" if layout.get("etp", 1) > 1 else "")]
+    words = [" × ".join(axes), *experts, f"ZeRO stage {layout['zero']}"]
     if layout["pp"] > 1:
         v = layout["virtual_stages"]
         words.append(_SCHEDULES.get(layout["schedule"], layout["schedule"]) + " schedule"
@@ -64,7 +68,9 @@ def plan_tables(plan: planner.Plan, names: dict | None = None) -> str:
     names = {**planner.CONSTANT_NAMES, **(names or {})}  # words, not code names, as labels
     j, e = planner.plan_json(plan), html.escape
     lay, b, mem, shape = j["layout"], j["breakdown_s"], j["memory"], j["shape"]
-    given = "the budget" if plan.budget_given else "6ND"
+    moe = shape.get("moe") is not None
+    given = "the budget" if plan.budget_given else "6ND" + (", N active" if moe else "")
+    peak16, low = plan.gpu.sixteen_bit.upper(), plan.precision not in ("bf16", "fp16")
     optimal = "".join(
         f"<tr><th scope=\"row\">{e(names.get(name, name))}</th><td>{count_words(N)}</td><td>{count_words(D)}</td>"
         f"<td>{r:.1f}</td><td>{L:.3f}</td></tr>" for name, (N, D, r, L) in plan.optimal.items())
@@ -83,16 +89,23 @@ def plan_tables(plan: planner.Plan, names: dict | None = None) -> str:
     recompute = "no" if lay["recompute"] == "none" else lay["recompute"]
     rows = [
         _section("Compute"),
-        _row(1, "training compute", f"{_power(j['flops'])} FLOPs ({given}): {count_words(j['params'])} parameters on "
+        _row(1, "training compute", f"{_power(j['flops'])} FLOPs ({given}): {count_words(j['params'])} parameters"
+                                    + (f" ({count_words(shape['active_params'])} active)" if moe else "") + " on "
                                     f"{count_words(j['tokens'])} tokens, {j['tokens'] / j['params']:.1f} tokens per parameter"),
         _row(2, "compute-optimal at this budget", optimal),
         _section("Layout"),
         _row(3, "shape", f"{e(shape['name'])}: {shape['layers']} layers, width {shape['hidden']:,}, {attention}, "
-                         f"{e(shape['mlp'])} MLP, sequences of {shape['seq_len']:,} tokens"),
-        _row(4, "layout", f"{describe_layout(lay)}, {e(lay['attention'])} attention, on {j['count']:,} {e(j['gpu'])}"
+                         f"{e(shape['mlp'])} MLP, sequences of {shape['seq_len']:,} tokens"
+                         + (f"; {e(planner.moe_words(plan))}" if moe else "")),
+        _row(4, "layout", f"{describe_layout(lay)}, {e(lay['attention'])} attention"
+                          + (" in FP8" if lay["attention_precision"] == "fp8" else "")
+                          + f", {e(plan.precision.upper())}, on {j['count']:,} {e(j['gpu'])}"
+                          + (f" (expert parallelism folded into TP × CP × DP, {e(lay['ep_dispatch'])} dispatch)"
+                             if lay["ep"] > 1 else "")
                           + "".join(f"<br>why: {e(r)}" for r in plan.reasons)),
         _section("Memory per GPU (GiB = 2<sup>30</sup> bytes)"),
-        _row(5, f"model state ({conv.total:g} bytes per parameter)",
+        _row(5, f"model state ({conv.total:g} bytes per parameter"
+                + (f", {e(planner.weight_copy_words(plan))}" if planner.weight_copy_words(plan) else "") + ")",
              f"weights {_gib(mem['weights_bytes'])}, gradients {_gib(mem['grads_bytes'])}, "
              f"optimizer state {_gib(mem['optimizer_bytes'])}"),
         _row(6, "activations", f"{_gib(mem['activation_bytes'])} ({recompute} recomputation, {e(lay['attention'])} "
@@ -107,13 +120,20 @@ def plan_tables(plan: planner.Plan, names: dict | None = None) -> str:
         _row(8, "batch", f"{j['global_batch']:,} sequences, {j['global_batch'] * shape['seq_len'] / 1e6:.1f}M tokens "
                          f"per step; {plural(j['microbatches'], 'micro-batch', 'micro-batches')} per replica; "
                          f"{j['steps']:,} steps"),
-        _row(9, "compute", _time(b["compute"])),
+        _row(9, "compute", f"{_time(b['compute'])} (linear layers in {e(plan.precision.upper())}: "
+                           f"{plan.gpu.peak(plan.precision) / 1e12:,.0f} TFLOP/s peak, "
+                           f"{plan.gpu.ceiling(plan.precision) / 1e12:,.0f} measured ceiling)"),
         _row(10, "communication", "; ".join(comm) or "none"),
         _row(11, "pipeline bubble", f"{_time(b['bubble'])} ({b['bubble'] / j['step_time_s']:.1%} of the step)"),
-        _row(12, "step", f"{_time(j['step_time_s'])}: {j['tokens_per_s']:,.0f} tokens/s, MFU {j['predicted_mfu']:.1%}, "
-                         f"hardware FLOPs utilisation {j['hardware_flops_utilization']:.1%}", "total"),
+        _row(12, "step", f"{_time(j['step_time_s'])}: {j['tokens_per_s']:,.0f} tokens/s, "
+                         f"{j['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, {j['tflops_per_gpu']:,.0f} TFLOP/s per GPU "
+                         f"(model); MFU {j['mfu_bf16_peak']:.1%} of the {peak16} peak"
+                         + (f", {j['mfu_precision_peak']:.1%} of the {e(plan.precision.upper())} peak" if low else "")
+                         + f"; hardware FLOPs utilisation {j['hardware_flops_utilization']:.1%} of the {peak16} peak",
+             "total"),
         _section("Time"),
         _row(13, "days to train", f"{j['days']:,.1f} days on {j['count']:,} GPUs at {j['mfu_used']:.1%} MFU "
+                                  f"of the {peak16} peak "
                                   f"({'given' if j['mfu_given'] else 'predicted'}), "
                                   f"{j['days'] * j['count'] / 365.25:,.1f} GPU-years", "total"),
     ]
@@ -123,7 +143,7 @@ def plan_tables(plan: planner.Plan, names: dict | None = None) -> str:
     others = "".join(f"<tr><td>{_time(a['step_time_s'])}</td><td>{a['predicted_mfu']:.1%}</td>"
                      f"<td>{describe_layout(a['layout'])}</td></tr>" for a in j["alternatives"])
     others = ('<table class="plan-others"><caption>The next fastest layouts</caption><thead><tr>'
-              '<th scope="col">step</th><th scope="col">MFU</th><th scope="col">layout</th></tr></thead>'
+              f'<th scope="col">step</th><th scope="col">MFU ({peak16} peak)</th><th scope="col">layout</th></tr></thead>'
               f"<tbody>{others}</tbody></table>")
     lose = "".join(f"<li>{e(x)}</li>" for x in j["why_others_lose"])
     if plan.rule:

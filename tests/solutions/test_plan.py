@@ -683,3 +683,31 @@ def test_gpus_is_another_name_for_count():
     both = [json.loads(run_cli("--model", "7e9", "--tokens", "1e12", flag, "16", "--json").stdout)
             for flag in ("--count", "--gpus")]
     assert both[0]["count"] == both[1]["count"] == 16 and both[0]["layout"] == both[1]["layout"]
+
+
+def test_the_html_plan_carries_what_the_printout_carries_for_an_fp8_mixture_of_experts():
+    """The book shows plans as tables: a DeepSeek-V3 plan in FP8 must say it has experts, how
+    they are spread (EP), the precision, throughput per GPU and which peak each MFU is of."""
+    from solutions._format import count as count_words
+
+    p = plan.make_plan(arch="DeepSeek-V3", tokens=14.8e12, gpu="H800", count=256, precision="fp8", seq_len=4096)
+    j = plan.plan_json(p)
+    assert p.layout.ep > 1
+    text = " ".join(re.sub("<[^>]+>", " ", plan_html.plan_tables(p)).split())
+    printout = plan.format_plan(p)
+    for words in (plan.moe_words(p), plan.weight_copy_words(p)):
+        assert words and words in printout and words in text
+    assert f"EP {p.layout.ep}," in text and f"EP{p.layout.ep}" in printout
+    assert f"{j['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU" in text
+    assert f"{j['tflops_per_gpu']:,.0f} TFLOP/s per GPU" in text
+    bf16, fp8 = j["mfu_bf16_peak"], j["mfu_precision_peak"]
+    ratio = p.gpu.peak("fp8") / p.gpu.bf16_peak
+    assert ratio == pytest.approx(2, rel=1e-3)  # the H800's FP8 peak is twice its BF16 peak (1,979 / 989.4)
+    assert bf16 == pytest.approx(ratio * fp8, rel=1e-9)
+    assert f"MFU {bf16:.1%} of the BF16 peak, {fp8:.1%} of the FP8 peak" in text
+    assert f"MFU {bf16:.1%} of the BF16 peak (as torchtitan and NVIDIA report), {fp8:.1%} of the FP8 peak" in printout
+    assert "(6ND, N active)" in text and f"({count_words(p.shape.active_params)} active)" in text
+    assert "FP8, on 256 H800" in text
+    # every alternative with a different EP says so: no two rows of the table read the same
+    rows = [describe for describe in re.findall(r"<td>(TP [^<]*)</td>", plan_html.plan_tables(p))]
+    assert len(rows) == len(set(rows))
