@@ -547,19 +547,25 @@ class ExplorerDirective(SphinxDirective):
             raise self.error(f"unknown explorer {name!r}; known: {', '.join(BUILDERS)}")
         for source in SOURCES[name] + ["book/_ext/explore.py"]:
             self.env.note_dependency(str(ROOT / source))
-        payload = json.dumps(BUILDERS[name](), separators=(",", ":"))
+        data = BUILDERS[name]()
         if name in DEFERRED:
+            # a table in parts (``chunks``) rides in one script per part, loaded when the reader
+            # picks it; the rest (the choices) in the explorer's own script
+            chunks = [json.dumps(c, separators=(",", ":")) for c in data.pop("chunks", [])]
+            payload = json.dumps({**data, "chunk_count": len(chunks)}, separators=(",", ":"))
             stored = getattr(self.env, "course_explorer_data", {})
             stored[name] = payload
+            stored.update({f"{name}-{i}": c for i, c in enumerate(chunks)})
             self.env.course_explorer_data = stored
-            version = hashlib.sha256(payload.encode()).hexdigest()[:12]
+            version = hashlib.sha256("".join([payload, *chunks]).encode()).hexdigest()[:12]
             up = "../" * self.env.docname.count("/")
             html = (f'<div class="explorer" data-explorer="{name}" '
-                    f'data-src="{up}_static/explore/{name}-data.js?v={version}">'
+                    f'data-src="{up}_static/explore/{name}-data.js?v={version}" '
+                    f'data-chunk-src="{up}_static/explore/{name}-{{i}}-data.js?v={version}">'
                     f'<noscript>This explorer needs JavaScript.</noscript>'
                     f'<p class="explorer-loading">Loading the {name}\u2026</p></div>')
             return [nodes.raw("", html, format="html")]
-        payload = payload.replace("</", "<\\/")
+        payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
         html = (
             f'<div class="explorer" data-explorer="{name}">'
             f'<noscript>This explorer needs JavaScript.</noscript>'

@@ -10,10 +10,13 @@ each with the command that reproduces it; ``tests/book/test_planner_form.py`` ru
 compares. Nothing here reads the planner's internals, so a new flag or a new GPU in
 :mod:`solutions.plan` reaches the page at the next build:
 
-* the GPUs are those of :data:`solutions.facts.GPUS` that have the memory to train on
-  (:data:`MIN_GPU_GB`);
-* the precisions are the choices of the planner's ``--precision`` option when it has one;
-  until then every plan is the planner's default (BF16 mixed precision).
+* the GPUs are every one the planner plans (:data:`solutions.hardware.PLANNABLE`) that has the
+  memory to train on (:data:`MIN_GPU_GB`), Ampere to Blackwell and AMD's Instinct;
+* the precisions are :data:`PRECISIONS`; where a GPU lacks one (NVFP4 on an H100) the form shows
+  the planner's one-line refusal, as the shell does.
+
+The plans of one GPU ride in a script of their own (``chunks``), loaded when the reader picks it:
+all of them together would be several megabytes for a phone to fetch.
 """
 from __future__ import annotations
 
@@ -33,6 +36,9 @@ COUNTS = (8, 64, 256, 1024, 4096, 16384)
 BATCH_TOKENS = (2**20, 2**22, 2**24)
 #: GPUs with less memory than this are not offered (a T4 trains none of these models).
 MIN_GPU_GB = 40
+#: The precisions on the form (``--precision``), each with the words the form shows.
+PRECISIONS = {"bf16": "BF16 mixed precision", "fp8": "FP8 (Hopper and later)",
+              "mxfp8": "MXFP8 (Blackwell)", "nvfp4": "NVFP4 (Blackwell)"}
 #: Significant digits kept of each number (the form shows at most four).
 DIGITS = 5
 
@@ -49,6 +55,11 @@ def _round(obj):
     return _sig(obj)
 
 
+def refusal(stderr: str) -> str:
+    """The planner's one-line refusal without the program's name (``python -m solutions.plan: error: ``)."""
+    return stderr.strip().partition("error: ")[2] or stderr.strip()
+
+
 def plan_cli(argv: list[str]) -> dict:
     """``python -m solutions.plan *argv --json`` in this process: the plan's JSON object, or
     ``{"error": message}`` for the one-line error the command prints when it exits with 2."""
@@ -61,24 +72,25 @@ def plan_cli(argv: list[str]) -> dict:
         except SystemExit as exc:  # argparse refuses an argument
             status = exc.code
     if status != 0:
-        return {"error": err.getvalue().strip().removeprefix("error: ") or f"exit status {status}"}
+        return {"error": refusal(err.getvalue()) or f"exit status {status}"}
     return json.loads(out.getvalue())
 
 
-def precisions() -> list[str | None]:
-    """The planner's ``--precision`` choices, or ``[None]`` (its default) when it has none."""
-    from solutions import plan
+def precisions() -> list[str]:
+    """The form's precisions, each a choice of the planner's ``--precision``."""
+    from solutions import hardware
 
-    action = plan.build_parser()._option_string_actions.get("--precision")  # argparse's table of options
-    if action is None:
-        return [None]
-    return list(action.choices or [action.default])
+    unknown = set(PRECISIONS) - set(hardware.PRECISIONS)
+    if unknown:
+        raise ValueError(f"the form offers precisions the planner lacks: {sorted(unknown)}")
+    return list(PRECISIONS)
 
 
 def gpus() -> list[str]:
-    from solutions import facts
+    """The GPUs the planner plans that hold at least :data:`MIN_GPU_GB` (what CUDA reports)."""
+    from solutions import hardware
 
-    return [name for name, gpu in facts.GPUS.items() if gpu.memory_gb >= MIN_GPU_GB]
+    return [name for name in hardware.PLANNABLE if hardware.GPU_TABLE[name].memory_bytes >= MIN_GPU_GB * 1e9]
 
 
 def _e(x: float) -> str:
@@ -92,7 +104,7 @@ def command(argv: list[str]) -> str:
     return "python -m solutions.plan " + shlex.join([*argv, "--json"])
 
 
-def arguments(model: str, gpu: str, count: int, batch_tokens: int, precision: str | None) -> list[str]:
+def arguments(model: str, gpu: str, count: int, batch_tokens: int, precision: str) -> list[str]:
     """The command-line arguments of one choice on the form (``--json`` left out). The model is
     trained on the Chinchilla rule's tokens per parameter (they set the days, not the layout)."""
     from solutions import facts, scaling
@@ -101,12 +113,13 @@ def arguments(model: str, gpu: str, count: int, batch_tokens: int, precision: st
     argv = ["--model", _e(params), "--arch", model,
             "--tokens", _e(params * scaling.CHINCHILLA_TOKENS_PER_PARAM),
             "--gpu", gpu, "--count", str(count), "--batch-tokens", str(batch_tokens)]
-    return argv + (["--precision", precision] if precision else [])
+    return argv + ["--precision", precision]
 
 
 #: What the form shows of a plan: keys of the planner's JSON (``solutions.plan.plan_json``).
-KEPT = ("predicted_mfu", "step_time_s", "tokens_per_s", "days", "memory_per_gpu_bytes", "memory", "layout",
-        "breakdown_s", "global_batch", "microbatches", "steps", "alternatives", "why_others_lose", "advice")
+KEPT = ("predicted_mfu", "mfu_precision_peak", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
+        "days", "memory_per_gpu_bytes", "memory", "layout", "breakdown_s", "global_batch", "microbatches", "steps",
+        "alternatives", "why_others_lose", "advice")
 
 
 #: The published runs like a plan (``published_runs_like_this``) depend on the model, the GPU and
@@ -149,11 +162,12 @@ def _pack_layouts(plans: list[dict]) -> list[str]:
 
 
 def planner_data(workers: int | None = None) -> dict:
-    """Every plan of the form's grid, ``plans[model][gpu][count][batch][precision]``."""
-    from solutions import facts, scaling
+    """The form's choices and, per GPU (``chunks``, in the order of ``gpus``), every plan of the
+    grid, ``plans[model][count][batch][precision]``, with the published runs like them."""
+    from solutions import facts, hardware, scaling
 
     models, devices, precs = list(MODELS), gpus(), precisions()
-    grid = [(m, g, n, b, p) for m in models for g in devices for n in COUNTS for b in BATCH_TOKENS for p in precs]
+    grid = [(m, g, n, b, p) for g in devices for m in models for n in COUNTS for b in BATCH_TOKENS for p in precs]
     argvs = [arguments(*choice) for choice in grid]
     workers = workers or min(2, os.cpu_count() or 1)
     if workers > 1:
@@ -162,18 +176,22 @@ def planner_data(workers: int | None = None) -> dict:
     else:
         found = [_one(a) for a in argvs]
     layout_keys = _pack_layouts(found)
-    tracks = _pack_tracks(found)
-    flat = iter(found)
-    plans = [[[[[next(flat) for _ in precs] for _ in BATCH_TOKENS] for _ in COUNTS] for _ in devices] for _ in models]
+    per_gpu = len(models) * len(COUNTS) * len(BATCH_TOKENS) * len(precs)
+    chunks = []
+    for i in range(len(devices)):
+        mine = found[i * per_gpu:(i + 1) * per_gpu]
+        tracks = _pack_tracks(mine)
+        flat = iter(mine)
+        plans = [[[[next(flat) for _ in precs] for _ in BATCH_TOKENS] for _ in COUNTS] for _ in models]
+        chunks.append({"tracks": tracks, "plans": plans})
     return {
         "models": [{"name": m, "params": facts.ARCHITECTURES[m].params} for m in models],
-        "gpus": [{"name": g, "memory_gb": facts.GPUS[g].memory_gb} for g in devices],
+        "gpus": [{"name": g, "memory": hardware.GPU_TABLE[g].memory_vendor} for g in devices],  # "80 GB HBM3"
         "counts": list(COUNTS), "batch_tokens": list(BATCH_TOKENS),
-        "precisions": [p or "" for p in precs],
+        "precisions": [[p, PRECISIONS[p]] for p in precs],
         "tokens_per_param": scaling.CHINCHILLA_TOKENS_PER_PARAM,
         "layout_keys": layout_keys,
-        "tracks": tracks,
-        "plans": plans,
+        "chunks": chunks,
         "defaults": {"model": "Llama 3 70B", "gpu": "H100 SXM" if "H100 SXM" in devices else devices[0],
-                     "count": 1024, "batch_tokens": 2**22, "precision": precs[0] or ""},
+                     "count": 1024, "batch_tokens": 2**22, "precision": precs[0]},
     }

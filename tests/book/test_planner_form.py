@@ -28,13 +28,17 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
 import planner_form  # noqa: E402  (the form's build-time grid: its choices and commands)
 
-#: (model, GPU, count, tokens per step): a mid-size default, a big cluster, a small model on one
-#: server, and a model that fits on no layout of eight 40 GB GPUs.
+#: (model, GPU, count, tokens per step, precision): a mid-size default, a big cluster, a small
+#: model on one server, a model that fits on no layout of eight 40 GB GPUs, Blackwell racks in
+#: FP8 and NVFP4, and a precision the GPU lacks (the planner refuses it in one line).
 CHOICES = [
-    ("Llama 3 70B", "H100 SXM", 1024, 2**22),
-    ("Llama 3 405B", "H100 SXM", 16384, 2**24),
-    ("Llama 3 8B", "A100 80GB", 8, 2**20),
-    ("Llama 3 405B", "A100 40GB", 8, 2**22),
+    ("Llama 3 70B", "H100 SXM", 1024, 2**22, "bf16"),
+    ("Llama 3 405B", "H100 SXM", 16384, 2**24, "bf16"),
+    ("Llama 3 8B", "A100 80GB", 8, 2**20, "bf16"),
+    ("Llama 3 405B", "A100 40GB", 8, 2**22, "bf16"),
+    ("Llama 3 405B", "GB200", 1024, 2**24, "mxfp8"),
+    ("Llama 3 70B", "B200", 64, 2**22, "nvfp4"),
+    ("Llama 3 8B", "H100 SXM", 8, 2**20, "nvfp4"),
 ]
 
 
@@ -45,6 +49,9 @@ def from_the_shell(command: str) -> dict:
     assert argv[:3] == ["python", "-m", "solutions.plan"] and argv[-1] == "--json", command
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    if out.returncode == 2:  # refused: one line, as the form shows it
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+        return {"error": planner_form.refusal(out.stderr)}
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
@@ -60,6 +67,16 @@ def test_the_build_runs_the_same_planner_as_the_shell():
 def test_a_refused_choice_is_one_line():
     found = planner_form.plan_cli(["--model", "70e9", "--tokens", "1.4e12", "--gpu", "no such GPU"])
     assert set(found) == {"error"} and "\n" not in found["error"] and "gpu" in found["error"].lower()
+
+
+def test_the_form_offers_every_planned_gpu_with_the_memory_and_each_precision():
+    """Blackwell and Instinct GPUs and the low precisions are on the form; a precision a GPU lacks
+    is the planner's refusal, without the program's name."""
+    assert {"B200", "GB200", "GB300", "MI300X", "H100 SXM", "A100 40GB"} <= set(planner_form.gpus())
+    assert not {"T4", "L4"} & set(planner_form.gpus())  # under MIN_GPU_GB
+    assert planner_form.precisions() == ["bf16", "fp8", "mxfp8", "nvfp4"]
+    found = planner_form.plan_cli(planner_form.arguments("Llama 3 8B", "H100 SXM", 8, 2**20, "nvfp4"))
+    assert found == {"error": "precision nvfp4 is not available on the H100 SXM (it has bf16, fp16, fp8)"}
 
 
 def number(text: str) -> float:
@@ -89,17 +106,23 @@ def test_the_form_gives_the_plan_of_the_command(browser, server, width):
         root = page.locator('.explorer[data-explorer="planner"]')
         root.scroll_into_view_if_needed()
         page.wait_for_selector('.explorer[data-explorer="planner"][data-ready="true"]', timeout=20_000)
-        precision = planner_form.precisions()[0]
         gpus = planner_form.gpus()
-        for model, gpu, count, batch in CHOICES:
-            case = (model, gpu, count, batch)
-            for name, value in (("model", planner_form.MODELS.index(model)), ("gpu", gpus.index(gpu)),
-                                ("count", planner_form.COUNTS.index(count)),
-                                ("batch", planner_form.BATCH_TOKENS.index(batch))):
-                root.locator(f'select[name="{name}"]').select_option(str(value))
+        for model, gpu, count, batch, precision in CHOICES:
+            case = (model, gpu, count, batch, precision)
+            chosen = [str(x) for x in (planner_form.MODELS.index(model), gpus.index(gpu), planner_form.COUNTS.index(count),
+                                       planner_form.BATCH_TOKENS.index(batch), planner_form.precisions().index(precision))]
+            for name, value in zip(("model", "gpu", "count", "batch", "precision"), chosen):
+                root.locator(f'select[name="{name}"]').select_option(value)
+            # a GPU's plans load when it is picked: wait until the form shows this choice
+            page.wait_for_selector(f'.explorer[data-explorer="planner"][data-shown="{",".join(chosen)}"]', timeout=20_000)
             command = root.locator('[data-out="command"]').inner_text().strip()
             assert command == planner_form.command(planner_form.arguments(model, gpu, count, batch, precision)), case
+            message = root.locator('[data-out="message"]')
             want = from_the_shell(command)
+            if "error" in want:
+                assert message.is_visible() and message.inner_text() == "The planner refuses this choice: " + want["error"]
+                assert "\n" not in want["error"] and not root.locator('[data-out="layout"]').inner_text().strip(), case
+                continue
             shown = json.loads(root.locator('[data-out="layout"]').get_attribute("data-layout"))
             assert shown == want["layout"], case
             text = lambda out: root.locator(f'[data-out="{out}"]').inner_text().strip()  # noqa: E731
@@ -108,6 +131,12 @@ def test_the_form_gives_the_plan_of_the_command(browser, server, width):
             assert seconds == pytest.approx(want["step_time_s"], rel=1e-3), case
             assert number(text("tps")) == pytest.approx(want["tokens_per_s"], rel=1e-4, abs=0.5), case
             assert number(text("mfu")) == pytest.approx(100 * want["predicted_mfu"], abs=0.051), case
+            assert number(text("tps_gpu")) == pytest.approx(want["tokens_per_s_per_gpu"], rel=1e-4, abs=0.5), case
+            assert number(text("tflops_gpu")) == pytest.approx(want["tflops_per_gpu"], rel=1e-4, abs=0.5), case
+            shown_p = root.locator('[data-out="mfu_precision"]')
+            assert shown_p.is_visible() == (precision != "bf16"), case
+            if precision != "bf16":
+                assert number(shown_p.inner_text()) == pytest.approx(100 * want["mfu_precision_peak"], abs=0.051), case
             assert number(text("days")) == pytest.approx(want["days"], rel=1e-3), case
             # in GiB, as the printout and the tables above the form; against what the GPU leaves
             # usable (CUDA's figure less the reserve), not the datasheet's GB
@@ -116,7 +145,6 @@ def test_the_form_gives_the_plan_of_the_command(browser, server, width):
                                                                           rel=1e-3), case
             assert of.endswith(" GiB usable") and number(of) == pytest.approx(want["memory"]["usable_bytes"] / 2**30,
                                                                                rel=1e-3), case
-            message = root.locator('[data-out="message"]')
             assert message.is_visible() == (not want["memory"]["fits"]), case
             if not want["memory"]["fits"]:
                 assert "does not fit" in message.inner_text(), case

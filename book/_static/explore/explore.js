@@ -310,7 +310,7 @@
     }), d.zero);
     var conv = select("convention", data.conventions.map(function (c, i) { return [i, c.label]; }),
                       data.conventions.findIndex(function (c) { return c.name === d.convention; }));
-    var device = select("device", data.devices.map(function (g, i) { return [i, g.name + " (" + g.memory_gb + " GB)"]; }),
+    var device = select("device", data.devices.map(function (g, i) { return [i, g.name + " (" + g.memory + ")"]; }),
                         data.devices.findIndex(function (g) { return g.name === d.device; }));
     var rc = select("recompute", data.recompute.map(function (r, i) { return [i, r[1]]; }),
                     data.recompute.findIndex(function (r) { return r[0] === d.recompute; }));
@@ -947,7 +947,9 @@
     var axes = ["TP " + l.tp];
     if (l.cp > 1) axes.push("CP " + l.cp);
     axes.push("PP " + l.pp, "DP " + l.dp);
-    var words = [axes.join(" \u00d7 "), "ZeRO stage " + l.zero];
+    var words = [axes.join(" \u00d7 ")];
+    if (l.ep > 1) words.push("EP " + l.ep + (l.etp > 1 ? " \u00d7 ETP " + l.etp : ""));
+    words.push("ZeRO stage " + l.zero);
     if (l.pp > 1) {
       words.push((SCHEDULES[l.schedule] || l.schedule) +
                  (l.virtual_stages > 1 ? " with " + l.virtual_stages + " chunks per stage" : "") + " pipeline schedule");
@@ -969,13 +971,12 @@
       return [i, / \d+B$/.test(m.name) ? m.name : m.name + " (" + size + ")"];
     }),
                        data.models.findIndex(function (m) { return m.name === d.model; }));
-    var gpu = select("gpu", data.gpus.map(function (g, i) { return [i, g.name + " (" + g.memory_gb + " GB)"]; }),
+    var gpu = select("gpu", data.gpus.map(function (g, i) { return [i, g.name + " (" + g.memory + ")"]; }),
                      data.gpus.findIndex(function (g) { return g.name === d.gpu; }));
     var count = select("count", data.counts.map(function (n, i) { return [i, n.toLocaleString("en-US")]; }), data.counts.indexOf(d.count));
     var batch = select("batch", data.batch_tokens.map(function (b, i) { return [i, fmtTokens(b)]; }), data.batch_tokens.indexOf(d.batch_tokens));
-    var precision = select("precision", data.precisions.map(function (p, i) { return [i, p || "BF16 mixed precision (the planner's default)"]; }),
-                           Math.max(0, data.precisions.indexOf(d.precision)));
-    if (data.precisions.length < 2) precision.disabled = true;
+    var precision = select("precision", data.precisions.map(function (p, i) { return [i, p[1]]; }),
+                           Math.max(0, data.precisions.findIndex(function (p) { return p[0] === d.precision; })));
     var controls = el("div", { "class": "explorer-controls" }, [
       control("Model", model), control("GPU", gpu), control("Number of GPUs", count),
       control("Batch per optimizer step", batch), control("Precision", precision),
@@ -984,12 +985,16 @@
     var headline = el("div", { "class": "planner-headline", "aria-live": "polite" });
     var title = el("p", { "class": "planner-title", "data-out": "title" });
     var layoutOut = el("p", { "class": "planner-layout", "data-out": "layout" });
-    var facts = {};
+    var facts = {}, factRows = {}, factNames = {};
     var factList = el("dl", { "class": "planner-facts" });
-    [["step", "step time"], ["tps", "tokens per second"], ["mfu", "model FLOPs utilisation"],
+    [["step", "step time"], ["tps", "tokens per second"], ["tps_gpu", "tokens per second per GPU"],
+     ["tflops_gpu", "model TFLOP/s per GPU"],
+     ["mfu", "model FLOPs utilisation, of the BF16 peak"], ["mfu_precision", "model FLOPs utilisation, of the precision's peak"],
      ["days", "days to train"], ["memory", "memory per GPU"]].forEach(function (f) {
       facts[f[0]] = el("dd", { "data-out": f[0] });
-      factList.appendChild(el("div", {}, [el("dt", { text: f[1] }), facts[f[0]]]));
+      factNames[f[0]] = el("dt", { text: f[1] });
+      factRows[f[0]] = el("div", {}, [factNames[f[0]], facts[f[0]]]);
+      factList.appendChild(factRows[f[0]]);
     });
     var message = el("div", { "class": "message", role: "alert", "data-out": "message" });
     append(headline, [title, layoutOut, factList, message]);
@@ -1003,9 +1008,9 @@
     var memTable = el("table", { "class": "planner-memory" }, [el("caption", { text: "Memory on the busiest GPU" }),
       el("thead", {}, [el("tr", {}, [el("th", { scope: "col", text: "part" }), el("th", { scope: "col", text: "per GPU" })])]), memBody]);
     var altTable = el("table", { "class": "planner-alternatives" }, [el("caption", { text: "The next fastest layouts" }),
-      el("thead", {}, [el("tr", {}, [el("th", { scope: "col", text: "layout" }), el("th", { scope: "col", text: "step" }), el("th", { scope: "col", text: "MFU" })])]), altBody]);
+      el("thead", {}, [el("tr", {}, [el("th", { scope: "col", text: "layout" }), el("th", { scope: "col", text: "step" }), el("th", { scope: "col", text: "MFU (BF16 peak)" })])]), altBody]);
     var whyList = el("ul", { "class": "planner-why", "data-out": "why" });
-    /* The published runs like the plan (planner_form.py keeps each distinct list once, in data.tracks). */
+    /* The published runs like the plan (planner_form.py keeps each distinct list once per GPU, in its chunk's tracks). */
     var trackNote = el("p", { "class": "note", "data-out": "track-note" });
     var trackBody = el("tbody", { "data-out": "track" });
     var trackCaption = el("caption", { "data-out": "track-caption" });
@@ -1025,7 +1030,8 @@
     ]);
 
     var PARTS = [["compute", "compute"], ["tp", "tensor-parallel traffic"], ["cp", "context-parallel traffic"],
-                 ["pp", "pipeline sends"], ["dp", "data-parallel / ZeRO traffic"], ["bubble", "pipeline bubble"]];
+                 ["pp", "pipeline sends"], ["dp", "data-parallel / ZeRO traffic"], ["ep", "expert all-to-alls"],
+                 ["offload", "activation offloading"], ["bubble", "pipeline bubble"]];
     function row(body, cells, attrs) {
       body.appendChild(el("tr", attrs || {}, [el("th", { scope: "row", text: cells[0] })].concat(cells.slice(1).map(function (c) { return el("td", { text: c }); }))));
     }
@@ -1035,12 +1041,38 @@
       data.layout_keys.forEach(function (k, i) { layout[k] = values[i]; });
       return layout;
     }
+    /* Each GPU's plans ride in a script of their own (book/_ext/explore.py), loaded when it is picked. */
+    var kind = root.getAttribute("data-explorer"), chunkSrc = root.getAttribute("data-chunk-src"), chunks = {};
+    function withChunk(i, then) {
+      if (chunks[i]) { then(chunks[i]); return; }
+      root.setAttribute("aria-busy", "true");
+      var script = document.createElement("script");
+      script.src = chunkSrc.replace("{i}", String(i));
+      script.onload = function () {
+        chunks[i] = window.courseExplorerData[kind + "-" + i];
+        root.removeAttribute("aria-busy");
+        then(chunks[i]);
+      };
+      script.onerror = function () {
+        root.removeAttribute("aria-busy");
+        message.textContent = "The plans for this GPU could not be loaded (" + script.src.split("?")[0] + ").";
+        message.hidden = false;
+      };
+      document.head.appendChild(script);
+    }
     function update() {
-      var p = data.plans[Number(model.value)][Number(gpu.value)][Number(count.value)][Number(batch.value)][Number(precision.value)];
+      var gi = Number(gpu.value);
+      withChunk(gi, function (chunk) { if (Number(gpu.value) === gi) show(chunk); });
+    }
+    function show(chunk) {
+      var choice = [model.value, gpu.value, count.value, batch.value, precision.value];
+      var p = chunk.plans[Number(model.value)][Number(count.value)][Number(batch.value)][Number(precision.value)];
       var m = data.models[Number(model.value)], g = data.gpus[Number(gpu.value)], n = data.counts[Number(count.value)];
-      title.textContent = m.name + " on " + n.toLocaleString("en-US") + " " + g.name + ", " +
+      var prec = data.precisions[Number(precision.value)][0].toUpperCase();
+      title.textContent = m.name + " on " + n.toLocaleString("en-US") + " " + g.name + " in " + prec + ", " +
         fmtTokens(data.batch_tokens[Number(batch.value)]).split(" (")[0] + " per step, trained on " +
         data.tokens_per_param + " tokens per parameter";
+      root.setAttribute("data-shown", choice.join(","));
       commandOut.textContent = p.command;
       root.setAttribute("data-command", p.command);
       [timeBody, memBody, altBody, whyList, adviceList, trackBody].forEach(function (b) { b.innerHTML = ""; });
@@ -1058,7 +1090,12 @@
       layoutOut.setAttribute("data-layout", JSON.stringify(layout));
       facts.step.textContent = fmtSeconds(p.step_time_s);
       facts.tps.textContent = Math.round(p.tokens_per_s).toLocaleString("en-US");
+      facts.tps_gpu.textContent = Math.round(p.tokens_per_s_per_gpu).toLocaleString("en-US");
+      facts.tflops_gpu.textContent = Math.round(p.tflops_per_gpu).toLocaleString("en-US");
       facts.mfu.textContent = (100 * p.predicted_mfu).toFixed(1) + " %";
+      factNames.mfu_precision.textContent = "model FLOPs utilisation, of the " + prec + " peak";
+      facts.mfu_precision.textContent = (100 * p.mfu_precision_peak).toFixed(1) + " %";
+      factRows.mfu_precision.hidden = prec === "BF16";
       facts.days.textContent = p.days.toPrecision(4);
       var usable = fmtGiB(p.memory.usable_bytes) + " usable";  /* the planner's: what CUDA allocates, less a reserve */
       facts.memory.textContent = fmtGiB(p.memory_per_gpu_bytes) + " of " + usable;
@@ -1082,7 +1119,7 @@
       p.why_others_lose.forEach(function (w) { whyList.appendChild(el("li", { text: w })); });
       p.advice.forEach(function (w) { adviceList.appendChild(el("li", { text: w })); });
       adviceHead.hidden = adviceList.hidden = !p.advice.length;
-      var track = data.tracks[p.track];
+      var track = chunk.tracks[p.track];
       track.runs.forEach(function (r) {
         var cells = [Math.round(r.published_tokens_per_s_per_gpu).toLocaleString("en-US"),
           Math.round(r.predicted_tokens_per_s_per_gpu).toLocaleString("en-US"),
