@@ -828,7 +828,7 @@ def weight_copy_words(plan: Plan) -> str:
 def format_plan(plan: Plan) -> str:
     """The plan as the numbered lines ``python -m solutions.plan`` prints."""
     lines = ["== compute"]
-    given = "budget" if plan.budget_given else "6 N D" + (" (active N)" if plan.shape.is_moe else "")
+    given = "budget" if plan.budget_given else "6 N D" + (", N active" if plan.shape.is_moe else "")
     lines.append(f"1. training compute        {plan.flops:.3g} FLOPs ({given}); model {count_words(plan.params)} "
                  f"parameters" + (f" ({count_words(plan.shape.active_params)} active)" if plan.shape.is_moe else "")
                  + f" on {count_words(plan.tokens)} tokens ({plan.tokens / plan.params:.1f} tokens/param)")
