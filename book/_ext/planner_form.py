@@ -28,8 +28,9 @@ import os
 import shlex
 from concurrent.futures import ProcessPoolExecutor
 
-#: The models on the form: published shapes (``--arch``) at their own size.
-MODELS = ("Llama 3 8B", "Chinchilla", "Llama 3 70B", "GPT-3", "Llama 3 405B")
+#: The models on the form: published shapes (``--arch``) at their own size, dense and two
+#: mixtures of experts (whose experts the planner spreads with EP).
+MODELS = ("Llama 3 8B", "Chinchilla", "Llama 3 70B", "GPT-3", "Llama 3 405B", "gpt-oss-120b", "DeepSeek-V3")
 #: GPU counts: one server up to a frontier cluster.
 COUNTS = (8, 64, 256, 1024, 4096, 16384)
 #: Tokens per optimizer step (``--batch-tokens``): 1M, 4M and 16M (Llama 3 405B's main batch).
@@ -106,14 +107,31 @@ def command(argv: list[str]) -> str:
 
 def arguments(model: str, gpu: str, count: int, batch_tokens: int, precision: str) -> list[str]:
     """The command-line arguments of one choice on the form (``--json`` left out). The model is
-    trained on the Chinchilla rule's tokens per parameter (they set the days, not the layout)."""
-    from solutions import facts, scaling
+    trained on the Chinchilla rule's tokens per parameter, all of a mixture of experts' (they
+    set the days, not the layout)."""
+    from solutions import scaling
 
-    params = facts.ARCHITECTURES[model].params
-    argv = ["--model", _e(params), "--arch", model,
-            "--tokens", _e(params * scaling.CHINCHILLA_TOKENS_PER_PARAM),
+    params, _ = model_size(model)
+    size = [] if model in _moe() else ["--model", _e(params)]  # a mixture of experts is planned at its own size
+    argv = [*size, "--arch", model, "--tokens", _e(params * scaling.CHINCHILLA_TOKENS_PER_PARAM),
             "--gpu", gpu, "--count", str(count), "--batch-tokens", str(batch_tokens)]
     return argv + ["--precision", precision]
+
+
+def _moe() -> dict:
+    from solutions import facts
+
+    return facts.MOE_ARCHITECTURES
+
+
+def model_size(model: str) -> tuple[float, float | None]:
+    """Parameters stored and, for a mixture of experts, used per token."""
+    from solutions import facts
+
+    if model in _moe():
+        a = _moe()[model]
+        return a.total_params, a.active_params
+    return facts.ARCHITECTURES[model].params, None
 
 
 #: What the form shows of a plan: keys of the planner's JSON (``solutions.plan.plan_json``).
@@ -164,7 +182,7 @@ def _pack_layouts(plans: list[dict]) -> list[str]:
 def planner_data(workers: int | None = None) -> dict:
     """The form's choices and, per GPU (``chunks``, in the order of ``gpus``), every plan of the
     grid, ``plans[model][count][batch][precision]``, with the published runs like them."""
-    from solutions import facts, hardware, scaling
+    from solutions import hardware, scaling
 
     models, devices, precs = list(MODELS), gpus(), precisions()
     grid = [(m, g, n, b, p) for g in devices for m in models for n in COUNTS for b in BATCH_TOKENS for p in precs]
@@ -185,7 +203,7 @@ def planner_data(workers: int | None = None) -> dict:
         plans = [[[[next(flat) for _ in precs] for _ in BATCH_TOKENS] for _ in COUNTS] for _ in models]
         chunks.append({"tracks": tracks, "plans": plans})
     return {
-        "models": [{"name": m, "params": facts.ARCHITECTURES[m].params} for m in models],
+        "models": [dict(zip(("name", "params", "active"), (m, *model_size(m)))) for m in models],
         "gpus": [{"name": g, "memory": hardware.GPU_TABLE[g].memory_vendor} for g in devices],  # "80 GB HBM3"
         "counts": list(COUNTS), "batch_tokens": list(BATCH_TOKENS),
         "precisions": [[p, PRECISIONS[p]] for p in precs],

@@ -30,7 +30,8 @@ import planner_form  # noqa: E402  (the form's build-time grid: its choices and 
 
 #: (model, GPU, count, tokens per step, precision): a mid-size default, a big cluster, a small
 #: model on one server, a model that fits on no layout of eight 40 GB GPUs, Blackwell racks in
-#: FP8 and NVFP4, and a precision the GPU lacks (the planner refuses it in one line).
+#: FP8 and NVFP4, a precision the GPU lacks (the planner refuses it in one line) and two
+#: mixtures of experts (their layouts spread the experts with EP).
 CHOICES = [
     ("Llama 3 70B", "H100 SXM", 1024, 2**22, "bf16"),
     ("Llama 3 405B", "H100 SXM", 16384, 2**24, "bf16"),
@@ -39,6 +40,8 @@ CHOICES = [
     ("Llama 3 405B", "GB200", 1024, 2**24, "mxfp8"),
     ("Llama 3 70B", "B200", 64, 2**22, "nvfp4"),
     ("Llama 3 8B", "H100 SXM", 8, 2**20, "nvfp4"),
+    ("DeepSeek-V3", "GB200", 256, 2**22, "mxfp8"),
+    ("gpt-oss-120b", "H100 SXM", 64, 2**22, "bf16"),
 ]
 
 
@@ -75,6 +78,9 @@ def test_the_form_offers_every_planned_gpu_with_the_memory_and_each_precision():
     assert {"B200", "GB200", "GB300", "MI300X", "H100 SXM", "A100 40GB"} <= set(planner_form.gpus())
     assert not {"T4", "L4"} & set(planner_form.gpus())  # under MIN_GPU_GB
     assert planner_form.precisions() == ["bf16", "fp8", "mxfp8", "nvfp4"]
+    moe = planner_form.plan_cli(planner_form.arguments("DeepSeek-V3", "GB200", 256, 2**22, "mxfp8"))
+    assert moe["layout"]["ep"] > 1 and moe["shape"]["moe"]["experts"] == 256
+    assert moe["tokens"] == pytest.approx(20 * moe["params"], rel=1e-3)  # the rule, on all 671B parameters
     found = planner_form.plan_cli(planner_form.arguments("Llama 3 8B", "H100 SXM", 8, 2**20, "nvfp4"))
     assert found == {"error": "precision nvfp4 is not available on the H100 SXM (it has bf16, fp16, fp8)"}
 

@@ -966,9 +966,11 @@
 
   function plannerExplorer(root, data) {
     var d = data.defaults;
+    function billions(x) { return (x >= 1e10 ? Math.round(x / 1e9) : (x / 1e9).toPrecision(2)) + "B"; }
     var model = select("model", data.models.map(function (m, i) {
-      var size = Math.round(m.params / 1e9) + "B";  /* "Chinchilla (70B)"; "Llama 3 70B" names its size */
-      return [i, / \d+B$/.test(m.name) ? m.name : m.name + " (" + size + ")"];
+      /* "Chinchilla (70B)"; "Llama 3 70B" names its size; a mixture of experts gives both of its sizes */
+      if (m.active) return [i, m.name + " (" + billions(m.params) + ", " + billions(m.active) + " active)"];
+      return [i, / \d+B$/.test(m.name) ? m.name : m.name + " (" + billions(m.params) + ")"];
     }),
                        data.models.findIndex(function (m) { return m.name === d.model; }));
     var gpu = select("gpu", data.gpus.map(function (g, i) { return [i, g.name + " (" + g.memory + ")"]; }),
