@@ -169,8 +169,15 @@ def _stage0_in_flight(pp) -> int:
 #: Expert-parallel degrees offered (a mixture of experts only) and the training precisions.
 MEMORY_EP = (1, 2, 4, 8, 16, 32, 64)
 MEMORY_PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
-#: GPUs of solutions.hardware offered besides the chapters' six (memory as solutions.hardware gives it).
-MEMORY_MORE_DEVICES = ("B200", "GB200", "B300", "GB300")
+def memory_devices() -> list:
+    """``(GB the vendor sells, GPUSpec)`` of every GPU the planner plans, in its table's order
+    (T4 and L4 to Blackwell and AMD's Instinct); the chapters' GPUs with the GB they quote."""
+    from solutions import facts, hardware
+
+    return [(facts.GPUS[n].memory_gb if n in facts.GPUS else float(hardware.GPU_TABLE[n].memory_vendor.split()[0]),
+             hardware.GPU_TABLE[n]) for n in hardware.PLANNABLE]
+
+
 PRECISION_LABELS = {
     "bf16": "BF16",
     "fp8": "FP8 (per-tensor scales)",
@@ -192,7 +199,7 @@ def _per_token_activations(arch, tp, pp, recompute, sp, precision_name, attentio
 
 
 def memory_data() -> dict:
-    from solutions import facts, hardware, memory, precision, steptime
+    from solutions import facts, memory, precision, steptime
 
     dense_models = list(facts.ARCHITECTURES.values())
     moe_models = list(facts.MOE_ARCHITECTURES.values())
@@ -280,9 +287,7 @@ def memory_data() -> dict:
         # less the allocator's reserve (hardware.GPUSpec.usable_memory_bytes), as in the planner
         "devices": [{"name": g.name, "memory_gb": memory_gb, "usable_gb": _sig(g.usable_memory_bytes / GB, 5),
                      "cuda_gb": _sig(g.memory_bytes / GB, 5), "basis": g.memory_basis, "formats": list(g.formats)}
-                    for memory_gb, g in [(d.memory_gb, hardware.find_gpu(d.name)) for d in facts.GPUS.values()]
-                    + [(float(hardware.GPU_TABLE[n].memory_vendor.split()[0]), hardware.GPU_TABLE[n])
-                       for n in MEMORY_MORE_DEVICES]],
+                    for memory_gb, g in memory_devices()],
         "layouts": layouts, "ep_layouts": ep_layouts, "state": state, "unit": unit, "unit_ep": unit_ep, "act": act,
         "saved": saved, "moe_act": moe_act,
         "colours": explorer_colours(),
@@ -525,7 +530,8 @@ DEFERRED = {"planner"}
 #: The modules whose change must rebuild an explorer page.
 SOURCES = {
     "chinchilla": ["solutions/scaling.py", "coursefig/__init__.py"],
-    "memory": ["solutions/memory.py", "solutions/facts.py", "solutions/pipeline.py", "coursefig/__init__.py"],
+    "memory": ["solutions/memory.py", "solutions/facts.py", "solutions/pipeline.py", "solutions/hardware.py",
+               "solutions/data/gpus.toml", "solutions/precision.py", "solutions/steptime.py", "coursefig/__init__.py"],
     "pipeline": ["solutions/pipeline.py", "solutions/efficiency.py", "coursefig/__init__.py"],
     "fsdp": ["solutions/fsdp.py", "coursefig/__init__.py"],
     "collectives": ["solutions/communication.py", "solutions/memory.py", "solutions/facts.py",

@@ -246,6 +246,8 @@ MEMORY_CASES_MOE = [
     ("Llama 3 405B", 256, 4, 16, 1, 1, "zero_16", "GB200", "none", True, None, 1, "nvfp4"),
     # a Blackwell Ultra: its "288 GB" are the 278 GiB of its MIG profile; FP8 weights without BF16 ones
     ("Llama 3 405B", 256, 4, 8, 1, 1, "zero_16", "GB300", "none", True, None, 1, "fp8"),
+    # an Instinct GPU: its 192 GB of HBM3 as the vendor gives them, FP8 on its own peak
+    ("Llama 3 70B", 64, 8, 1, 1, 1, "zero_16", "MI300X", "selective", True, None, 1, "fp8"),
 ]
 
 
@@ -308,7 +310,11 @@ def test_memory_explorer(browser, server, width):
     for name in ("model", "gpus", "tp", "pp", "zero", "convention", "device", "seq", "micro_batch", "recompute",
                  "precision", "ep"):
         labels = root.locator(f'select[name="{name}"] option').all_inner_texts()
-        assert labels and not [x for x in labels if "_" in x], (name, labels)
+        assert labels and not [x for x in labels if "_" in x or "undefined" in x or "NaN" in x], (name, labels)
+    # each GPU with the memory it is sold with, as the data gives it
+    devices = [f"{d['name']} ({d['memory_gb']:g} GB)" for d in explore.memory_data()["devices"]]
+    assert root.locator('select[name="device"] option').all_inner_texts() == devices
+    assert {"MI300X (192 GB)", "GB200 (186 GB)", "H100 SXM (80 GB)"} <= set(devices)
     for case in MEMORY_CASES:
         model, gpus, tp, pp, zero, convention, device, recompute, sp, seq, mb = case
         choose(root, "model", model)
@@ -376,7 +382,8 @@ def test_memory_explorer(browser, server, width):
             assert shown == pytest.approx(want[part], rel=REL), (case, part)
         assert root.locator('td[data-out="fits"]').get_attribute("data-fits") == ("yes" if want["fits"] else "no"), case
         # the readout says where the GPU's capacity comes from, and states it in GB
-        basis = {"cuda": "CUDA sees ", "mig": "its full-GPU MIG profile holds at most "}[
+        basis = {"cuda": "CUDA sees ", "mig": "its full-GPU MIG profile holds at most ", "nvidia-smi": "nvidia-smi shows ",
+                 "vendor": "read as GiB, "}[
             hardware.find_gpu(device).memory_basis]
         said = re.search(re.escape(basis) + r"([\d.,]+) GB", visit.text('[data-out="summary"]'))
         assert said, (case, visit.text('[data-out="summary"]'))

@@ -113,6 +113,13 @@ def test_the_form_gives_the_plan_of_the_command(browser, server, width):
         root.scroll_into_view_if_needed()
         page.wait_for_selector('.explorer[data-explorer="planner"][data-ready="true"]', timeout=20_000)
         gpus = planner_form.gpus()
+        # every choice named for a reader: the GPUs with the memory they are sold with
+        from solutions import hardware
+        shown_gpus = root.locator('select[name="gpu"] option').all_inner_texts()
+        assert shown_gpus == [f"{g} ({hardware.GPU_TABLE[g].memory_vendor})" for g in gpus]
+        for name in ("model", "count", "batch", "precision"):
+            labels = root.locator(f'select[name="{name}"] option').all_inner_texts()
+            assert labels and not [x for x in labels if "undefined" in x or "NaN" in x or "_" in x], (name, labels)
         for model, gpu, count, batch, precision in CHOICES:
             case = (model, gpu, count, batch, precision)
             chosen = [str(x) for x in (planner_form.MODELS.index(model), gpus.index(gpu), planner_form.COUNTS.index(count),

@@ -310,7 +310,7 @@
     }), d.zero);
     var conv = select("convention", data.conventions.map(function (c, i) { return [i, c.label]; }),
                       data.conventions.findIndex(function (c) { return c.name === d.convention; }));
-    var device = select("device", data.devices.map(function (g, i) { return [i, g.name + " (" + g.memory + ")"]; }),
+    var device = select("device", data.devices.map(function (g, i) { return [i, g.name + " (" + g.memory_gb + " GB)"]; }),
                         data.devices.findIndex(function (g) { return g.name === d.device; }));
     var rc = select("recompute", data.recompute.map(function (r, i) { return [i, r[1]]; }),
                     data.recompute.findIndex(function (r) { return r[0] === d.recompute; }));
