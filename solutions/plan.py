@@ -1026,9 +1026,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mfu", type=float, help="override the predicted MFU in the time to train, of the BF16 peak: in (0, 1], or up to the "
                                                "precision's peak over the BF16 peak (2 for FP8)")
     for name, what in (("tp", "tensor-parallel"), ("cp", "context-parallel"), ("pp", "pipeline-parallel"),
-                       ("dp", "data-parallel"), ("ep", "expert-parallel (carved out of tp x cp x dp)"),
-                       ("etp", "experts' tensor-parallel")):
+                       ("dp", "data-parallel"), ("ep", "expert-parallel (carved out of tp x cp x dp)")):
         p.add_argument(f"--{name}", type=int, help=f"{what} degree (default: searched)")
+    p.add_argument("--etp", type=int, help="experts' tensor-parallel degree (default: 1, not searched)")
     p.add_argument("--zero", type=int, help="ZeRO stage 0-3 (default: searched)")
     p.add_argument("--virtual-stages", type=int, help="model chunks per pipeline stage (interleaved 1F1B)")
     p.add_argument("--schedule", help=f"pipeline schedule, one of {list(steptime.SCHEDULES)}")
