@@ -169,6 +169,8 @@ def _stage0_in_flight(pp) -> int:
 #: Expert-parallel degrees offered (a mixture of experts only) and the training precisions.
 MEMORY_EP = (1, 2, 4, 8, 16, 32, 64)
 MEMORY_PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
+
+
 def memory_devices() -> list:
     """``(GB the vendor sells, GPUSpec)`` of every GPU the planner plans, in its table's order
     (T4 and L4 to Blackwell and AMD's Instinct); the chapters' GPUs with the GB they quote."""
