@@ -825,6 +825,13 @@ def weight_copy_words(plan: Plan) -> str:
     return f"+{rec.weight_copy_bytes:.3g} B/param of {name} weight copies" if rec.weight_copy_bytes else ""
 
 
+def ceiling_words(plan: Plan) -> str:
+    """The linear layers' precision, its dense peak and the measured ceiling they run under."""
+    g, name = plan.gpu, plan.precision
+    return (f"linear layers in {name.upper()}: {g.peak(name) / 1e12:,.0f} TFLOP/s peak, "
+            f"{g.ceiling(name) / 1e12:,.0f} measured ceiling")
+
+
 def format_plan(plan: Plan) -> str:
     """The plan as the numbered lines ``python -m solutions.plan`` prints."""
     lines = ["== compute"]
@@ -889,8 +896,7 @@ def format_plan(plan: Plan) -> str:
               f"9. compute                  {_time(b['compute'])}: {steptime.hardware_flops_per_token(sh, lay.recompute):.3g} "
               f"hardware FLOPs/token against {steptime.model_flops_per_token(sh):.3g} model; matrix products at "
               f"the measured ceiling are {st.efficiency:.0%} of it, the rest memory traffic, attention and "
-              f"fixed costs (linear layers in {plan.precision.upper()}: "
-              f"{g.peak(plan.precision) / 1e12:,.0f} TFLOP/s peak, {g.ceiling(plan.precision) / 1e12:,.0f} measured ceiling)",
+              f"fixed costs ({ceiling_words(plan)})",
               f"10. communication           {comm}; overlapped: {ov} (--overlap); {scale_up} at "
               f"{steptime.network.NVLINK_EFFICIENCY:.0%} of {plan.cluster.nvlink / 1e9:,.0f} GB/s, network at "
               f"{steptime.CALIBRATION.network:.0%} of {net_gbs:,.1f} GB/s per GPU (calibrated), a group's NICs "

@@ -120,9 +120,7 @@ def plan_tables(plan: planner.Plan, names: dict | None = None) -> str:
         _row(8, "batch", f"{j['global_batch']:,} sequences, {j['global_batch'] * shape['seq_len'] / 1e6:.1f}M tokens "
                          f"per step; {plural(j['microbatches'], 'micro-batch', 'micro-batches')} per replica; "
                          f"{j['steps']:,} steps"),
-        _row(9, "compute", f"{_time(b['compute'])} (linear layers in {e(plan.precision.upper())}: "
-                           f"{plan.gpu.peak(plan.precision) / 1e12:,.0f} TFLOP/s peak, "
-                           f"{plan.gpu.ceiling(plan.precision) / 1e12:,.0f} measured ceiling)"),
+        _row(9, "compute", f"{_time(b['compute'])} ({e(planner.ceiling_words(plan))})"),
         _row(10, "communication", "; ".join(comm) or "none"),
         _row(11, "pipeline bubble", f"{_time(b['bubble'])} ({b['bubble'] / j['step_time_s']:.1%} of the step)"),
         _row(12, "step", f"{_time(j['step_time_s'])}: {j['tokens_per_s']:,.0f} tokens/s, "

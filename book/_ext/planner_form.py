@@ -111,25 +111,19 @@ def arguments(model: str, gpu: str, count: int, batch_tokens: int, precision: st
     set the days, not the layout)."""
     from solutions import scaling
 
-    params, _ = model_size(model)
-    size = [] if model in _moe() else ["--model", _e(params)]  # a mixture of experts is planned at its own size
+    params, active = model_size(model)
+    size = [] if active else ["--model", _e(params)]  # a mixture of experts is planned at its own size
     argv = [*size, "--arch", model, "--tokens", _e(params * scaling.CHINCHILLA_TOKENS_PER_PARAM),
             "--gpu", gpu, "--count", str(count), "--batch-tokens", str(batch_tokens)]
     return argv + ["--precision", precision]
-
-
-def _moe() -> dict:
-    from solutions import facts
-
-    return facts.MOE_ARCHITECTURES
 
 
 def model_size(model: str) -> tuple[float, float | None]:
     """Parameters stored and, for a mixture of experts, used per token."""
     from solutions import facts
 
-    if model in _moe():
-        a = _moe()[model]
+    if model in facts.MOE_ARCHITECTURES:
+        a = facts.MOE_ARCHITECTURES[model]
         return a.total_params, a.active_params
     return facts.ARCHITECTURES[model].params, None
 
