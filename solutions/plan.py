@@ -317,6 +317,22 @@ def _check_pipeline(shape, pp, virtual_stages, schedule) -> None:
                          f"{pp} pipeline stages, got virtual_stages={virtual_stages}")
 
 
+def _check_expert_room(shape, count, pp, ep, etp) -> None:
+    """One-line ``ValueError`` where EP x ETP cannot fold into the ranks of a pipeline stage
+    (``count / pp`` of them, or ``count`` while PP is searched), whatever the other degrees:
+    EP64 on 8 GPUs, or ETP3 on 8. Said before the search, which would otherwise only find
+    no layout and blame the batch."""
+    if not shape.is_moe:
+        return
+    group = (ep or 1) * etp
+    room = count // (pp or 1)
+    where = f"the {room:,} GPUs of each of the {pp} pipeline stages" if (pp or 1) > 1 else f"the {room:,} GPUs"
+    if room % group:
+        given = f"ep={ep} x etp={etp} = {group}" if ep else f"etp={etp}"
+        raise ValueError(f"ep x etp must divide {where} (expert parallelism is carved out of tp x cp x dp): "
+                         f"{given} does not")
+
+
 def _describe(lay: steptime.Layout) -> str:
     sched = f", {lay.schedule}" + (f" v={lay.virtual_stages}" if lay.virtual_stages > 1 else "") if lay.pp > 1 else ""
     ep = f", EP{lay.ep}" if lay.ep > 1 else ""
@@ -662,6 +678,7 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
                          + (f" = {fixed}" if " x " in given else "") + f" does not divide count={count}")
     if ep and tp and dp and (cp or shape.seq_len < CP_FROM_SEQ_LEN):
         moe_step.check_expert_layout(shape.moe, ep, etp, tp, cp or 1, dp)
+    _check_expert_room(shape, count, pp, ep, etp)
     _check_pipeline(shape, pp, virtual_stages, schedule)
     if global_batch is None and batch_tokens < shape.seq_len and batch_tokens != DEFAULT_BATCH_TOKENS:
         raise ValueError(f"batch_tokens must be at least one sequence ({shape.seq_len:,} tokens), got "

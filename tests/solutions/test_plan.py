@@ -217,6 +217,13 @@ def test_json_for_a_budget():
       "--dp", "8"], "tp x cp x pp x dp must equal count"),
     (["--arch", "DeepSeek-V3", "--tokens", "1e12", "--count", "512", "--ep", "64", "--tp", "1", "--pp", "16",
       "--dp", "32"], "ep x etp must divide tp x cp x dp"),
+    # EP x ETP that no layout of the GPUs can hold: the batch is not to blame
+    (["--arch", "DeepSeek-V3", "--tokens", "1e12", "--gpu", "H100", "--count", "8", "--ep", "16"],
+     "ep x etp must divide the 8 GPUs (expert parallelism is carved out of tp x cp x dp): ep=16 x etp=1 = 16 does not"),
+    (["--arch", "DeepSeek-V3", "--tokens", "1e12", "--gpu", "H100", "--count", "64", "--ep", "16", "--pp", "8"],
+     "ep x etp must divide the 8 GPUs of each of the 8 pipeline stages"),
+    (["--arch", "DeepSeek-V3", "--tokens", "1e12", "--gpu", "H100", "--count", "8", "--etp", "3"],
+     "ep x etp must divide the 8 GPUs (expert parallelism is carved out of tp x cp x dp): etp=3 does not"),
     (["--model", "7e9", "--tokens", "1e12", "--ep", "8"], "ep > 1 needs experts"),
     (["--arch", "DeepSeek-V4", "--tokens", "1e12"], "arch must be one of"),
     (["--model", "7e9", "--tokens", "1e12", "--overlap", "tp,nope"], "overlap must be"),
