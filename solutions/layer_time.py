@@ -220,7 +220,10 @@ def layer_terms(shape, lay, gpu, recipe, moe_layer=False, imbalance=None) -> Ter
         k_imb = m.imbalance if imbalance is None else imbalance
         Tm = T / tp  # the sequence-parallel shard each GPU dispatches
         local = m.experts // lay.ep
-        rows = Tm * m.top_k * k_imb / local
+        # the copies this GPU's experts run: its ETP group gathers its members' copies, and each
+        # member runs all of them on 1/ETP of every expert's width (the FLOPs do not depend on ETP)
+        copies = Tm * m.top_k * k_imb * lay.etp
+        rows = copies / local
         fe = m.expert_ffn / lay.etp
         t = t + product(Tm, h, m.experts)  # router
         t = t + product(rows, h, up * fe, local) + product(rows, fe, h, local)
@@ -233,8 +236,8 @@ def layer_terms(shape, lay, gpu, recipe, moe_layer=False, imbalance=None) -> Ter
             gemm_in, gemm_out = gemm_in + h + fs, gemm_out + up * fs + h
         # a fused grouped MLP applies the activation in its products' epilogue: no pass of its own
         routed_act = 0.0 if fused else act * fe
-        mlp_bytes = Tm * m.top_k * k_imb * (routed_act + 8.0 * h) + (act * m.shared_experts * m.expert_ffn / tp) * T
-        quant_mlp = Tm * m.top_k * k_imb * (h + fe) , Tm * m.top_k * k_imb * (up * fe + h)
+        mlp_bytes = copies * (routed_act + 8.0 * h) + (act * m.shared_experts * m.expert_ffn / tp) * T
+        quant_mlp = copies * (h + fe), copies * (up * fe + h)
     else:
         f = shape.ffn / tp
         again = "mlp" in mods
@@ -253,7 +256,7 @@ def layer_terms(shape, lay, gpu, recipe, moe_layer=False, imbalance=None) -> Ter
         _add(t, "elementwise", 0.0, (8.0 * h * T / rep + mlp_bytes) / hbm)
     # the named modules' elementwise passes again: the norms, the experts' or a dense MLP's activation
     again_bytes = (8.0 * h * T / rep if "layernorm" in mods else 0.0) \
-        + (Tm * m.top_k * k_imb * routed_act if moe_layer and "moe_act" in mods else 0.0) \
+        + (copies * routed_act if moe_layer and "moe_act" in mods else 0.0) \
         + (mlp_bytes if not moe_layer and "mlp" in mods else 0.0)
     _add(t, "elementwise", 0.0, again_bytes / hbm)
     _add(t, "units", 1.0 / 3.0, 2.0 / 3.0)

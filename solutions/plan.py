@@ -335,7 +335,7 @@ def _check_expert_room(shape, count, pp, ep, etp) -> None:
 
 def _describe(lay: steptime.Layout) -> str:
     sched = f", {lay.schedule}" + (f" v={lay.virtual_stages}" if lay.virtual_stages > 1 else "") if lay.pp > 1 else ""
-    ep = f", EP{lay.ep}" if lay.ep > 1 else ""
+    ep = (f", EP{lay.ep}" + (f" x ETP{lay.etp}" if lay.etp > 1 else "")) if lay.ep * lay.etp > 1 else ""
     return (f"TP{lay.tp} x CP{lay.cp} x PP{lay.pp} x DP{lay.dp}{ep}, ZeRO-{lay.zero}, micro-batch {lay.micro_batch}, "
             f"{_recompute_words(lay.recompute)} recomputation{sched}")
 
@@ -871,7 +871,8 @@ def format_plan(plan: Plan) -> str:
     sh, lay, st, g = plan.shape, plan.layout, plan.step, plan.gpu
     attn = f"{_n(sh.heads, 'head')} x {sh.head_size}" + (f", {_n(sh.kv, 'K/V head')}" if sh.kv != sh.heads else "")
     moe = f"; {moe_words(plan)}" if sh.is_moe else ""
-    ep = f" (EP{lay.ep} x ETP{lay.etp} folded into TP x CP x DP, {lay.ep_dispatch} dispatch)" if lay.ep > 1 else ""
+    dispatch = f", {lay.ep_dispatch} dispatch" if lay.ep > 1 else ""
+    ep = f" (EP{lay.ep} x ETP{lay.etp} folded into TP x CP x DP{dispatch})" if lay.ep * lay.etp > 1 else ""
     lines += ["== layout",
               f"3. shape                    {plan.shape_name}: {_n(sh.layers, 'layer')}, d_model {sh.hidden:,}, {attn}, "
               f"{sh.mlp} MLP, sequences of {sh.seq_len:,}{moe}",

@@ -39,7 +39,7 @@ def describe_layout(layout: dict) -> str:
     axes = [f"TP {layout['tp']}"] + ([f"CP {layout['cp']}"] if layout["cp"] > 1 else []) + \
         [f"PP {layout['pp']}", f"DP {layout['dp']}"]
     experts = []
-    if layout.get("ep", 1) > 1:
+    if layout.get("ep", 1) * layout.get("etp", 1) > 1:
         experts = [f"EP {layout['ep']}" + (f" × ETP {layout['etp']}" if layout.get("etp", 1) > 1 else "")]
     words = [" × ".join(axes), *experts, f"ZeRO stage {layout['zero']}"]
     if layout["pp"] > 1:
@@ -100,8 +100,9 @@ def plan_tables(plan: planner.Plan, names: dict | None = None) -> str:
         _row(4, "layout", f"{describe_layout(lay)}, {e(lay['attention'])} attention"
                           + (" in FP8" if lay["attention_precision"] == "fp8" else "")
                           + f", {e(plan.precision.upper())}, on {j['count']:,} {e(j['gpu'])}"
-                          + (f" (expert parallelism folded into TP × CP × DP, {e(lay['ep_dispatch'])} dispatch)"
-                             if lay["ep"] > 1 else "")
+                          + (" (expert parallelism folded into TP × CP × DP"
+                             + (f", {e(lay['ep_dispatch'])} dispatch" if lay["ep"] > 1 else "") + ")"
+                             if lay["ep"] * lay.get("etp", 1) > 1 else "")
                           + "".join(f"<br>why: {e(r)}" for r in plan.reasons)),
         _section("Memory per GPU (GiB = 2<sup>30</sup> bytes)"),
         _row(5, f"model state ({conv.total:g} bytes per parameter"

@@ -56,7 +56,11 @@ with ``ep`` (and ``etp``) folded into ``tp x cp x dp``, ``v`` model chunks per s
      combine, forward and backward) of the token copies that leave the GPU, over NVLink
      inside a scale-up domain and the NICs beyond it (:func:`solutions.network.all_to_all_time`),
      scaled by the load imbalance; exposed unless ``'ep'`` is in ``overlap`` (DualPipe-style
-     overlap hides it behind the layer's compute).
+     overlap hides it behind the layer's compute). With the experts' tensor parallelism
+     (ETP > 1), each ETP group all-gathers the copies its members received before the experts
+     and reduce-scatters the experts' outputs after them (Megatron-Core's alltoall dispatcher),
+     and the backward pass mirrors both: four ring collectives of the ``ETP`` members' copies
+     per MoE layer and micro-batch, counted on the same axis.
 (S10) **Bubble** of the schedule (:func:`pipeline_bubble_time`): GPipe and 1F1B
      ``(p - 1) / v`` micro-batch times (Narayanan et al. sec. 2.2), ZB-H1 and ZB-H2 per Qi
      et al. (2024, Table 2).
@@ -601,7 +605,7 @@ def activation_bytes(shape: Shape, lay: Layout, m: int, precision_name: str = "b
 
 def _activation_key(lay: Layout) -> tuple:
     """What a layer's stored activations depend on (the cache key of :func:`_activation_per_layer`)."""
-    return lay.tp, lay.cp, lay.micro_batch, lay.recompute, lay.attention, lay.sequence_parallel
+    return lay.tp, lay.cp, lay.micro_batch, lay.recompute, lay.attention, lay.sequence_parallel, lay.etp
 
 
 def offload_bytes(shape: Shape, lay: Layout, precision_name: str = "bf16") -> float:
@@ -619,7 +623,7 @@ def offload_bytes(shape: Shape, lay: Layout, precision_name: str = "bf16") -> fl
 @lru_cache(maxsize=8192)
 def _activation_per_layer(shape: Shape, key: tuple, precision_name: str) -> tuple:
     """``(bytes per layer and micro-batch in flight, bytes once)`` of :func:`activation_bytes`."""
-    tp, cp, b, recompute, attention, sp = key
+    tp, cp, b, recompute, attention, sp, etp = key
     lay = Layout(tp=tp, cp=cp, micro_batch=b, recompute=recompute, attention=attention, sequence_parallel=sp)
     rec = precision.recipe(precision_name) if precision_name in precision.RECIPES else precision.RECIPES["bf16"]
     low = 0.0 if rec.name in ("bf16", "fp16") else (2.0 - rec.gemm_bytes) * (1.0 - rec.bf16_share)
@@ -630,7 +634,9 @@ def _activation_per_layer(shape: Shape, key: tuple, precision_name: str) -> tupl
         if moe_layer:
             cfg = shape.moe
             acts = cfg.top_k * cfg.expert_ffn * cfg.imbalance + cfg.shared_experts * cfg.expert_ffn
-            return acts, cfg.top_k * shape.hidden * cfg.imbalance
+            # an ETP group's members each keep every copy the group gathered (ETP times their own),
+            # and 1/ETP of each copy's expert activations
+            return acts, cfg.top_k * shape.hidden * cfg.imbalance * etp
         return shape.ffn, 0.0
 
     def full_layer(attention, moe_layer):
@@ -987,14 +993,15 @@ def step_time(shape: Shape, lay: Layout, cluster: Cluster, global_batch: int, co
     # (S9) expert parallelism
     nbytes["ep"] = exposed["ep"] = hidden["ep"] = messages["ep"] = 0.0
     links["ep"] = "none"
-    if shape.is_moe and lay.ep > 1:
+    if shape.is_moe and lay.ep * lay.etp > 1:
         tokens = b * s / (lay.cp * lay.tp)
         dispatch = rec.dispatch_bytes if not cpu else nb
-        if cpu:
+        per_layer = t_layer = 0.0
+        if lay.ep > 1 and cpu:
             per_layer = moe_step.all_to_all_bytes(tokens, h, shape.moe, lay.ep, dispatch, nb)
             t_layer = per_layer / cluster.nvlink + 4 * (lay.ep - 1) * cluster.latency_s
             links["ep"] = "loopback"
-        else:
+        elif lay.ep > 1:
             local = min(lay.ep, max(1, cluster.domain // lay.etp))
             intra, inter = moe_step.dispatch_split(tokens, h, shape.moe, lay.ep, local, dispatch, nb, lay.ep_dispatch)
             per_layer = intra + inter
@@ -1003,8 +1010,17 @@ def step_time(shape: Shape, lay: Layout, cluster: Cluster, global_batch: int, co
             t_layer = max(intra / (cluster.nvlink * network.NVLINK_EFFICIENCY), t_net) \
                 + 4 * (lat["base"] + (lat["network"] if inter else lat["nvlink"]))
             links["ep"] = "nvlink" if not inter else "network"
-        nbytes["ep"] = per_layer * moe_here * m
         messages["ep"] = 4 * (lay.ep - 1) * moe_here * m
+        if lay.etp > 1:  # the ETP group's gathers of the copies and reduce-scatters of the outputs
+            gathered = tokens * shape.moe.top_k * shape.moe.imbalance * lay.etp * h * nb
+            ag, etp_link, steps_ag = _collective(cluster, "all_gather", gathered, lay.etp, 1, net)
+            rs, _, steps_rs = _collective(cluster, "reduce_scatter", gathered, lay.etp, 1, net)
+            t_layer += 2 * (ag + rs)
+            per_layer += 4 * gathered * (lay.etp - 1) / lay.etp
+            messages["ep"] += 2 * (steps_ag + steps_rs) * moe_here * m
+            if links["ep"] == "none":
+                links["ep"] = etp_link
+        nbytes["ep"] = per_layer * moe_here * m
         e, hd = account("ep", t_layer, layer_all)
         exposed["ep"], hidden["ep"] = e * moe_here * m, hd * moe_here * m
     # activation offloading: out during the forward pass, back during the backward pass, over

@@ -948,7 +948,7 @@
     if (l.cp > 1) axes.push("CP " + l.cp);
     axes.push("PP " + l.pp, "DP " + l.dp);
     var words = [axes.join(" \u00d7 ")];
-    if (l.ep > 1) words.push("EP " + l.ep + (l.etp > 1 ? " \u00d7 ETP " + l.etp : ""));
+    if (l.ep * (l.etp || 1) > 1) words.push("EP " + l.ep + (l.etp > 1 ? " \u00d7 ETP " + l.etp : ""));
     words.push("ZeRO stage " + l.zero);
     if (l.pp > 1) {
       words.push((SCHEDULES[l.schedule] || l.schedule) +
