@@ -193,6 +193,11 @@ CP_CHOICES = (1, 2, 4, 8, 16, 32)
 EP_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MICRO_BATCH_CHOICES = (1, 2, 4, 8)
 VIRTUAL_STAGE_CHOICES = (1, 2, 4, 8)
+#: The rules that turn a candidate layout away in :func:`search_layouts`: offloading every layer
+#: of a stage, a pipeline setting without stages, chunks that do not divide a stage's layers, no
+#: room for EP x ETP, and a global batch that is no whole number of micro-batches per replica
+#: (for the interleaved schedule, no multiple of the stages).
+REJECTIONS = ("offload", "pipeline", "chunks", "experts", "batch")
 #: How many of the fastest layouts the plan prints.
 TOP = 5
 
@@ -217,12 +222,19 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
                    tp=None, cp=None, pp=None, dp=None, zero=None, micro_batch=None, recompute=None,
                    virtual_stages=None, schedule=None, attention="flash", ep=None, etp=1, precision_name="bf16",
                    overlap=None, ep_dispatch="deepep", offload_layers=0, expert_kernels="grouped",
-                   attention_precision="bf16"):
+                   attention_precision="bf16", rejected=None):
     """Every layout of ``count`` GPUs with the given degrees kept, predicted by
     :func:`solutions.steptime.step_time`: ``(fitting, others)``, each a list of
     ``(StepTime, Layout)``, ``fitting`` sorted by predicted step time, ``others`` (which do
     not fit) by memory. For each layout the lightest recomputation that fits is kept (a
-    heavier one only costs time), unless the recomputation is given."""
+    heavier one only costs time), unless the recomputation is given. ``rejected``, a dict if
+    given, counts the candidates each rule turned away (:data:`REJECTIONS`), so that a search
+    that finds nothing can say why."""
+    tally = rejected if rejected is not None else {}
+
+    def reject(rule):
+        tally[rule] = tally.get(rule, 0) + 1
+
     count = positive_integer("count", count)
     tps = [tp] if tp else [t for t in TP_CHOICES if t <= cluster.domain and shape.heads % t == 0
                            and (shape.kv % t == 0 or t % shape.kv == 0) and count % t == 0]
@@ -249,10 +261,13 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
                     continue
                 per_stage = math.ceil(shape.layers / p)
                 if offload_layers >= per_stage:  # offloading keeps at least one layer per stage on the GPU
+                    reject("offload")
                     continue
                 if p == 1 and _asks_for_pipeline(schedule, virtual_stages):
+                    reject("pipeline")
                     continue  # layouts with a pipeline only
                 if virtual_stages and per_stage % virtual_stages:
+                    reject("chunks")
                     continue  # every chunk holds the same number of layers
                 if p == 1:
                     scheds = [("1f1b", 1)]
@@ -263,7 +278,10 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
                     scheds = [("interleaved" if v > 1 else (schedule or "1f1b"), v) for v in vs]
                     if schedule == "interleaved":
                         scheds = [x for x in scheds if x[0] == "interleaved"] or scheds
-                for e in _ep_choices(shape, t, c, d, ep, etp):
+                experts = _ep_choices(shape, t, c, d, ep, etp)
+                if not experts:
+                    reject("experts")
+                for e in experts:
                     # where no ZeRO group has more than one rank (DP x CP = 1, one expert-data-parallel
                     # rank), every stage is stage 0: search it once
                     alone = d * c == 1 and (not shape.is_moe or (t * c * d) // (e * etp) == 1)
@@ -274,10 +292,12 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
                         state = steptime.state_bytes(shape, base, convention, precision_name)
                         for b in mbs:
                             if global_batch % (d * b):
+                                reject("batch")
                                 continue
                             m = global_batch // (d * b)
                             for sch, v in scheds:
                                 if sch == "interleaved" and m % p:
+                                    reject("batch")
                                     continue
                                 for r in recs:
                                     lay = replace(base, micro_batch=b, recompute=r, schedule=sch, virtual_stages=v)
@@ -315,6 +335,36 @@ def _check_pipeline(shape, pp, virtual_stages, schedule) -> None:
     if pp is not None and virtual_stages and math.ceil(shape.layers / pp) % virtual_stages:
         raise ValueError(f"virtual_stages must divide the {math.ceil(shape.layers / pp)} layers of each of the "
                          f"{pp} pipeline stages, got virtual_stages={virtual_stages}")
+
+
+def _no_layout(count, gb, rejected, shape, given, offload_layers, schedule, virtual_stages, etp) -> str:
+    """Why :func:`search_layouts` found no layout, in one line, from the rules that turned the
+    candidates away (``rejected``, :data:`REJECTIONS`): the batch where it was to blame (then
+    changing the batch or the count helps), else the setting no layout could hold."""
+    pinned = ", ".join(f"{k}={v}" for k, v in given.items() if v is not None)
+    with_pinned = f" with {pinned}" if pinned else ""
+    degrees = any(given[k] is not None for k in ("tp", "cp", "pp", "dp", "ep"))
+    if "batch" in rejected:
+        fixes = ["--global-batch", "--batch-tokens", "--count"] + (["--micro-batch"] if given["micro_batch"] else []) \
+            + (["the degrees given"] if degrees else [])
+        return (f"no layout of {count:,} GPUs divides the global batch of {gb:,} sequences{with_pinned}"
+                + ("" if schedule != "interleaved" else
+                   " into micro-batches whose number per replica is a multiple of the pipeline stages (the "
+                   "interleaved schedule's rule)")
+                + "; change " + ", ".join(fixes[:-1]) + " or " + fixes[-1])
+    if "offload" in rejected and set(rejected) <= {"offload", "pipeline", "chunks"}:
+        return (f"offload_layers ({offload_layers}) must be fewer than the layers per pipeline stage "
+                f"(the model has {shape.layers} layers)")
+    what = f"--schedule {schedule}" if schedule is not None else f"--virtual-stages {virtual_stages}"
+    if set(rejected) == {"pipeline"}:
+        return (f"{what} needs pipeline stages, and no layout of {count:,} GPUs{with_pinned} leaves room for "
+                f"them; leave it out, or give degrees that do")
+    if "chunks" in rejected and "experts" not in rejected:
+        return (f"virtual_stages={virtual_stages} divides the layers of no pipeline stage of a layout of {count:,} "
+                f"GPUs{with_pinned} (the model has {shape.layers} layers); choose another --virtual-stages or --pp")
+    group = f"ep={given['ep']} x etp={etp}" if given["ep"] else f"etp={etp}"
+    return (f"no layout of {count:,} GPUs{with_pinned}" + (f" and {what}" if schedule or virtual_stages else "")
+            + f" leaves room for {group} in the ranks of a pipeline stage; change the degrees given")
 
 
 def _check_expert_room(shape, count, pp, ep, etp) -> None:
@@ -702,20 +752,14 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
             whence += f", rounded up from {gb:,} to a multiple of the {count:,} GPUs"
         gb = rounded
         reasons.append(f"global batch {_n(gb, 'sequence')} of {shape.seq_len:,} tokens ({whence})")
+    rejected = {}
     fitting, others = search_layouts(shape, cluster, count, gb, convention, tp, cp, pp, dp, zero, micro_batch,
                                      recompute, virtual_stages, schedule, attention, ep, etp, precision, ov,
-                                     ep_dispatch, offload_layers, expert_kernels, attention_precision)
-    if not fitting and not others and offload_layers:
-        raise ValueError(f"offload_layers ({offload_layers}) must be fewer than the layers per pipeline stage "
-                         f"(the model has {shape.layers} layers)")
+                                     ep_dispatch, offload_layers, expert_kernels, attention_precision, rejected)
     if not fitting and not others:
-        pinned = ", ".join(f"{k}={v}" for k, v in (("tp", tp), ("cp", cp), ("pp", pp), ("dp", dp), ("ep", ep),
-                                                     ("micro_batch", micro_batch)) if v is not None)
-        fixes = ["--global-batch", "--batch-tokens", "--count"] + (["--micro-batch"] if micro_batch else []) \
-            + (["the degrees given"] if any(v is not None for v in (tp, cp, pp, dp, ep)) else [])
-        raise ValueError(f"no layout of {count:,} GPUs divides the global batch of {gb:,} sequences"
-                         + (f" with {pinned}" if pinned else "") + "; change " + ", ".join(fixes[:-1])
-                         + " or " + fixes[-1])
+        raise ValueError(_no_layout(count, gb, rejected, shape, dict(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep,
+                                                                    micro_batch=micro_batch),
+                                    offload_layers, schedule, virtual_stages, etp))
     st, lay = fitting[0] if fitting else others[0]
     if fitting:
         reasons.append(f"the fastest of {_n(len(fitting), 'layout')} that fit{'s' if len(fitting) == 1 else ''} "

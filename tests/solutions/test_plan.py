@@ -225,6 +225,19 @@ def test_json_for_a_budget():
     (["--arch", "DeepSeek-V3", "--tokens", "1e12", "--gpu", "H100", "--count", "8", "--etp", "3"],
      "ep x etp must divide the 8 GPUs (expert parallelism is carved out of tp x cp x dp): etp=3 does not"),
     (["--model", "7e9", "--tokens", "1e12", "--ep", "8"], "ep > 1 needs experts"),
+    # a search that finds nothing says which setting no layout could hold, and blames the batch only
+    # where the batch was to blame
+    (["--model", "30e9", "--tokens", "1e12", "--gpu", "A100 40GB", "--count", "8", "--tp", "8", "--schedule",
+      "interleaved"], "--schedule interleaved needs pipeline stages, and no layout of 8 GPUs with tp=8 leaves room "
+                      "for them"),
+    (["--arch", "Llama 4 Maverick", "--tokens", "1e12", "--gpu", "B200", "--count", "8", "--tp", "4", "--ep", "8",
+      "--schedule", "interleaved"], "no layout of 8 GPUs with tp=4, ep=8 and --schedule interleaved leaves room for "
+                                    "ep=8 x etp=1 in the ranks of a pipeline stage"),
+    (["--model", "7e9", "--tokens", "1e12", "--count", "16", "--virtual-stages", "5"],
+     "virtual_stages=5 divides the layers of no pipeline stage of a layout of 16 GPUs"),
+    (["--model", "7e9", "--tokens", "1e12", "--count", "8", "--pp", "8", "--global-batch", "12", "--schedule",
+      "interleaved"], "no layout of 8 GPUs divides the global batch of 12 sequences with pp=8 into micro-batches whose "
+                      "number per replica is a multiple of the pipeline stages"),
     (["--arch", "DeepSeek-V4", "--tokens", "1e12"], "arch must be one of"),
     (["--model", "7e9", "--tokens", "1e12", "--overlap", "tp,nope"], "overlap must be"),
     (["--budget", "1e24", "--experts", "64", "--top-k", "2", "--expert-ffn-hidden", "2048"],
