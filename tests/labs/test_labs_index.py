@@ -17,3 +17,20 @@ def test_python_m_labs_lists_every_runnable_lab_with_its_command():
     assert listed == runnable
     assert "python -m labs.grid3d --nproc 4 " in out.stdout and "Lab 2: data parallelism with DDP." in out.stdout
     assert "``" not in out.stdout
+
+
+def test_every_documented_lab_command_gives_the_ranks_it_needs():
+    """A lab refuses to start without ``--nproc`` (``labs.launch``); a command the pages show
+    without it fails for the reader who copies it. ``gpu_check`` starts its own ranks."""
+    import re
+
+    tracked = subprocess.run(["git", "ls-files", "*.md"], cwd=ROOT, capture_output=True, text=True, check=True)
+    command = re.compile(r"python -m labs\.([a-z_0-9]+)([^`\n#]*)")
+    shown = []
+    for name in tracked.stdout.split():
+        for lab, args in command.findall((ROOT / name).read_text(encoding="utf-8")):
+            if lab != "gpu_check" and "--help" not in args:
+                shown.append((name, lab, args.strip()))
+    assert len(shown) >= 20, shown  # the labs' pages show them
+    missing = [s for s in shown if "--nproc" not in s[2]]
+    assert missing == [], missing
