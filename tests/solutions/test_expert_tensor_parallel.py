@@ -87,3 +87,20 @@ def test_the_plan_names_etp_without_ep():
     assert data["breakdown_s"]["ep"] > 0
     # an MFU a real H100 can reach: below its measured BF16 matmul ceiling
     assert 0 < data["predicted_mfu"] < H100.ceiling("bf16") / H100.bf16_peak
+
+
+@pytest.mark.parametrize("name", ["DeepSeek-V3", "Qwen3-30B-A3B", "gpt-oss-120b", "Mixtral 8x22B"])
+@pytest.mark.parametrize("tp", [1, 2, 8])
+def test_the_products_flops_per_token_depend_on_tp_only(name, tp):
+    """Summed over the TP x CP ranks that share a micro-batch, a MoE layer's products do the same
+    FLOPs per token whatever CP, EP, ETP, the micro-batch and sequence parallelism are. (TP may
+    add some: MLA's down-projections and K/V heads fewer than TP are repeated on every rank.)"""
+    shape = S.shape_of(facts.MOE_ARCHITECTURES[name], seq_len=4096)
+    ceiling = H100.ceiling("bf16")
+    seen = []
+    for cp, ep, etp, b, sp in [(1, 1, 1, 1, True), (2, 8, 1, 2, True), (1, 2, 4, 1, False), (2, 1, 2, 2, False),
+                               (1, 8, 2, 1, True)]:
+        lay = S.Layout(tp=tp, cp=cp, dp=64, ep=ep, etp=etp, micro_batch=b, recompute="none", sequence_parallel=sp)
+        terms = layer_time.layer_terms(shape, lay, H100, precision.recipe("bf16"), moe_layer=True).a
+        seen.append(terms[ROW["gemm"]].sum() * ceiling * tp * cp / (b * shape.seq_len))
+    assert seen == pytest.approx([seen[0]] * len(seen), rel=1e-12)
