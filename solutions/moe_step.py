@@ -79,6 +79,9 @@ class MoEConfig:
                              f"experts={self.experts}")
         if not positive("imbalance", self.imbalance) >= 1.0:
             raise ValueError(f"imbalance must be at least 1 (the busiest GPU over the mean), got {self.imbalance!r}")
+        if self.imbalance > self.experts / self.top_k:
+            raise ValueError(f"imbalance must be at most experts / top_k = {self.experts / self.top_k:g} (the most a GPU can "
+                             f"receive: every token choosing its experts), got {self.imbalance!r}")
 
 
 def moe_layer_count(layers: int, cfg: MoEConfig) -> int:

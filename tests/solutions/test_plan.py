@@ -225,6 +225,9 @@ def test_json_for_a_budget():
     (["--arch", "DeepSeek-V3", "--tokens", "1e12", "--gpu", "H100", "--count", "8", "--etp", "3"],
      "ep x etp must divide the 8 GPUs (expert parallelism is carved out of tp x cp x dp): etp=3 does not"),
     (["--model", "7e9", "--tokens", "1e12", "--ep", "8"], "ep > 1 needs experts"),
+    (["--arch", "gpt-oss-120b", "--tokens", "1e12", "--count", "8", "--imbalance", "100"],
+     "imbalance must be at most experts / top_k = 32 (the most a GPU can receive: every token choosing its experts), "
+     "got 100.0"),
     # a search that finds nothing says which setting no layout could hold, and blames the batch only
     # where the batch was to blame
     (["--model", "30e9", "--tokens", "1e12", "--gpu", "A100 40GB", "--count", "8", "--tp", "8", "--schedule",
