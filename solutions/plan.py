@@ -526,6 +526,8 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
         shape = steptime.shape_of(base, **custom)
         if model_given:
             shape = replace(shape, params=N)
+        elif set(custom) - {"seq_len"}:
+            shape = replace(shape, params=None)  # no longer the published design: it counts itself
     else:
         shape = steptime.shape_of(base, params=N, **custom)
         if resize and _moe_config(None, *moe_args) is None:
@@ -534,9 +536,8 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
             shape, scaled = _sized(shape, N, published, keep_width=width_given)
     cfg = _moe_config(shape.moe, *moe_args)
     if cfg is not None and cfg is not shape.moe:
-        shape = replace(shape, moe=cfg, mlp="swiglu", dropout=False,
-                        params=shape.params if isinstance(base, facts.MoEArchitecture) and not model_given else
-                        (N if model_given else None))
+        # experts other than the published ones: the shape counts itself, unless a size is given
+        shape = replace(shape, moe=cfg, mlp="swiglu", dropout=False, params=N if model_given else None)
     if resize and shape.moe is not None:
         # a mixture at a size of its own: the depth at which it counts that size, experts included
         # (as a named mixture's published total counts it, where its experts are the published ones)

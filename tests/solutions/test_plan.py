@@ -734,3 +734,34 @@ def test_the_html_plan_carries_what_the_printout_carries_for_an_fp8_mixture_of_e
     # every alternative with a different EP says so: no two rows of the table read the same
     rows = [describe for describe in re.findall(r"<td>(TP [^<]*)</td>", plan_html.plan_tables(p))]
     assert len(rows) == len(set(rows))
+
+
+def _plan_json(*args):
+    out = run_cli(*args, "--gpu", "H100", "--count", "64", "--tokens", "1e12", "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_a_named_mixture_redrawn_counts_its_own_parameters():
+    """A named MoE with fewer experts or fewer layers is no longer the published design, and
+    counts itself. Before, it kept the published total (671B for DeepSeek-V3) and scaled the
+    active count by it: 64 experts read 136B active, 10 layers 54B."""
+    published = _plan_json("--arch", "DeepSeek-V3")
+    fewer = _plan_json("--arch", "DeepSeek-V3", "--experts", "64")
+    shallow = _plan_json("--arch", "DeepSeek-V3", "--layers", "10")
+    h, f, moe_layers = 7168, 2048, 61 - 3
+    per_expert = 3 * h * f                 # gate, up and down projections
+    dropped = (256 - 64) * (per_expert + h) * moe_layers  # with each expert's router column
+    own = published["shape"]               # the published design counted from its shape
+    counted = steptime.shape_of(facts.MOE_ARCHITECTURES["DeepSeek-V3"], params=None)
+    assert fewer["params"] == pytest.approx(counted.n_params - dropped, rel=1e-9)
+    # the same eight experts and one shared expert per token: the active count loses only the
+    # router's columns of the dropped experts (every token scores every expert)
+    assert fewer["shape"]["active_params"] == pytest.approx(counted.active_params - (256 - 64) * h * moe_layers,
+                                                            rel=1e-9)
+    assert own["active_params"] == pytest.approx(37e9, rel=0.02)  # the published 37B
+    # ten layers: three dense and seven MoE, with the embeddings and output layer
+    ten = replace(counted, layers=10)
+    assert shallow["params"] == pytest.approx(ten.n_params, rel=1e-9) and shallow["params"] < 0.15 * published["params"]
+    assert shallow["shape"]["active_params"] == pytest.approx(ten.active_params, rel=1e-9)
+    assert shallow["shape"]["active_params"] < 7e9
