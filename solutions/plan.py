@@ -530,6 +530,8 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
             shape = replace(shape, params=None)  # no longer the published design: it counts itself
     else:
         shape = steptime.shape_of(base, params=N, **custom)
+        if not model_given and set(custom) - {"seq_len"}:
+            shape = replace(shape, params=None)  # no longer the published design: it counts itself
         if resize and _moe_config(None, *moe_args) is None:
             # a width the user gave stays, and the shape then counts its size itself
             published = replace(shape, params=None).n_params if counts_itself else base.params

@@ -765,3 +765,16 @@ def test_a_named_mixture_redrawn_counts_its_own_parameters():
     assert shallow["params"] == pytest.approx(ten.n_params, rel=1e-9) and shallow["params"] < 0.15 * published["params"]
     assert shallow["shape"]["active_params"] == pytest.approx(ten.active_params, rel=1e-9)
     assert shallow["shape"]["active_params"] < 7e9
+
+
+def test_a_named_dense_design_redrawn_counts_its_own_parameters():
+    """Half the layers of Llama 3 70B: half its transformer blocks, the same embeddings and
+    output layer. Before, the plan kept the published 70B (and 6 N D with it)."""
+    half = _plan_json("--arch", "Llama 3 70B", "--layers", "40")
+    full = steptime.shape_of(facts.ARCHITECTURES["Llama 3 70B"], params=None)
+    h, V = full.hidden, full.vocab
+    outside = 2 * V * h + h  # input embedding, output layer, final norm
+    assert half["params"] == pytest.approx((full.n_params - outside) / 2 + outside, rel=1e-9)
+    assert half["flops"] == pytest.approx(6 * half["params"] * 1e12, rel=1e-9)
+    # the sequence length alone leaves the published count
+    assert _plan_json("--arch", "Llama 3 70B", "--seq-len", "4096")["params"] == facts.ARCHITECTURES["Llama 3 70B"].params
