@@ -1137,8 +1137,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="network bandwidth per GPU across nodes, Gb/s (default: the GPU's reference node)")
     p.add_argument("--convention", default="zero_16", help=f"bytes per parameter, one of {sorted(memory.BYTE_CONVENTIONS)}")
     p.add_argument("--constants", default=DEFAULT_CONSTANTS, help=f"one of {sorted(scaling.CONSTANT_SETS)}")
-    p.add_argument("--batch-tokens", type=float, default=DEFAULT_BATCH_TOKENS,
-                   help="tokens per optimizer step when --global-batch is not given")
+    p.add_argument("--batch-tokens", type=float,
+                   help=f"tokens per optimizer step, instead of --global-batch (default: {DEFAULT_BATCH_TOKENS:,}, "
+                        "in whole sequences)")
     p.add_argument("--inference-tokens", type=float,
                    help="tokens the trained model will serve: also plan the over-trained model that is cheapest over its lifetime")
     p.add_argument("--arch", help=f"shape to assume, one of {sorted(facts.ARCHITECTURES) + sorted(facts.MOE_ARCHITECTURES)} "
@@ -1150,12 +1151,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.global_batch is not None and args.batch_tokens is not None:
+            raise ValueError(f"give --global-batch or --batch-tokens, not both (got {args.global_batch:,} sequences "
+                             f"and {args.batch_tokens:,.0f} tokens)")
         net = None
         if args.network_gbps is not None:
             net = float(positive("network_gbps", args.network_gbps)) * 1e9 / 8
         plan = make_plan(budget=args.budget, model=args.model, tokens=args.tokens, gpu=args.gpu, count=args.count,
                          mfu=args.mfu, tp=args.tp, pp=args.pp, zero=args.zero, convention=args.convention,
-                         constants=args.constants, batch_tokens=args.batch_tokens, arch=args.arch,
+                         constants=args.constants, arch=args.arch,
+                         batch_tokens=DEFAULT_BATCH_TOKENS if args.batch_tokens is None else args.batch_tokens,
                          inference_tokens=args.inference_tokens, cp=args.cp, dp=args.dp, seq_len=args.seq_len,
                          global_batch=args.global_batch, micro_batch=args.micro_batch, layers=args.layers,
                          hidden=args.hidden, heads=args.heads, kv_heads=args.kv_heads, head_dim=args.head_dim,

@@ -225,6 +225,8 @@ def test_json_for_a_budget():
     (["--arch", "DeepSeek-V3", "--tokens", "1e12", "--gpu", "H100", "--count", "8", "--etp", "3"],
      "ep x etp must divide the 8 GPUs (expert parallelism is carved out of tp x cp x dp): etp=3 does not"),
     (["--model", "7e9", "--tokens", "1e12", "--ep", "8"], "ep > 1 needs experts"),
+    (["--model", "7e9", "--tokens", "1e12", "--global-batch", "512", "--batch-tokens", "1048576"],
+     "give --global-batch or --batch-tokens, not both (got 512 sequences and 1,048,576 tokens)"),
     (["--arch", "gpt-oss-120b", "--tokens", "1e12", "--count", "8", "--imbalance", "100"],
      "imbalance must be at most experts / top_k = 32 (the most a GPU can receive: every token choosing its experts), "
      "got 100.0"),
