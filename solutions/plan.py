@@ -805,7 +805,8 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
 
     steps = max(1, math.ceil(D / (gb * shape.seq_len)))
     used_mfu = st.mfu if mfu is None else mfu
-    days = (C / (count * g.bf16_peak * used_mfu) / 86400 if mfu is not None
+    # a given MFU counts the FLOPs the predicted one counts (PaLM's: 6 N plus attention per token)
+    days = (D * steptime.model_flops_per_token(shape) / (count * g.bf16_peak * used_mfu) / 86400 if mfu is not None
             else steptime.days_to_train(D, st.tokens_per_s))
     state = steptime.state_breakdown(shape, lay, convention, precision)
 

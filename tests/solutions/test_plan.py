@@ -61,20 +61,30 @@ def test_llama3_405b_published_layout_is_among_the_planners_best(count):
 
 
 def test_days_to_train_70b_with_mfu_override():
+    """A given MFU counts the FLOPs the plan's own MFU counts (PaLM's): 6 N per token plus
+    attention, 6 L s a (d_qk + d_v) over the whole 2,048-token sequence as PaLM counts it
+    (Chinchilla's shape, the published one nearest 70B: 80 layers, 64 heads of 128).
+    Before, it counted 6 N alone, so an MFU below the predicted one could give fewer days."""
     p = plan.make_plan(model=70e9, tokens=1.4e12, gpu="H100", count=1024, mfu=0.4)
-    expected_days = 6 * 70e9 * 1.4e12 / (1024 * 989.4e12 * 0.4) / 86400
+    per_token = 6 * 70e9 + 6 * 80 * 2048 * 64 * (128 + 128)
+    expected_days = 1.4e12 * per_token / (1024 * 989.4e12 * 0.4) / 86400
     assert p.days == pytest.approx(expected_days, rel=1e-12)
-    assert p.days == pytest.approx(16.8, abs=0.05)
+    assert p.days == pytest.approx(17.4, abs=0.05)
     predicted = plan.make_plan(model=70e9, tokens=1.4e12, gpu="H100", count=1024)
     assert predicted.days == pytest.approx(1.4e12 / predicted.step.tokens_per_s / 86400, rel=1e-12)
     assert predicted.mfu == predicted.predicted_mfu and not predicted.mfu_given
+    # giving the predicted MFU gives the predicted days; a lower one, more
+    again = plan.make_plan(model=70e9, tokens=1.4e12, gpu="H100", count=1024, mfu=predicted.mfu)
+    assert again.days == pytest.approx(predicted.days, rel=1e-9)
+    assert plan.make_plan(model=70e9, tokens=1.4e12, gpu="H100", count=1024, mfu=0.9 * predicted.mfu).days > predicted.days
 
 
 def test_mfu_override_above_one_for_a_low_precision_is_of_the_bf16_peak():
     """MFU is quoted against the BF16 peak, so an NVFP4 run may give more than 1: the B200's
     FP4 peak is 4 times its BF16 peak (9,000 against 2,250 TFLOP/s)."""
     p = plan.make_plan(model=70e9, tokens=1.4e12, gpu="B200", count=64, precision="nvfp4", mfu=1.1)
-    assert p.days == pytest.approx(6 * 70e9 * 1.4e12 / (64 * 2250e12 * 1.1) / 86400, rel=1e-12)
+    per_token = 6 * 70e9 + 6 * 80 * 2048 * 64 * (128 + 128)  # as in the test above
+    assert p.days == pytest.approx(1.4e12 * per_token / (64 * 2250e12 * 1.1) / 86400, rel=1e-12)
     with pytest.raises(ValueError, match=r"must be in \(0, 4\] for NVFP4 on the B200"):
         plan.make_plan(model=70e9, tokens=1.4e12, gpu="B200", count=64, precision="nvfp4", mfu=4.01)
     with pytest.raises(ValueError, match=r"must be in \(0, 1\] for BF16 on the B200"):
