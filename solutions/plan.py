@@ -362,9 +362,13 @@ def _no_layout(count, gb, rejected, shape, given, offload_layers, schedule, virt
     if "chunks" in rejected and "experts" not in rejected:
         return (f"virtual_stages={virtual_stages} divides the layers of no pipeline stage of a layout of {count:,} "
                 f"GPUs{with_pinned} (the model has {shape.layers} layers); choose another --virtual-stages or --pp")
-    group = f"ep={given['ep']} x etp={etp}" if given["ep"] else f"etp={etp}"
-    return (f"no layout of {count:,} GPUs{with_pinned}" + (f" and {what}" if schedule or virtual_stages else "")
-            + f" leaves room for {group} in the ranks of a pipeline stage; change the degrees given")
+    also = f" and {what}" if schedule or virtual_stages else ""
+    if "experts" in rejected:
+        group = f"ep={given['ep']} x etp={etp}" if given["ep"] else f"etp={etp}"
+        return (f"no layout of {count:,} GPUs{with_pinned}{also} leaves room for {group} in the ranks of a "
+                "pipeline stage; change the degrees given")
+    return (f"no layout of {count:,} GPUs{with_pinned}{also} exists (a pipeline has at most one stage per layer, "
+            f"{shape.layers} here); change the degrees given or --count")
 
 
 def _check_expert_room(shape, count, pp, ep, etp) -> None:

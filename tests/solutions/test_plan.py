@@ -248,6 +248,8 @@ def test_json_for_a_budget():
     (["--arch", "Llama 4 Maverick", "--tokens", "1e12", "--gpu", "B200", "--count", "8", "--tp", "4", "--ep", "8",
       "--schedule", "interleaved"], "no layout of 8 GPUs with tp=4, ep=8 and --schedule interleaved leaves room for "
                                     "ep=8 x etp=1 in the ranks of a pipeline stage"),
+    (["--model", "7e9", "--tokens", "1e12", "--count", "1024", "--tp", "1", "--cp", "1", "--dp", "1"],
+     "no layout of 1,024 GPUs with tp=1, cp=1, dp=1 exists (a pipeline has at most one stage per layer, 27 here)"),
     (["--model", "7e9", "--tokens", "1e12", "--count", "16", "--virtual-stages", "5"],
      "virtual_stages=5 divides the layers of no pipeline stage of a layout of 16 GPUs"),
     (["--model", "7e9", "--tokens", "1e12", "--count", "8", "--pp", "8", "--global-batch", "12", "--schedule",
