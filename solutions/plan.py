@@ -526,16 +526,13 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
     resize = model_given and "layers" not in custom  # a size the shape must take (not one the user drew)
     width_given = bool({"hidden", "heads", "kv_heads", "head_dim", "ffn_hidden"} & set(custom))
     counts_itself = width_given or "vocab" in custom  # the published count is of another shape
+    redrawn = not model_given and bool(set(custom) - {"seq_len"})  # no longer the published design: it counts itself
     if isinstance(base, facts.MoEArchitecture):
         shape = steptime.shape_of(base, **custom)
-        if model_given:
-            shape = replace(shape, params=N)
-        elif set(custom) - {"seq_len"}:
-            shape = replace(shape, params=None)  # no longer the published design: it counts itself
+        if model_given or redrawn:
+            shape = replace(shape, params=N if model_given else None)
     else:
-        shape = steptime.shape_of(base, params=N, **custom)
-        if not model_given and set(custom) - {"seq_len"}:
-            shape = replace(shape, params=None)  # no longer the published design: it counts itself
+        shape = steptime.shape_of(base, params=None if redrawn else N, **custom)
         if resize and _moe_config(None, *moe_args) is None:
             # a width the user gave stays, and the shape then counts its size itself
             published = replace(shape, params=None).n_params if counts_itself else base.params
