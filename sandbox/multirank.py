@@ -58,6 +58,9 @@ PRIVATE_PORT = 29500
 #: floods the grader is stopped, not buffered.
 MAX_RANK_BYTES = 32 * 1024 * 1024
 MAX_RANK_MESSAGES = 20_000
+#: The most sockets a rank's first message may name: at 64 ranks, rank 0 holds the store's
+#: 64 accepted connections, its 63 gloo connections, its own store client and the listeners.
+MAX_RANK_SOCKETS = 256
 WORKER = Path(__file__).with_name("rank_worker.py")
 START_TIMEOUT = 120.0  # starting Python and importing torch; never the student's fault
 ISOLATION_MODES = ("auto", "namespaces", "uid", "rlimits")
@@ -106,7 +109,7 @@ class GroupResult:
     wall_s: float = 0.0
     peak_memory_bytes: int = 0  # the largest sample: PSS over the limit's size, else RSS (above PSS)
     cpu_s: float = 0.0
-    ports: list = field(default_factory=list)  # per rank: its sockets' ports, before its code ran
+    ports: list = field(default_factory=list)  # per rank: its sockets' local ports, before its code ran
     #: What the ranks sent each other, seen on the group's loopback (None: no capture, the
     #: ranks ran without a network namespace): one entry per checkpoint the grader answered,
     #: ``{"checkpoint": label, "case": ..., "traffic": [per rank: counts]}``, and a last one
@@ -819,9 +822,11 @@ def _watch_loop(result: GroupResult, conns, status, limits: Limits, checkpoints,
                 result.ports = [[] for _ in range(world_size)]
             if "ports" in message and sent[rank][1] == 1:  # its first message, before its code ran
                 ports = message["ports"]
-                result.ports[rank] = [p for p in ports if isinstance(p, int)][:64] if isinstance(ports, list) else []
+                sockets = [(p[0], p[1]) for p in ports if isinstance(p, list) and len(p) == 2
+                           and all(isinstance(x, int) for x in p)][:MAX_RANK_SOCKETS] if isinstance(ports, list) else []
+                result.ports[rank] = sorted({local for local, _ in sockets})
                 if capture is not None:
-                    capture.learn(rank, result.ports[rank])
+                    capture.learn(rank, sockets)
                     if all(result.ports):  # every rank has met: the store's work is done
                         capture.drain()
                         capture.store_open = True

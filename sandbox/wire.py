@@ -77,30 +77,46 @@ class _Stream:
 
 class Capture:
     """The group's traffic, counted per rank between the grader's cuts (:meth:`take`).
-    ``owner(port) -> rank or None`` names the rank whose socket a local port is (learned
-    from each rank's first message, sent before its student code ran); ``store_port`` is the
-    rendezvous store's."""
+    ``owner[(local port, remote port)]`` names the rank whose connection that is, learned
+    from each rank's first message, sent before its student code ran. A connection is keyed
+    by both ports, not by its local port: Linux gives connections to different peers the
+    same local port when it can, so two ranks' connections may share one, and keyed by port
+    one rank would be charged with the other's bytes. ``store_port`` is the rendezvous
+    store's."""
 
     def __init__(self, sock: socket.socket, world_size: int, store_port: int, shared: bool = False):
         self.sock, self.world_size, self.store_port = sock, world_size, store_port
         #: the machine's loopback (no namespace of the group's own): other processes' traffic
-        #: passes there too, and only connections with a port of the group's are kept
+        #: passes there too, and only the ranks' connections and those into their listening
+        #: sockets are kept
         self.shared = shared
         self.sock.setblocking(False)
-        self.owner = {}
+        self.owner = {}  # (local port, remote port) -> rank
+        self.listening = set()  # the ranks' listening ports (gloo's, the store's)
+        self.learned = 0  # ranks that have reported
         self.streams = {}  # (sport, dport) -> _Stream
         self.clients = set()  # (sport, dport) of connections seen opening (SYN)
         self.counts = [empty_counts() for _ in range(world_size)]
-        self.unowned = 0  # bytes from ports no rank reported (a socket made past the filter?)
+        self.unowned = 0  # bytes of connections no rank reported (a socket made past the filter?)
         self.store_open = False  # store bytes are counted once every rank has met
 
-    def learn(self, rank: int, ports) -> None:
-        for port in ports:
-            self.owner[port] = rank
-        self.learned = getattr(self, "learned", 0) + 1
-        if self.shared and self.learned >= self.world_size:  # every rank has said: drop the rest
-            for key in [k for k in self.streams if k[0] not in self.owner and k[1] not in self.owner]:
-                del self.streams[key]
+    def learn(self, rank: int, sockets) -> None:
+        """``sockets``: the rank's ``(local port, remote port)`` pairs (remote 0: listening)."""
+        for local, remote in sockets:
+            if remote:
+                self.owner[(local, remote)] = rank
+            else:
+                self.listening.add(local)
+        self.learned += 1
+        for key in [k for k in self.streams if self._stranger(*k)]:  # every rank has said: drop the rest
+            del self.streams[key]
+
+    def _stranger(self, sport: int, dport: int) -> bool:
+        """On a shared loopback once every rank has reported: a connection that is no rank's
+        and goes into no rank's listening socket (another process's, which may leave from the
+        same local port as a rank's connection). Never in a namespace of the group's own."""
+        return (self.shared and self.learned >= self.world_size and (sport, dport) not in self.owner
+                and sport not in self.listening and dport not in self.listening)
 
     def dropped(self) -> int:
         """Packets the kernel dropped before the grader read them (then the counts are not
@@ -144,8 +160,7 @@ class Capture:
         if flags & 0x02 and not flags & 0x10:  # SYN without ACK: the connecting side
             self.clients.add(key)
         payload = data[tcp + (data[tcp + 12] >> 4) * 4: ip + total]
-        if (self.shared and getattr(self, "learned", 0) >= self.world_size
-                and sport not in self.owner and dport not in self.owner):
+        if self._stranger(sport, dport):
             return None  # someone else's traffic on the machine's loopback
         if flags & 0x02:
             self.streams[key] = _Stream(key in self.clients)
@@ -162,7 +177,7 @@ class Capture:
     def _messages(self, key) -> None:
         sport, dport = key
         stream = self.streams[key]
-        rank = self.owner.get(sport)
+        rank = self.owner.get(key)
         if rank is None:
             return  # kept until the rank that owns it says so (see take)
         counts = self.counts[rank]
@@ -214,11 +229,11 @@ class Capture:
         return out
 
     def finish(self) -> int:
-        """Drain once more; the bytes of connections no rank owned (a socket the system-call
-        filter should have refused), which are then dropped."""
+        """Drain once more; the bytes of connections no rank reported (a socket the
+        system-call filter should have refused), which are then dropped."""
         self.drain()
         for (sport, dport), stream in self.streams.items():
-            if sport not in self.owner and not (self.shared and dport not in self.owner):
+            if (sport, dport) not in self.owner and not self._stranger(sport, dport):
                 self.unowned += len(stream.buffer)
                 stream.buffer.clear()
         return self.unowned

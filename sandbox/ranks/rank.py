@@ -331,10 +331,12 @@ def drop_privileges(walls: RankWalls) -> None:
 
 # ----------------------------------------------------------------------------- the rank
 
-def own_tcp_ports() -> list:
-    """The local TCP ports of this process's sockets (gloo's, the store's): read before any
-    student code runs, so the grader can tell whose traffic it sees (``/proc``; empty
-    where there is none)."""
+def own_tcp_sockets() -> list:
+    """This process's TCP sockets (gloo's, the store's) as ``[local port, remote port]``
+    (remote 0 for a listening socket): read before any student code runs, so the grader can
+    tell whose traffic it sees (``/proc``; empty where there is none). A connection is named
+    by both ports because Linux lets connections to different peers share a local port: two
+    ranks' gloo connections can leave from the same port."""
     try:
         inodes = set()
         for fd in os.listdir("/proc/self/fd"):
@@ -344,14 +346,14 @@ def own_tcp_ports() -> list:
                 continue
             if target.startswith("socket:["):
                 inodes.add(target[8:-1])
-        ports = []
+        sockets = set()
         for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):  # (the store listens on both)
             with open(table) as f:
                 for line in f.readlines()[1:]:
                     fields = line.split()
                     if len(fields) > 9 and fields[9] in inodes:
-                        ports.append(int(fields[1].rsplit(":", 1)[1], 16))
-        return sorted(set(ports))
+                        sockets.add(tuple(int(address.rsplit(":", 1)[1], 16) for address in fields[1:3]))
+        return sorted([local, remote] for local, remote in sockets)
     except OSError:
         return []
 
@@ -398,7 +400,7 @@ def run_rank(rank: int, world_size: int, conn, tracker: Tracker, port: int, thre
         os.close(saved)
         os.close(devnull)
     tracker.leave()
-    report({"ports": own_tcp_ports()})
+    report({"ports": own_tcp_sockets()})
     loaded = load_program(program.modules)
     for module in loaded.values():
         if callable(getattr(module, "warm", None)):
