@@ -15,7 +15,8 @@ Where the ranks come from:
   it builds, and each rank's walls). The program, the submission and each payload go from
   here straight to each rank over its own socket. Each group gets a uid of its own where the
   grader is root (:class:`_UidLease`), so groups cannot signal each other or share process
-  limits.
+  limits. A group that hangs or crashes before its ranks have met is started again
+  (:data:`RENDEZVOUS_TRIES`): no submission code had run, so it is never the submission's fault.
 * ``fork`` (a notebook's self-check, which grades the notebook's own objects): the ranks are
   forked from the calling process, in network and PID namespaces where the kernel allows.
 
@@ -61,6 +62,11 @@ MAX_RANK_MESSAGES = 20_000
 #: The most sockets a rank's first message may name: at 64 ranks, rank 0 holds the store's
 #: 64 accepted connections, its 63 gloo connections, its own store client and the listeners.
 MAX_RANK_SOCKETS = 256
+#: Groups started for one call before the grader gives up on its ranks ever meeting. Nothing
+#: of a submission runs before the rendezvous, so a group that stops there is the grader's
+#: trouble: on the machine's shared loopback (the uid and rlimits walls) another process can
+#: take the store's port between the grader choosing it and rank 0 listening on it.
+RENDEZVOUS_TRIES = 3
 WORKER = Path(__file__).with_name("rank_worker.py")
 START_TIMEOUT = 120.0  # starting Python and importing torch; never the student's fault
 ISOLATION_MODES = ("auto", "namespaces", "uid", "rlimits")
@@ -109,7 +115,7 @@ class GroupResult:
     wall_s: float = 0.0
     peak_memory_bytes: int = 0  # the largest sample: PSS over the limit's size, else RSS (above PSS)
     cpu_s: float = 0.0
-    ports: list = field(default_factory=list)  # per rank: its sockets' local ports, before its code ran
+    ports: list = field(default_factory=list)  # per rank: its sockets' local ports, before its code ran (None: never met)
     #: What the ranks sent each other, seen on the group's loopback (None: no capture, the
     #: ranks ran without a network namespace): one entry per checkpoint the grader answered,
     #: ``{"checkpoint": label, "case": ..., "traffic": [per rank: counts]}``, and a last one
@@ -142,8 +148,20 @@ def run_ranks(world_size: int, rank_main, payloads: list[bytes], limits: Limits 
         raise ValueError(f"world_size must be 1..64 with one payload per rank, got {world_size}")
     zygote_mode = isinstance(rank_main, RankProgram) and rank_main.local is None
     if (mode or ("zygote" if zygote_mode else "fork")) == "zygote":
-        return _run_zygote(world_size, rank_main, payloads, limits, isolate, checkpoints)
+        for _ in range(RENDEZVOUS_TRIES):
+            result = _run_zygote(world_size, rank_main, payloads, limits, isolate, checkpoints)
+            if not stopped_before_meeting(result):
+                return result
+        raise RuntimeError(f"the ranks could not meet at the rendezvous in {RENDEZVOUS_TRIES} tries "
+                           f"({result.outcome}: {result.detail})")
     return _run_forked(world_size, rank_main, payloads, limits, isolate, prepare, checkpoints)
+
+
+def stopped_before_meeting(result: GroupResult) -> bool:
+    """Whether a group hung or crashed before every rank had met the others (each rank's first
+    message, its sockets, comes right after the rendezvous and before any submission code)."""
+    met = len(result.ports) == result.world_size and None not in result.ports
+    return result.outcome in ("hung", "crashed") and not met
 
 
 # ----------------------------------------------------------------------------- the rank zygote
@@ -819,7 +837,7 @@ def _watch_loop(result: GroupResult, conns, status, limits: Limits, checkpoints,
             if not isinstance(message, dict):
                 message = {"crash": "a message that is not a JSON object"}
             if "ports" in message and not result.ports:
-                result.ports = [[] for _ in range(world_size)]
+                result.ports = [None] * world_size
             if "ports" in message and sent[rank][1] == 1:  # its first message, before its code ran
                 ports = message["ports"]
                 sockets = [(p[0], p[1]) for p in ports if isinstance(p, list) and len(p) == 2
@@ -827,7 +845,7 @@ def _watch_loop(result: GroupResult, conns, status, limits: Limits, checkpoints,
                 result.ports[rank] = sorted({local for local, _ in sockets})
                 if capture is not None:
                     capture.learn(rank, sockets)
-                    if all(result.ports):  # every rank has met: the store's work is done
+                    if None not in result.ports:  # every rank has met: the store's work is done
                         capture.drain()
                         capture.store_open = True
                 continue
