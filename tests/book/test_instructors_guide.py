@@ -31,3 +31,12 @@ def test_the_memory_probes_bound_is_the_graders():
     assert said, "the guide no longer states A3's memory bound"
     assert int(said.group(1)) == a3_zero.STATE_SHARDS
     assert abs(float(said.group(2)) * 2**20 - a3_zero.PROBE_SLACK) < 1.0  # bytes
+
+
+def test_the_rendezvous_tries_are_the_graders():
+    from sandbox.multirank import RENDEZVOUS_TRIES
+
+    words = {2: "two", 3: "three", 4: "four", 5: "five"}
+    said = re.search(r"it is started again,\s+up\s+to\s+(\w+)\s+times", GUIDE)
+    assert said, "the guide no longer states how often a group that never met is started"
+    assert said.group(1) == words.get(RENDEZVOUS_TRIES, str(RENDEZVOUS_TRIES))
