@@ -840,7 +840,7 @@ def _watch_loop(result: GroupResult, conns, status, limits: Limits, checkpoints,
                 result.ports = [None] * world_size
             if "ports" in message and sent[rank][1] == 1:  # its first message, before its code ran
                 ports = message["ports"]
-                sockets = [(p[0], p[1]) for p in ports if isinstance(p, list) and len(p) == 2
+                sockets = [tuple(p) for p in ports if isinstance(p, list) and len(p) == 2
                            and all(isinstance(x, int) for x in p)][:MAX_RANK_SOCKETS] if isinstance(ports, list) else []
                 result.ports[rank] = sorted({local for local, _ in sockets})
                 if capture is not None:

@@ -79,10 +79,11 @@ SHARED_PORT = '''
 import json, os, socket, struct, sys
 from sandbox.ranks.group import loopback_up, open_capture
 from sandbox.ranks.rank import own_tcp_sockets
+from sandbox.confined.kernel import CLONE_NEWNET
 from sandbox.multirank import _unshare
 from sandbox.wire import PREAMBLE, Capture
 
-assert _unshare(0x40000000), "unshare(CLONE_NEWNET)"  # a loopback of this test's own
+assert _unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)"  # a loopback of this test's own
 loopback_up()
 shared = sys.argv[1] == "shared"
 capture = Capture(open_capture(), 2, store_port=1, shared=shared)
