@@ -365,12 +365,16 @@ class CaseBarrier:
     on; at a case's end, unless some ranks raised and others did not (those would be out
     of step: their messages of the next case could meet a peer still in this one). Ranks
     out of step are all stopped, and :func:`run_cases` starts a fresh group at the next
-    case. Ranks that all raised (an untouched stub) go on together."""
+    case. Ranks that all raised (an untouched stub) go on together. ``settle(label, point)``
+    names the checkpoints whose traffic is cut only once the group has gone idle (where
+    collectives started asynchronously before them may still be on their way: see
+    ``sandbox.multirank._settle``)."""
 
     record = False
 
-    def __init__(self, world_size: int):
+    def __init__(self, world_size: int, settle=None):
         self.world_size, self.waiting, self.done = world_size, {}, set()
+        self.settle = settle
         self.stopped_after = None  # the case after which the group was told to stop
         self.holds = {}  # case -> "went on" | "waited" (see arrive: the "hold" checkpoints)
         self._hold = None  # (case, since when rank 0 alone was let go, whether it reached B)
@@ -391,6 +395,9 @@ class CaseBarrier:
             return others
         self.waiting[rank] = message
         return self._decide()
+
+    def settles(self, message: dict) -> bool:
+        return self.settle is not None and bool(self.settle(message.get("checkpoint"), message.get("point")))
 
     def tick(self, now: float, idle_for) -> dict:
         """Rank 0, let go alone at a hold, has not reached B and the group has been idle for
@@ -476,7 +483,7 @@ def stop_reason(group, messages: dict) -> str:
 
 
 def run_cases(world_size: int, count: int, payloads_for, program, limits, isolate: bool,
-              signature=None) -> CaseRuns:
+              signature=None, settle=None) -> CaseRuns:
     """Run ``count`` cases on groups of ``world_size`` ranks, every case on its own: one group
     runs them in turn (``payloads_for(indices)`` builds what each rank gets for the cases
     ``indices``; ``program`` runs them, reporting ``{"case": index, ...}`` and checkpointing
@@ -485,7 +492,8 @@ def run_cases(world_size: int, count: int, payloads_for, program, limits, isolat
     whose ``signature(index)`` equals that of a case that stopped a group is not run again
     (the same code on other random numbers would stop it the same way): it is recorded as
     stopped, saying so. The groups of a world size share ``limits.wall_s`` and
-    ``limits.cpu_s``: once spent, the cases left are not run."""
+    ``limits.cpu_s``: once spent, the cases left are not run. ``settle``: see
+    :class:`CaseBarrier`."""
     import dataclasses
 
     from sandbox.multirank import run_ranks, weaker
@@ -501,7 +509,7 @@ def run_cases(world_size: int, count: int, payloads_for, program, limits, isolat
                 runs.stopped[c] = (f"not run: the ranks used up the {limits.wall_s:g} s (or {limits.cpu_s:g} CPU s) "
                                    "a world size may take")
             break
-        barrier = CaseBarrier(world_size)
+        barrier = CaseBarrier(world_size, settle)
         group = run_ranks(world_size, program, payloads_for(pending),
                           dataclasses.replace(limits, wall_s=limits.wall_s - spent_wall,
                                               cpu_s=limits.cpu_s - spent_cpu),
@@ -552,7 +560,7 @@ def run_cases(world_size: int, count: int, payloads_for, program, limits, isolat
 
 def grade_training(name: str, titles: dict, points: dict, program, cases: list, *, header: dict, describe,
                    reference, check, world_sizes, limits, isolate: bool, check_wire=None, wire_parts=(),
-                   wire_decides=(), payloads=None, check_memory=None, judges=None) -> Report:
+                   wire_decides=(), payloads=None, check_memory=None, judges=None, settle=None) -> Report:
     """The grading loop of the assignments that train a student's class (2 and 3): at each
     world size ``n`` the ranks run every case of ``cases`` (each on its own:
     :func:`run_cases`; every rank gets ``header`` plus the indices of its cases). A case that
@@ -571,7 +579,8 @@ def grade_training(name: str, titles: dict, points: dict, program, cases: list, 
     where it was seen (what the ranks said about them is then set aside: a claim).
     ``check_memory(n, case, grew)``: the failures what the ranks held shows (``grew``:
     :attr:`CaseRuns.grew` of the case, None where it was not measured). ``judges(case)``: the
-    parts a case is evidence for (default: all); a case that did not finish costs only those."""
+    parts a case is evidence for (default: all); a case that did not finish costs only those.
+    ``settle(label, point)``: the checkpoints cut once the group is idle (:class:`CaseBarrier`)."""
     started = time.monotonic()
     fails = {p: [] for p in points}
     missing = None
@@ -582,7 +591,7 @@ def grade_training(name: str, titles: dict, points: dict, program, cases: list, 
                 return payloads(n, indices)
             return [payload(dict(header, cases=indices), [])] * n
 
-        runs = run_cases(n, len(cases), payloads_for, program, limits, isolate)
+        runs = run_cases(n, len(cases), payloads_for, program, limits, isolate, settle=settle)
         report.ran(runs)
         missing = missing or runs.missing
         if runs.outside:

@@ -143,7 +143,9 @@ def run_ranks(world_size: int, rank_main, payloads: list[bytes], limits: Limits 
     no namespaces (the ``rlimits`` walls). ``prepare()`` (fork mode) runs in each rank before
     it drops its privileges. ``checkpoints``: an object with ``arrive(rank, message) ->
     {rank: answer}`` and ``finished(rank) -> {rank: answer}`` deciding when ranks waiting at a
-    checkpoint go on (default: at once, "go")."""
+    checkpoint go on (default: at once, "go"); where it has ``settles(message) -> bool`` and
+    that says so, the traffic is cut at that checkpoint only once the group has gone idle
+    (:func:`_settle`)."""
     if not 1 <= world_size <= 64 or len(payloads) != world_size:
         raise ValueError(f"world_size must be 1..64 with one payload per rank, got {world_size}")
     zygote_mode = isinstance(rank_main, RankProgram) and rank_main.local is None
@@ -717,6 +719,9 @@ TICKS = os.sysconf("SC_CLK_TCK")
 #: CPU seconds a stuck group may still spend in ``stall_s`` (gloo's event loops wake up now
 #: and then); a rank that computes, even on a loaded machine, spends more or waits to run.
 IDLE_CPU_S = 0.1
+#: At a checkpoint that settles: how long the group must spend no CPU, no thread runnable,
+#: before the grader cuts its traffic, and the most it waits for that (then it cuts anyway).
+SETTLE_IDLE_S, SETTLE_MAX_S = 0.05, 2.0
 
 
 def _rss(pid: int) -> int:
@@ -756,6 +761,26 @@ def _activity(pids) -> tuple[float, set]:
         except (OSError, ValueError, IndexError):
             pass
     return cpu, runnable
+
+
+def _settle(capture, group) -> None:
+    """Every rank waits at a checkpoint: read the capture until the group has spent no CPU
+    and had no thread runnable for :data:`SETTLE_IDLE_S` (or :data:`SETTLE_MAX_S` has
+    passed). A collective started asynchronously before the checkpoint is sent by a
+    background thread (gloo's worker), which on a loaded machine may not have run yet when
+    the main threads arrive: cut at once, its bytes would fall after the checkpoint. The
+    ranks themselves cannot wait for it: a student's thread could run in that wait."""
+    start = last = time.monotonic()
+    before = _activity(group())[0]
+    while True:
+        time.sleep(0.01)
+        now = time.monotonic()
+        capture.drain()
+        cpu, runnable = _activity(group())
+        if runnable or cpu > before:
+            before, last = cpu, now
+        if now - last >= SETTLE_IDLE_S or now - start >= SETTLE_MAX_S:
+            return
 
 
 def _hang(status, world_size, stall_s, now) -> str | None:
@@ -853,6 +878,9 @@ def _watch_loop(result: GroupResult, conns, status, limits: Limits, checkpoints,
                 result.sockets.append(f"rank {rank}: {str(message['socket'])[:200]}")
             if "checkpoint" in message:
                 answers = checkpoints.arrive(rank, message) if checkpoints else {rank: "go"}
+                if answers and capture is not None and getattr(checkpoints, "settles", None) \
+                        and checkpoints.settles(message):
+                    _settle(capture, group)
                 if answers and capture is not None:  # what was sent up to here, before anyone goes on
                     point = message.get("point")
                     result.segments.append({"checkpoint": str(message["checkpoint"])[:40], "case": message.get("case"),
