@@ -45,6 +45,6 @@ def test_the_rendezvous_tries_are_the_graders():
 def test_the_longest_wait_before_a_cut_is_the_graders():
     from sandbox.multirank import SETTLE_MAX_S
 
-    said = re.search(r"group has gone idle\s+\(at\s+most\s+([\d.]+)\s+s", GUIDE)
+    said = re.search(r"group\s+has\s+gone\s+idle\s+\(at\s+most\s+([\d.]+)\s+s", GUIDE)
     assert said, "the guide no longer states how long the grader waits before it cuts the traffic"
     assert abs(float(said.group(1)) - SETTLE_MAX_S) < 1e-9  # seconds
