@@ -53,6 +53,7 @@ __all__ = [
     "RUN_SIZES_COMPARED",
     "PublishedRun",
     "PUBLISHED_RUNS", "HELDOUT_RUNS", "OTHER_STACK_RUNS", "AMD_PROJECTION", "GPT_OSS_KERNEL_REGRESSION", "GPT_OSS_GB200_DISPATCH",
+    "GPT_OSS_SINK_ATTENTION",
     "MCORE_MOE_REPORT_TFLOPS", "PARALLEL_FOLDING_EXAMPLE",
     "MEGATRON_TRAINING_ESTIMATES",
 ]
@@ -1036,6 +1037,16 @@ OTHER_STACK_RUNS = (
 GPT_OSS_KERNEL_REGRESSION = {"before": 28947, "after": 18304, "cite": "nvidia2025megatronbridge",
                              "kernel_cite": "cudnnfrontend2026issue256",
                              "where": "26.06 and 26.06.01 NeMo containers, DGX-GB200 MXFP8 rows and footnote"}
+
+#: Fused attention with gpt-oss's learned sinks: Transformer Engine's FusedAttention backend runs
+#: sink attention (forward and backward, BF16/FP16) from its 2.8 release, on cuDNN 9.13.1 or newer
+#: (NVIDIA/TransformerEngine pull request 2148, labelled 2.8.0); NVIDIA's NeMo container carried
+#: cuDNN 9.13.1 (version 91310) in December 2025, where Megatron-Bridge ran gpt-oss with
+#: FusedAttention and an older cuDNN fell back to unfused attention (NVIDIA-NeMo/RL issue 1685,
+#: 2025-12-22).
+GPT_OSS_SINK_ATTENTION = {"te_release": "2.8", "cudnn_min": "9.13.1", "te_cite": "te2025sinks",
+                          "container_cudnn": "9.13.1", "container_when": "December 2025",
+                          "container_cite": "nemorl2025issue1685"}
 
 #: How gpt-oss-120b's recipe for 64 GB200s (BF16, global batch 1,280) dispatched its tokens, by
 #: release: Megatron-Core's default all-to-all over NCCL in 26.02, NVIDIA's Hybrid-EP with the

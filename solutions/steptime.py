@@ -1176,10 +1176,11 @@ def published_mfu(run: facts.PublishedRun) -> float:
 
 
 def predict_run(run: facts.PublishedRun, calibration: Calibration | None = None,
-                network_efficiency: float | None = None) -> tuple:
+                network_efficiency: float | None = None, shape: Shape | None = None) -> tuple:
     """``(StepTime, Layout)`` for the run; where its chunks per stage are not published, the
-    ``v`` (dividing the layers per stage, at most 8) that the model predicts fastest."""
-    shape, cluster = run_shape(run), run_cluster(run)
+    ``v`` (dividing the layers per stage, at most 8) that the model predicts fastest.
+    ``shape``: another :class:`Shape` in place of the run's (a what-if)."""
+    shape, cluster = shape or run_shape(run), run_cluster(run)
     options = [1]
     if run.virtual_stages is None and run.pp > 1:
         per_stage = math.ceil(shape.layers / run.pp)

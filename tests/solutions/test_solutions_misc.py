@@ -126,6 +126,7 @@ def _all_cites():
     yield from (r.cite for r in facts.PUBLISHED_RUNS + facts.HELDOUT_RUNS + facts.OTHER_STACK_RUNS)
     yield facts.LLAMA3_405B_BATCH_SCHEDULE.cite
     yield from (facts.GPT_OSS_KERNEL_REGRESSION[k] for k in ("cite", "kernel_cite"))
+    yield from (facts.GPT_OSS_SINK_ATTENTION[k] for k in ("te_cite", "container_cite"))
     yield from (row["cite"] for row in facts.MFU.values())
     yield facts.ZERO_EXAMPLE["cite"]
     yield from (c.cite for c in scaling.CONSTANT_SETS.values())

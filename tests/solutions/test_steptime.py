@@ -463,3 +463,20 @@ def test_hybridep_counts_as_deepep():
         moe_step.dispatch_split(4096, 7168, cfg, 64, 8, 1, 2, "deepep")
     with pytest.raises(ValueError, match="ep_dispatch must be one of"):
         moe_step.dispatch_split(4096, 7168, cfg, 64, 8, 1, 2, "nccl")
+
+
+def test_a_sliding_window_by_hand():
+    """gpt-oss-120b: a query of a windowed layer sees min(i, w) keys (i its position), so
+    w - w^2 / 2s on average; on the other layers s / 2. Half the layers are windowed."""
+    run = RUNS["gpt-oss-120b, 64 GB200, BF16 (25.11)"]
+    shape = S.run_shape(run)
+    s, w = run.seq_len, facts.MOE_ARCHITECTURES["gpt-oss-120b"].sliding_window
+    assert shape.sliding_share == pytest.approx(0.5, abs=1e-12)
+    by_hand = sum(min(i, w) for i in range(1, s + 1)) / s  # exact count, positions from 1
+    assert shape.context(True) == pytest.approx(by_hand, rel=1e-3)
+    assert shape.mean_context == pytest.approx((by_hand + s / 2) / 2, rel=1e-3)
+    # The what-if the planner page reads: a kernel that skips nothing the window masks
+    same, _ = S.predict_run(run, shape=shape)
+    assert same.step_s == pytest.approx(S.predict_run(run)[0].step_s, rel=1e-12)
+    full, _ = S.predict_run(run, shape=replace(shape, sliding_window=None))
+    assert full.step_s > same.step_s
