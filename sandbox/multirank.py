@@ -878,10 +878,9 @@ def _watch_loop(result: GroupResult, conns, status, limits: Limits, checkpoints,
                 result.sockets.append(f"rank {rank}: {str(message['socket'])[:200]}")
             if "checkpoint" in message:
                 answers = checkpoints.arrive(rank, message) if checkpoints else {rank: "go"}
-                if answers and capture is not None and getattr(checkpoints, "settles", None) \
-                        and checkpoints.settles(message):
-                    _settle(capture, group)
                 if answers and capture is not None:  # what was sent up to here, before anyone goes on
+                    if getattr(checkpoints, "settles", None) and checkpoints.settles(message):
+                        _settle(capture, group)
                     point = message.get("point")
                     result.segments.append({"checkpoint": str(message["checkpoint"])[:40], "case": message.get("case"),
                                             "point": point if isinstance(point, (int, str, list)) else None,
