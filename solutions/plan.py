@@ -76,6 +76,10 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 #: largest published (about 2T). Beyond it a resized shape's depth outgrows what a float counts
 #: exactly, and no plan of it means anything.
 MAX_MODEL_PARAMS = 1e15
+#: How far a shape whose depth the user gave may count from the size asked for and still take
+#: that size as its count: published counts and the shape's own differ by a few per cent (Gopher
+#: and Chinchilla by 7-8%, embeddings and norms counted differently), a wrong shape by far more.
+SHAPE_COUNT_TOLERANCE = 0.10
 _PUBLISHED = ("epoch_2024", "hoffmann_rounded", "hoffmann_precise")
 #: The constant sets by the names readers know them by.
 CONSTANT_NAMES = {"epoch_2024": "the Epoch AI refit", "hoffmann_rounded": "Hoffmann et al., rounded",
@@ -500,8 +504,12 @@ def _moe_config(base_cfg, experts, top_k, expert_ffn, shared_experts, dense_laye
     return replace(base_cfg, **given)
 
 
-def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidden, vocab, model_given, moe_args):
-    """The shape: the named or nearest published one, with any field replaced."""
+def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidden, vocab, size_from, moe_args):
+    """The shape: the named or nearest published one, with any field replaced. ``size_from``
+    names where ``N`` came from (``'--model'``, or a budget's compute-optimal size), ``None``
+    where the shape counts itself; a size the shape must take and a depth the user gave meet in
+    :func:`_at_given_depth`."""
+    model_given = size_from is not None
     custom = {k: v for k, v in dict(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                                     ffn_hidden=ffn_hidden, vocab=vocab, seq_len=seq_len).items() if v is not None}
     if arch is not None:
@@ -518,7 +526,7 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
         if cfg is not None:
             shape = replace(shape, moe=cfg, mlp="swiglu", dropout=False)
         if model_given:
-            shape = replace(shape, params=N)
+            shape, _ = _at_given_depth(shape, N, size_from, "the shape given", widen=False)
         return shape, None, "given"
     if "heads" in custom and "head_dim" not in custom and getattr(base, "head_dim", None) is not None:
         custom["head_dim"] = None
@@ -527,6 +535,8 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
     width_given = bool({"hidden", "heads", "kv_heads", "head_dim", "ffn_hidden"} & set(custom))
     counts_itself = width_given or "vocab" in custom  # the published count is of another shape
     redrawn = not model_given and bool(set(custom) - {"seq_len"})  # no longer the published design: it counts itself
+    base_moe = steptime.shape_of(base).moe
+    published_count = getattr(base, "total_params", None) or base.params
     if isinstance(base, facts.MoEArchitecture):
         shape = steptime.shape_of(base, **custom)
         if model_given or redrawn:
@@ -551,6 +561,12 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
         # put on a dense design resize as that design would, experts included in the count
         shape, scaled = _sized(mixture, N, base.total_params if as_published else mixture.n_params,
                                keep_width=width_given or isinstance(base, facts.MoEArchitecture))
+    if model_given and "layers" in custom:
+        ratio = 1.0
+        if not counts_itself and shape.moe is base_moe:  # the published design's width: count as it is counted
+            ratio = replace(steptime.shape_of(base), params=None).n_params / published_count
+        shape, scaled = _at_given_depth(shape, N, size_from, base.name + "'s width", ratio=ratio,
+                                        widen=not width_given and shape.moe is None)
     if scaled:
         embeddings = sizing.embedding_share(shape)
         if embeddings > 2 / 3:
@@ -560,11 +576,38 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
     return shape, base, base.name + ("'s, with " + "; ".join(notes) if notes else "'s")
 
 
+def _at_given_depth(shape, N, size_from, what, ratio=1.0, widen=True) -> tuple:
+    """``(shape, note)`` for a size ``N`` the plan must reach at a depth the user gave. Where the
+    shape counts ``N`` within :data:`SHAPE_COUNT_TOLERANCE` (its own count over ``ratio``, the
+    published design's counted-to-published ratio) it takes ``N`` as its count, as a published
+    shape takes its published one. Else, with ``widen``, the width changes
+    (:func:`solutions.sizing.width_for`); without, a one-line error: a count charged to a shape
+    that does not have it would price the step of one model and the FLOPs of another."""
+    own = replace(shape, params=None).n_params
+    if abs(own / ratio / N - 1) <= SHAPE_COUNT_TOLERANCE:
+        return replace(shape, params=N), ""
+    if widen:
+        try:
+            wide = sizing.width_for(replace(shape, params=None), N)
+        except ValueError as e:
+            raise ValueError(f"{e}; give fewer --layers, or leave --layers out") from None
+        return wide, f"width set to {wide.hidden:,} for {count_words(N)} parameters at {shape.layers} layers"
+    experts = ", experts included" if shape.moe is not None else ""
+    ways = [] if what == "the shape given" else ["leave --layers out (the planner then sets the depth for that size)"]
+    ways.append("leave --model out (the shape then counts itself)" if size_from == "--model" else
+                "give --tokens in place of --budget (the shape then counts itself)")
+    raise ValueError(f"{what} counts {own:.3g} parameters at {shape.layers} layers{experts}, not the {N:.3g} asked "
+                     f"for ({size_from}); " + ", or ".join(ways))
+
+
 def _sized(shape, N, published, keep_width) -> tuple:
     """:func:`solutions.sizing.sized`, its one-line error naming the planner's flags."""
     try:
         return sizing.sized(shape, N, published, keep_width=keep_width)
     except ValueError as e:
+        if shape.moe is not None:
+            raise ValueError(f"{e}; give fewer or narrower experts (--experts, --expert-ffn-hidden), or --layers, "
+                             "--hidden and --heads, for a mixture this small") from None
         raise ValueError(f"{e}; give a smaller --vocab, or --layers, --hidden and --heads, for a model this "
                          "small") from None
 
@@ -684,8 +727,10 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
         raise ValueError(f"model must be at most {MAX_MODEL_PARAMS:.0e} parameters ({count_words(MAX_MODEL_PARAMS)}; the "
                          f"largest published are about 2T), got {N:.3g}"
                          + (f", the compute-optimal size for a budget of {C:.3g} FLOPs" if budget is not None else ""))
+    size_from = ("--model" if model is not None else
+                 f"the compute-optimal size for a budget of {C:.3g} FLOPs" if budget is not None else None)
     shape, base, shape_name = _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidden, vocab,
-                                     model is not None or budget is not None, moe_args)
+                                     size_from, moe_args)
     N = shape.n_params
     if C is None:
         # 6 N D, with the parameters a token uses (a mixture of experts' active ones)
@@ -1087,7 +1132,8 @@ def build_parser() -> argparse.ArgumentParser:
                                "throughput, MFU and days, from solutions/."))
     p.add_argument("--budget", type=float, help="compute budget in FLOPs (then the model is compute-optimal)")
     p.add_argument("--model", type=float, help="parameters, e.g. 70e9; the shape (--arch, else the nearest "
-                                               "published one) takes this size, its depth or width and depth resized")
+                                               "published one) takes this size, its depth or width and depth resized (its width "
+                                               "alone with --layers)")
     p.add_argument("--tokens", type=float, help="training tokens, e.g. 1.4e12")
     p.add_argument("--gpu", default="H100", help=f"one of {', '.join(hardware.PLANNABLE)} (or an alias)")
     p.add_argument("--count", "--gpus", dest="count", type=int, default=8, help="number of GPUs")
@@ -1108,7 +1154,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seq-len", type=int, help="tokens per sequence (default: the shape's)")
     p.add_argument("--global-batch", type=int, help="sequences per optimizer step")
     p.add_argument("--micro-batch", type=int, help="sequences per micro-batch")
-    p.add_argument("--layers", type=int)
+    p.add_argument("--layers", type=int, help="depth; with --model (or --budget) the width takes the size")
     p.add_argument("--hidden", type=int, help="d_model")
     p.add_argument("--heads", type=int)
     p.add_argument("--kv-heads", type=int, help="key/value heads (grouped-query attention)")

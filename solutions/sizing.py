@@ -7,6 +7,7 @@ as little as it can until its parameters are the size asked for:
 
 - within a factor of two in depth, only the depth changes (:func:`depth_for`): the width,
   heads, MLP and vocabulary stay those of a model that was trained;
+- where the depth is the user's (``--layers``), only the width changes (:func:`width_for`);
 - further away, width and depth change together and keep the published width-to-depth
   ratio (:func:`aspect_sized`): the width moves a head at a time, eight at a time beyond
   sixteen (the MLP's width follows it; the head size stays, and the grouped-query ratio as far
@@ -30,7 +31,7 @@ from . import steptime
 from ._format import count as count_words
 from ._validate import positive
 
-__all__ = ["aspect_sized", "depth_for", "embedding_share", "sized", "DEPTH_ONLY_FACTOR"]
+__all__ = ["aspect_sized", "depth_for", "embedding_share", "sized", "width_for", "DEPTH_ONLY_FACTOR"]
 
 #: How far the depth alone may move (either way) before the width moves too.
 DEPTH_ONLY_FACTOR = 2.0
@@ -45,9 +46,18 @@ def embedding_share(shape: steptime.Shape) -> float:
     """The share of ``shape``'s own count that does not grow with its depth: its embeddings and
     final norm (and a mixture's dense layers), the count of the shallowest shape less one more
     layer's worth."""
-    low = 1 + (shape.moe.dense_layers if shape.moe is not None else 0)
-    one, two = _count(shape, low), _count(shape, low + 1)
+    low, period = _first_layers(shape)
+    one, two = _count(shape, low), _count(shape, low + period)
     return (2 * one - two) / _count(shape, shape.layers)
+
+
+def _first_layers(shape: steptime.Shape) -> tuple:
+    """``(layers, period)``: the fewest layers that keep ``shape``'s design (a mixture's dense
+    layers and its first MoE layer, which comes last in each group of ``layer_freq``) and the
+    layers of each repeat after them (one, or a mixture's ``layer_freq``)."""
+    if shape.moe is None:
+        return 1, 1
+    return shape.moe.dense_layers + shape.moe.layer_freq, shape.moe.layer_freq
 
 
 def depth_for(shape: steptime.Shape, params: float, published: float) -> int:
@@ -55,14 +65,16 @@ def depth_for(shape: steptime.Shape, params: float, published: float) -> int:
     published count ``published`` counts them: the target is ``params`` times the shape's
     counted-to-published ratio, and the layers the whole number whose count is nearest it. The
     count grows with the layers (the embeddings, then each layer's weights, a mixture's
-    experts included), so a bisection finds them. Less than one layer beyond a mixture's dense
-    ones is a one-line ``ValueError``."""
+    experts included), so a bisection finds them, never fewer than the design's first layers
+    (:func:`_first_layers`: a mixture keeps one MoE layer). A size nearer less than that is a
+    one-line ``ValueError``."""
     params = float(positive("model_params", params))
     target = params * _count(shape, shape.layers) / float(positive("published", published))
-    low = 1 + (shape.moe.dense_layers if shape.moe is not None else 0)
-    smallest, step = _count(shape, low), _count(shape, low + 1) - _count(shape, low)
+    low, period = _first_layers(shape)
+    smallest, step = _count(shape, low), _count(shape, low + period) - _count(shape, low)
     if target < smallest - step / 2:
-        raise ValueError(f"model {params:.3g} is below one layer of width {shape.hidden:,} "
+        first = "one layer" if shape.moe is None else f"{low} layers (the first with experts)"
+        raise ValueError(f"model {params:.3g} is below {first} of width {shape.hidden:,} "
                          f"({smallest:.3g} parameters with its embeddings for a vocabulary of "
                          f"{shape.vocab:,})")
     high = low
@@ -94,6 +106,32 @@ def _heads(i: int) -> int:
     """The ``i``-th width, in query heads: 1 to 16 heads, then multiples of 8, so that a wide
     model's heads divide among 2, 4 or 8 tensor-parallel GPUs, as the published designs' do."""
     return i if i <= 16 else 8 * (i - 14)
+
+
+def width_for(shape: steptime.Shape, params: float) -> steptime.Shape:
+    """``shape`` at its own depth, as wide as makes ``params`` parameters (counted by the new
+    shape itself): of the widths of :func:`_heads`, the one whose count is nearest (the count
+    rises with the width, so a bisection finds it). Where a model of one head is already larger,
+    a one-line ``ValueError``. The width moves in whole heads, eight at a time beyond sixteen,
+    so the count lands within half such a step of ``params``; the shape then takes ``params``
+    as its count, as :func:`aspect_sized`'s shapes do."""
+    params = float(positive("model_params", params))
+
+    def count(i):
+        return _with_heads(shape, _heads(i)).n_params
+
+    if count(1) > params:
+        one = _with_heads(shape, 1)
+        raise ValueError(f"model {params:.3g} is below {shape.layers} layers of one head ({one.hidden:,} wide: "
+                         f"{one.n_params:.3g} parameters with its embeddings for a vocabulary of {shape.vocab:,})")
+    low, high = 1, 2
+    while count(high) < params:
+        low, high = high, 2 * high
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if count(mid) < params else (low, mid)
+    best = min((low, high), key=lambda i: abs(count(i) - params))
+    return replace(_with_heads(shape, _heads(best)), params=params)
 
 
 def aspect_sized(shape: steptime.Shape, params: float) -> steptime.Shape:

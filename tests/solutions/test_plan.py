@@ -269,6 +269,20 @@ def test_json_for_a_budget():
     (["--model", "7e9", "--tokens", "1e12", "--count", "abc"], "invalid int value"),
     (["--model", "7e9", "--tokens", "1e12", "--zero", "4"], "zero must be one of"),
     (["--model", "7e9", "--tokens", "1e12", "--inference-tokens", "-5"], "inference_tokens must be a non-negative"),
+    # a size and a shape that cannot have it: one model's step would be priced against another's FLOPs
+    (["--model", "671e9", "--tokens", "1e12", "--layers", "32", "--hidden", "4096", "--heads", "32"],
+     "the shape given counts 6.66e+09 parameters at 32 layers, not the 6.71e+11 asked for (--model); leave --model "
+     "out"),
+    (["--budget", "1e23", "--layers", "32", "--hidden", "4096", "--heads", "32"],
+     "not the 2.94e+10 asked for (the compute-optimal size for a budget of 1e+23 FLOPs); give --tokens in place "
+     "of --budget"),
+    (["--arch", "DeepSeek-V3", "--model", "100e9", "--tokens", "1e12", "--layers", "20"],
+     "DeepSeek-V3's width counts 1.99e+11 parameters at 20 layers, experts included, not the 1e+11 asked for "
+     "(--model); leave --layers out"),
+    (["--model", "1e8", "--tokens", "1e12", "--layers", "2000"], "model 1e+08 is below 2000 layers of one head"),
+    # Llama 4 Maverick's experts alternate with dense layers: its smallest mixture is two layers, 18.7B
+    (["--arch", "Llama 4 Maverick", "--model", "7e9", "--tokens", "1e12"],
+     "model 7e+09 is below 2 layers (the first with experts) of width 5,120 (1.87e+10 parameters"),
 ])
 def test_cli_bad_input_is_one_line(args, message):
     out = run_cli(*args)
@@ -419,9 +433,9 @@ def test_layouts_that_do_not_fit_say_by_how_much():
 
 def test_a_faster_rule_of_thumb_reads_as_a_signed_percentage():
     """Where nothing fits, the chosen layout is the least hungry, and the rule of thumb may be faster
-    (here PaLM's shape, given, charged with 1e15 parameters of state: ZeRO-3's gathers dominate)."""
-    p = plan.make_plan(model=1e15, tokens=1e12, gpu="H100", count=8, layers=118, hidden=18432, heads=48,
-                       kv_heads=1, head_dim=256)
+    (here a model of 1e15 parameters, the most the planner takes, on 64 GPUs: ZeRO-3's gathers
+    dominate)."""
+    p = plan.make_plan(model=1e15, tokens=1e12, gpu="H100", count=64)
     s_r, _ = p.rule
     text = plan.format_plan(p)
     assert s_r.step_s < p.step.step_s
@@ -792,3 +806,20 @@ def test_a_named_dense_design_redrawn_counts_its_own_parameters():
     assert half["flops"] == pytest.approx(6 * half["params"] * 1e12, rel=1e-9)
     # the sequence length alone leaves the published count
     assert _plan_json("--arch", "Llama 3 70B", "--seq-len", "4096")["params"] == facts.ARCHITECTURES["Llama 3 70B"].params
+
+
+@pytest.mark.parametrize("kw", [dict(model=671e9, layers=32), dict(budget=1e23, layers=32),
+                                dict(model=70e9, layers=40, tokens=1e12), dict(model=1e9, layers=200, tokens=1e12)])
+def test_a_size_at_a_depth_the_user_gave_is_a_shape_that_has_it(kw):
+    """A model of N parameters at --layers L: the width changes until the shape counts N (within
+    half a step of the widths, eight heads at a time) or the shape already counts it (within the
+    tolerance), so the step is priced for the model whose FLOPs the MFU counts. Before, the shape
+    kept its width and took N as its count: 671B at 32 layers of PaLM's width (147B) came out at
+    an MFU of 220%."""
+    kw = {"tokens": 1e12, **kw} if "budget" not in kw else kw
+    p = plan.make_plan(gpu="H100", count=1024, **kw)
+    own = steptime.Shape(**{**vars(p.shape), "params": None}).n_params
+    assert p.shape.layers == kw["layers"]
+    assert abs(own / p.params - 1) <= 0.2  # the widths move eight heads at a time (about 2 x 8 / heads)
+    assert p.step.mfu < 1 and p.step.hfu < 1
+    assert p.step.hfu == pytest.approx(p.step.mfu, rel=0.25)  # the same model in both counts

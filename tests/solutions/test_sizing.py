@@ -110,3 +110,33 @@ def test_embedding_share_is_the_embeddings_and_final_norm_over_the_count():
     expected = (2 * 128000 * 4096 + 4096) / _counted(shape)
     assert sizing.embedding_share(shape) == pytest.approx(expected, rel=1e-9)
     assert 0.12 < expected < 0.14
+
+
+def test_width_for_keeps_the_depth_and_takes_the_nearer_width_by_hand():
+    """Llama 3 8B's 32 layers at 16B: 48 heads (width 6,144, 12 K/V heads, MLP 14,336 x 1.5 =
+    21,504) count 17.3B by hand, 40 heads (5,120, 10 K/V heads, MLP 17,920) 12.3B; 16B is
+    nearer the first, and the shape takes 16B as its count."""
+    base = facts.ARCHITECTURES["Llama 3 8B"]
+    shape = steptime.shape_of(base)
+    out = sizing.width_for(shape, 16e9)
+    assert (out.layers, out.hidden, out.heads, out.kv_heads, out.ffn_hidden) == (32, 6144, 48, 12, 21504)
+    wide, narrow = _llama_count(6144, 32, 12, 21504, shape.vocab), _llama_count(5120, 32, 10, 17920, shape.vocab)
+    assert _counted(out) == pytest.approx(wide, rel=1e-6)
+    assert narrow < 16e9 < wide and wide - 16e9 < 16e9 - narrow
+    assert out.n_params == 16e9
+    with pytest.raises(ValueError, match="below 32 layers of one head"):
+        sizing.width_for(shape, 2e7)  # one head of 128: its embeddings alone are 32.8M
+
+
+def test_a_mixture_that_alternates_keeps_its_first_moe_layer():
+    """Llama 4 Maverick puts its experts in every second layer (layer_freq 2, no leading dense
+    layers): one layer is a dense model, so the fewest layers of its design are two. Before, 7B
+    became one dense layer charged with 7B parameters it did not have."""
+    base = facts.MOE_ARCHITECTURES["Llama 4 Maverick"]
+    shape = steptime.shape_of(base)
+    assert shape.moe.layer_freq == 2 and shape.moe.dense_layers == 0
+    two = _counted(steptime.Shape(**{**vars(shape), "layers": 2}))
+    with pytest.raises(ValueError, match=r"below 2 layers \(the first with experts\)"):
+        sizing.depth_for(shape, 7e9, base.total_params)
+    assert sizing.depth_for(shape, two * base.total_params / _counted(shape), base.total_params) == 2
+    assert 0 < sizing.embedding_share(shape) < 1
