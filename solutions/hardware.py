@@ -148,17 +148,27 @@ class GPUSpec:
         """FLOP/s a well-shaped matrix product reaches in ``precision``: the measured maximum
         where published, else this chip's peak times the measured share of peak of the
         nearest precision measured on it, or of its sibling ``mamf_like``."""
+        return self._ceiling(precision)[0]
+
+    def ceiling_basis(self, precision: str = "bf16") -> str:
+        """Where :meth:`ceiling` comes from, in words: ``'measured'``, or whose measured share
+        of peak it borrows (``"the A100 80GB's measured share of peak"``), or ``'the peak'``."""
+        return self._ceiling(precision)[1]
+
+    def _ceiling(self, precision: str) -> tuple:
         peak = self.peak(precision)
         key = PRECISION_PEAK[precision]
         if key in self.mamf:
-            return self.mamf[key]
+            return self.mamf[key], "measured"
         for source in (self, GPU_TABLE.get(self.mamf_like)):
             if source is None or not source.mamf:
                 continue
             for k in (key, "fp8" if key == "fp4" else key, "bf16", "fp16"):
                 if k in source.mamf:
-                    return peak * source.mamf[k] / source.peak_flops_per_s[k]
-        return peak
+                    whose = "its" if source is self else f"the {source.name}'s"
+                    at = "" if k == key else f" in {k.upper()}"
+                    return peak * source.mamf[k] / source.peak_flops_per_s[k], f"{whose} measured share of peak{at}"
+        return peak, "the peak"
 
     @property
     def sixteen_bit(self) -> str:

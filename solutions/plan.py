@@ -937,10 +937,13 @@ def weight_copy_words(plan: Plan) -> str:
 
 
 def ceiling_words(plan: Plan) -> str:
-    """The linear layers' precision, its dense peak and the measured ceiling they run under."""
+    """The linear layers' precision, its dense peak and the ceiling they run under: measured,
+    or at whose measured share of peak."""
     g, name = plan.gpu, plan.precision
+    basis = g.ceiling_basis(name)
+    ceiling = "measured ceiling" if basis == "measured" else f"ceiling ({basis})"
     return (f"linear layers in {name.upper()}: {g.peak(name) / 1e12:,.0f} TFLOP/s peak, "
-            f"{g.ceiling(name) / 1e12:,.0f} measured ceiling")
+            f"{g.ceiling(name) / 1e12:,.0f} {ceiling}")
 
 
 def format_plan(plan: Plan) -> str:

@@ -456,6 +456,21 @@ def test_gpu_table_is_dated_cited_and_dense():
     assert facts.GPUS["H100 SXM"].peak_flops_per_s == hardware.GPU_TABLE["H100 SXM"].bf16_peak
 
 
+def test_a_ceiling_says_whether_it_was_measured():
+    """A ceiling is measured on the chip, or borrowed as a sibling's measured share of peak, and
+    says which. The T4's is the sustained rate of cuBLAS FP16 products under its 70 W power cap
+    (24 TFLOP/s, NVIDIA's forum), not the A100's share (87%), which had it at 56 of its 65."""
+    t4, a100, h800 = (hardware.GPU_TABLE[n] for n in ("T4", "A100 80GB", "H800"))
+    assert t4.ceiling("fp16") == pytest.approx(24e12, rel=1e-9) and t4.ceiling_basis("fp16") == "measured"
+    assert a100.ceiling_basis("bf16") == "measured"
+    h100 = hardware.GPU_TABLE["H100 SXM"]
+    assert h800.ceiling("bf16") == pytest.approx(h100.ceiling("bf16") * h800.bf16_peak / h100.bf16_peak, rel=1e-9)
+    assert h800.ceiling_basis("bf16") == "the H100 SXM's measured share of peak"
+    b200 = hardware.GPU_TABLE["B200"]
+    assert b200.ceiling_basis("nvfp4") == "its measured share of peak in FP8"
+    assert b200.ceiling("nvfp4") == pytest.approx(b200.peak("nvfp4") * b200.ceiling("fp8") / b200.peak("fp8"))
+
+
 def test_hybridep_counts_as_deepep():
     """NVIDIA's Hybrid-EP forwards a token once per remote domain, as DeepEP does."""
     cfg = moe_step.MoEConfig(256, 8, 2048)
