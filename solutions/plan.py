@@ -50,7 +50,8 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from . import after_chinchilla, calibration, facts, hardware, layer_time, memory, moe_step, precision, scaling, sizing, steptime
+from . import (after_chinchilla, calibration, efficiency, facts, hardware, layer_time, memory, moe_step, precision, scaling,
+               sizing, steptime)
 from ._format import count as count_words, gib as _gib, plural as _n, seconds as _time
 from ._validate import nonnegative_integer, one_of, positive, positive_integer, terse_argparse_errors
 
@@ -504,14 +505,16 @@ def _moe_config(base_cfg, experts, top_k, expert_ffn, shared_experts, dense_laye
     return replace(base_cfg, **given)
 
 
-def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidden, vocab, size_from, moe_args):
+def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidden, vocab, size_from, moe_args,
+           mlp=None):
     """The shape: the named or nearest published one, with any field replaced. ``size_from``
     names where ``N`` came from (``'--model'``, or a budget's compute-optimal size), ``None``
     where the shape counts itself; a size the shape must take and a depth the user gave meet in
     :func:`_at_given_depth`."""
     model_given = size_from is not None
     custom = {k: v for k, v in dict(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-                                    ffn_hidden=ffn_hidden, vocab=vocab, seq_len=seq_len).items() if v is not None}
+                                    ffn_hidden=ffn_hidden, vocab=vocab, seq_len=seq_len, mlp=mlp).items()
+              if v is not None}
     if arch is not None:
         names = {**facts.ARCHITECTURES, **facts.MOE_ARCHITECTURES}
         one_of("arch", arch, names)
@@ -533,7 +536,7 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
     scaled = None
     resize = model_given and "layers" not in custom  # a size the shape must take (not one the user drew)
     width_given = bool({"hidden", "heads", "kv_heads", "head_dim", "ffn_hidden"} & set(custom))
-    counts_itself = width_given or "vocab" in custom  # the published count is of another shape
+    counts_itself = width_given or bool({"vocab", "mlp"} & set(custom))  # the published count is of another shape
     redrawn = not model_given and bool(set(custom) - {"seq_len"})  # no longer the published design: it counts itself
     base_moe = steptime.shape_of(base).moe
     published_count = getattr(base, "total_params", None) or base.params
@@ -632,7 +635,7 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
               convention="zero_16", constants=DEFAULT_CONSTANTS, batch_tokens=DEFAULT_BATCH_TOKENS,
               arch=None, inference_tokens=None, cp=None, dp=None, seq_len=None, global_batch=None,
               micro_batch=None, layers=None, hidden=None, heads=None, kv_heads=None, head_dim=None,
-              ffn_hidden=None, vocab=None, recompute=None, attention="flash", virtual_stages=None,
+              ffn_hidden=None, vocab=None, mlp=None, recompute=None, attention="flash", virtual_stages=None,
               schedule=None, network=None, precision=None, overlap=None, experts=None, top_k=None,
               expert_ffn=None, shared_experts=None, dense_layers=None, moe_layer_freq=None, imbalance=None,
               ep=None, etp=None, ep_dispatch=None, nvlink=None, offload_layers=0, expert_kernels="grouped",
@@ -696,6 +699,8 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     if zero is not None:
         one_of("zero", zero, memory.ZERO_STAGES)
     one_of("attention", attention, steptime.ATTENTION)
+    if mlp is not None:
+        one_of("mlp", mlp, efficiency.MLP_KINDS)
     dispatch_given = ep_dispatch is not None
     ep_dispatch = str(ep_dispatch or "deepep").lower()  # "HybridEP" or "DeepEP", as their authors write them
     one_of("ep_dispatch", ep_dispatch, moe_step.DISPATCHERS)
@@ -721,7 +726,7 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
             N = getattr(N, "total_params", None) or N.params
         else:
             N = steptime.Shape(layers, hidden, heads, seq_len or 2048, vocab or 51200, kv_heads, head_dim,
-                               ffn_hidden).n_params
+                               ffn_hidden, mlp or "gelu").n_params
         C = None
     if N > MAX_MODEL_PARAMS:
         raise ValueError(f"model must be at most {MAX_MODEL_PARAMS:.0e} parameters ({count_words(MAX_MODEL_PARAMS)}; the "
@@ -730,7 +735,7 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     size_from = ("--model" if model is not None else
                  f"the compute-optimal size for a budget of {C:.3g} FLOPs" if budget is not None else None)
     shape, base, shape_name = _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidden, vocab,
-                                     size_from, moe_args)
+                                     size_from, moe_args, mlp)
     N = shape.n_params
     if C is None:
         # 6 N D, with the parameters a token uses (a mixture of experts' active ones)
@@ -1163,6 +1168,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-heads", type=int, help="key/value heads (grouped-query attention)")
     p.add_argument("--head-dim", type=int, help="head size (default hidden / heads)")
     p.add_argument("--ffn-hidden", type=int)
+    p.add_argument("--mlp", help="the dense MLP: gelu (two matrices, GPT's) or swiglu (three, Llama's); default: "
+                                 "the published shape's, gelu for a shape of your own")
     p.add_argument("--vocab", type=int)
     p.add_argument("--experts", type=int, help="routed experts per MoE layer")
     p.add_argument("--top-k", type=int, help="experts per token")
@@ -1215,7 +1222,7 @@ def main(argv=None) -> int:
                          inference_tokens=args.inference_tokens, cp=args.cp, dp=args.dp, seq_len=args.seq_len,
                          global_batch=args.global_batch, micro_batch=args.micro_batch, layers=args.layers,
                          hidden=args.hidden, heads=args.heads, kv_heads=args.kv_heads, head_dim=args.head_dim,
-                         ffn_hidden=args.ffn_hidden, vocab=args.vocab, recompute=args.recompute,
+                         ffn_hidden=args.ffn_hidden, vocab=args.vocab, mlp=args.mlp, recompute=args.recompute,
                          attention=args.attention, virtual_stages=args.virtual_stages, schedule=args.schedule,
                          network=net, precision=args.precision, overlap=args.overlap, experts=args.experts,
                          top_k=args.top_k, expert_ffn=args.expert_ffn_hidden, shared_experts=args.shared_experts,

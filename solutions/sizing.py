@@ -109,29 +109,39 @@ def _heads(i: int) -> int:
 
 
 def width_for(shape: steptime.Shape, params: float) -> steptime.Shape:
-    """``shape`` at its own depth, as wide as makes ``params`` parameters (counted by the new
-    shape itself): of the widths of :func:`_heads`, the one whose count is nearest (the count
-    rises with the width, so a bisection finds it). Where a model of one head is already larger,
-    a one-line ``ValueError``. The width moves in whole heads, eight at a time beyond sixteen,
-    so the count lands within half such a step of ``params``; the shape then takes ``params``
-    as its count, as :func:`aspect_sized`'s shapes do."""
+    """``shape`` at its own depth with ``params`` parameters (counted by the new shape itself):
+    the widths of :func:`_heads` move in whole heads, eight at a time beyond sixteen (a step of
+    24 to 32 heads nearly doubles the count), so the MLP makes up the rest. Of the two widths on
+    either side of the size, each with the MLP width (a multiple of 128) that brings its count
+    nearest ``params``, the one whose MLP-to-model width ratio moves least from ``shape``'s
+    wins. A model of one head and the narrowest MLP already larger is a one-line
+    ``ValueError``. The count lands within half an MLP step (128 columns in every layer) of
+    ``params``, which the shape then takes as its count, as :func:`aspect_sized`'s shapes do."""
     params = float(positive("model_params", params))
+    ratio = shape.ffn / shape.hidden
 
-    def count(i):
-        return _with_heads(shape, _heads(i)).n_params
+    def at(i):
+        wide = _with_heads(shape, _heads(i))
+        return replace(wide, ffn_hidden=wide.ffn, params=None)
 
-    if count(1) > params:
-        one = _with_heads(shape, 1)
+    def mlp_for(s):  # the count grows linearly with the MLP's width
+        per_column = replace(s, ffn_hidden=s.ffn + 128).n_params - s.n_params
+        f = s.ffn + (params - s.n_params) / per_column * 128
+        return replace(s, ffn_hidden=max(128, round(f / 128) * 128))
+
+    low, high = 1, 2
+    if mlp_for(at(1)).n_params > params + (replace(at(1), ffn_hidden=256).n_params - replace(at(1), ffn_hidden=128).n_params) / 2:
+        one = replace(at(1), ffn_hidden=128)
         raise ValueError(f"model {params:.3g} is below {shape.layers} layers of one head ({one.hidden:,} wide: "
                          f"{one.n_params:.3g} parameters with its embeddings for a vocabulary of {shape.vocab:,})")
-    low, high = 1, 2
-    while count(high) < params:
+    while at(high).n_params < params:
         low, high = high, 2 * high
     while high - low > 1:
         mid = (low + high) // 2
-        low, high = (mid, high) if count(mid) < params else (low, mid)
-    best = min((low, high), key=lambda i: abs(count(i) - params))
-    return replace(_with_heads(shape, _heads(best)), params=params)
+        low, high = (mid, high) if at(mid).n_params < params else (low, mid)
+    best = min((mlp_for(at(i)) for i in (low, high)),
+               key=lambda s: (abs(s.n_params - params) > 0.01 * params, abs(math.log(s.ffn / s.hidden / ratio))))
+    return replace(best, params=params)
 
 
 def aspect_sized(shape: steptime.Shape, params: float) -> steptime.Shape:

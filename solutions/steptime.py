@@ -132,7 +132,8 @@ def gpt_params(layers, hidden, vocab, seq_len):
 class Shape:
     """A transformer: ``head_dim`` defaults to ``hidden / heads``, ``kv_heads`` to ``heads``,
     ``ffn_hidden`` (the dense MLP) to ``4 hidden``; ``params`` to Narayanan et al.'s eq. 2
-    (:func:`gpt_params`) for a dense GeLU model, else counted from the shape
+    (:func:`gpt_params`) for a dense GeLU model (plus what an MLP, key/value heads or a head
+    size other than GPT's add), else counted from the shape
     (:func:`solutions.moe_step.transformer_params`). ``dropout`` as trained. ``moe`` makes it
     a mixture of experts (:class:`solutions.moe_step.MoEConfig`); ``q_lora``, ``kv_lora``,
     ``qk_rope``, ``v_head_dim`` describe multi-head latent attention (DeepSeek-V3);
@@ -229,7 +230,14 @@ class Shape:
         if self.params is not None:
             return float(self.params)
         if self.mlp == "gelu" and self.moe is None and not self.kv_lora:
-            return gpt_params(self.layers, self.hidden, self.vocab, self.seq_len)
+            # eq. 2 counts GPT's own design (a 4h MLP, as many key/value heads as queries, heads
+            # as wide as the model together); an MLP, key/value heads or heads drawn otherwise
+            # add what they change, counted by the shape
+            drawn = 0.0
+            if (self.ffn, self.kv, self.head_size) != (4 * self.hidden, self.heads, self.hidden // self.heads):
+                gpt = replace(self, ffn_hidden=None, kv_heads=None, head_dim=None, params=None)
+                drawn = self._counts().total - gpt._counts().total
+            return gpt_params(self.layers, self.hidden, self.vocab, self.seq_len) + drawn
         return self._counts().total
 
     @property

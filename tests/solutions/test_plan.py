@@ -168,7 +168,7 @@ def test_cli_prints_a_predicted_plan():
 FULL_RUN = ["--model", "405e9", "--tokens", "15.6e12", "--gpu", "H100", "--count", "8192", "--tp", "8", "--cp", "1",
             "--pp", "16", "--dp", "64", "--zero", "1", "--seq-len", "8192", "--global-batch", "2048",
             "--micro-batch", "1", "--layers", "126", "--hidden", "16384", "--heads", "128", "--kv-heads", "8",
-            "--head-dim", "128", "--ffn-hidden", "53248", "--vocab", "128000", "--recompute", "none",
+            "--head-dim", "128", "--ffn-hidden", "53248", "--mlp", "swiglu", "--vocab", "128000", "--recompute", "none",
             "--attention", "flash", "--virtual-stages", "4", "--schedule", "interleaved"]
 KEYS = {"predicted_mfu", "hardware_flops_utilization", "step_time_s", "tokens_per_s", "days", "memory_per_gpu_bytes",
         "layout", "breakdown_s"}
@@ -280,6 +280,10 @@ def test_json_for_a_budget():
      "DeepSeek-V3's width counts 1.99e+11 parameters at 20 layers, experts included, not the 1e+11 asked for "
      "(--model); leave --layers out"),
     (["--model", "1e8", "--tokens", "1e12", "--layers", "2000"], "model 1e+08 is below 2000 layers of one head"),
+    (["--model", "7e9", "--tokens", "1e12", "--mlp", "relu"], "mlp must be one of ('gelu', 'swiglu'), got 'relu'"),
+    # Llama 2 7B's shape drawn without --mlp swiglu is a GeLU model of two 11,008-wide matrices
+    (["--model", "7e9", "--tokens", "1e12", "--layers", "32", "--hidden", "4096", "--heads", "32", "--ffn-hidden",
+      "11008", "--vocab", "32000"], "the shape given counts 5.2e+09 parameters at 32 layers, not the 7e+09"),
     # Llama 4 Maverick's experts alternate with dense layers: its smallest mixture is two layers, 18.7B
     (["--arch", "Llama 4 Maverick", "--model", "7e9", "--tokens", "1e12"],
      "model 7e+09 is below 2 layers (the first with experts) of width 5,120 (1.87e+10 parameters"),
@@ -823,3 +827,19 @@ def test_a_size_at_a_depth_the_user_gave_is_a_shape_that_has_it(kw):
     assert abs(own / p.params - 1) <= 0.2  # the widths move eight heads at a time (about 2 x 8 / heads)
     assert p.step.mfu < 1 and p.step.hfu < 1
     assert p.step.hfu == pytest.approx(p.step.mfu, rel=0.25)  # the same model in both counts
+
+
+def test_a_shape_of_your_own_with_a_swiglu_mlp_counts_three_matrices():
+    """Llama 2 7B drawn by hand (32 layers of 4,096, an 11,008-wide SwiGLU MLP, 32,000 tokens,
+    untied embeddings): 2 V h + h + 32 (4 h^2 + 3 h f + 2 h) = 6.74B, within the tolerance of
+    the 7B it is named for, so the plan takes 7B; as a GeLU MLP (two matrices) it would count
+    5.2B, and the plan refuses the 7B."""
+    h, f, V, L = 4096, 11008, 32000, 32
+    by_hand = 2 * V * h + h + L * (4 * h * h + 3 * h * f + 2 * h)
+    kw = dict(tokens=1e12, gpu="H100", count=8, layers=L, hidden=h, heads=32, ffn_hidden=f, vocab=V)
+    own = plan.make_plan(mlp="swiglu", **kw)  # no --model: the shape counts itself
+    assert own.params == pytest.approx(by_hand, rel=1e-6) and abs(by_hand / 7e9 - 1) < plan.SHAPE_COUNT_TOLERANCE
+    named = plan.make_plan(model=7e9, mlp="swiglu", **kw)
+    assert named.params == 7e9 and named.shape.mlp == "swiglu" and named.step.mfu < 1
+    with pytest.raises(ValueError, match="counts 5.2e"):
+        plan.make_plan(model=7e9, **kw)

@@ -112,18 +112,27 @@ def test_embedding_share_is_the_embeddings_and_final_norm_over_the_count():
     assert 0.12 < expected < 0.14
 
 
-def test_width_for_keeps_the_depth_and_takes_the_nearer_width_by_hand():
-    """Llama 3 8B's 32 layers at 16B: 48 heads (width 6,144, 12 K/V heads, MLP 14,336 x 1.5 =
-    21,504) count 17.3B by hand, 40 heads (5,120, 10 K/V heads, MLP 17,920) 12.3B; 16B is
-    nearer the first, and the shape takes 16B as its count."""
+def test_width_for_keeps_the_depth_and_lets_the_mlp_make_up_the_size_by_hand():
+    """Llama 3 8B's 32 layers at 16B: 40 heads (width 5,120, 10 K/V heads, MLP 17,920) count
+    12.3B by hand and 48 heads (6,144, 12 K/V heads, MLP 21,504) 17.3B. Each MLP column adds
+    3 x width x 32 parameters, so 16B needs an MLP of 25,600 at 40 heads (5.0 times the width)
+    or 19,328 at 48 (3.15 times): the published 3.5 is nearer the second. The count then lands
+    within half a step of 128 columns, and the shape takes 16B as its count."""
     base = facts.ARCHITECTURES["Llama 3 8B"]
     shape = steptime.shape_of(base)
-    out = sizing.width_for(shape, 16e9)
-    assert (out.layers, out.hidden, out.heads, out.kv_heads, out.ffn_hidden) == (32, 6144, 48, 12, 21504)
-    wide, narrow = _llama_count(6144, 32, 12, 21504, shape.vocab), _llama_count(5120, 32, 10, 17920, shape.vocab)
-    assert _counted(out) == pytest.approx(wide, rel=1e-6)
-    assert narrow < 16e9 < wide and wide - 16e9 < 16e9 - narrow
-    assert out.n_params == 16e9
+    V, target = shape.vocab, 16e9
+    assert _llama_count(5120, 32, 10, 17920, V) < target < _llama_count(6144, 32, 12, 21504, V)
+
+    def mlp(h, kv):  # the multiple of 128 nearest the width that makes the size
+        rest = _llama_count(h, 32, kv, 0, V)
+        return round((target - rest) / (3 * h * 32) / 128) * 128
+
+    assert (mlp(5120, 10), mlp(6144, 12)) == (25600, 19328)
+    out = sizing.width_for(shape, target)
+    assert (out.layers, out.hidden, out.heads, out.kv_heads, out.ffn_hidden) == (32, 6144, 48, 12, 19328)
+    assert abs(_counted(out) - target) <= 3 * 6144 * 32 * 128 / 2
+    assert _counted(out) == pytest.approx(_llama_count(6144, 32, 12, 19328, V), rel=1e-6)
+    assert out.n_params == target
     with pytest.raises(ValueError, match="below 32 layers of one head"):
         sizing.width_for(shape, 2e7)  # one head of 128: its embeddings alone are 32.8M
 

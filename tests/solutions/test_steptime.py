@@ -456,6 +456,19 @@ def test_gpu_table_is_dated_cited_and_dense():
     assert facts.GPUS["H100 SXM"].peak_flops_per_s == hardware.GPU_TABLE["H100 SXM"].bf16_peak
 
 
+def test_a_gelu_shape_counts_the_mlp_and_heads_it_was_drawn_with():
+    """Narayanan et al.'s eq. 2 counts GPT's own design (a 4h MLP, as many key/value heads as
+    queries). GPT-3's shape with a 2h MLP loses 2 h x 2h per layer: 96 x 2 x 12,288 x 24,576 =
+    58.0B; with 8 key/value heads of 128 it loses 2 x h x (12,288 - 1,024) per layer. Before,
+    both counted as GPT-3 (174.6B) while their steps were priced for the smaller models."""
+    gpt3 = replace(S.shape_of(facts.ARCHITECTURES["GPT-3"]), params=None)
+    h, L = gpt3.hidden, gpt3.layers
+    assert gpt3.n_params == pytest.approx(S.gpt_params(L, h, gpt3.vocab, gpt3.seq_len), rel=1e-12)
+    assert replace(gpt3, ffn_hidden=2 * h).n_params == pytest.approx(gpt3.n_params - L * 2 * h * 2 * h, rel=1e-9)
+    assert replace(gpt3, ffn_hidden=4 * h).n_params == pytest.approx(gpt3.n_params, rel=1e-12)
+    assert replace(gpt3, kv_heads=8).n_params == pytest.approx(gpt3.n_params - L * 2 * h * (h - 8 * 128), rel=1e-6)
+
+
 def test_a_ceiling_says_whether_it_was_measured():
     """A ceiling is measured on the chip, or borrowed as a sibling's measured share of peak, and
     says which. The T4's is the sustained rate of cuBLAS FP16 products under its 70 W power cap
