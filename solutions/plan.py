@@ -946,7 +946,7 @@ def ceiling_words(plan: Plan) -> str:
     or at whose measured share of peak."""
     g, name = plan.gpu, plan.precision
     basis = g.ceiling_basis(name)
-    ceiling = "measured ceiling" if basis == "measured" else f"ceiling ({basis})"
+    ceiling = "measured ceiling" if basis == "measured" else f"ceiling, {basis}"
     return (f"linear layers in {name.upper()}: {g.peak(name) / 1e12:,.0f} TFLOP/s peak, "
             f"{g.ceiling(name) / 1e12:,.0f} {ceiling}")
 
@@ -1015,7 +1015,7 @@ def format_plan(plan: Plan) -> str:
               f"per replica; {plan.steps:,} steps",
               f"9. compute                  {_time(b['compute'])}: {steptime.hardware_flops_per_token(sh, lay.recompute):.3g} "
               f"hardware FLOPs/token against {steptime.model_flops_per_token(sh):.3g} model; matrix products at "
-              f"the measured ceiling are {st.efficiency:.0%} of it, the rest memory traffic, attention and "
+              f"the ceiling are {st.efficiency:.0%} of it, the rest memory traffic, attention and "
               f"fixed costs ({ceiling_words(plan)})",
               f"10. communication           {comm}; overlapped: {ov} (--overlap); {scale_up} at "
               f"{steptime.network.NVLINK_EFFICIENCY:.0%} of {plan.cluster.nvlink / 1e9:,.0f} GB/s, network at "

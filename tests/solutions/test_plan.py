@@ -649,14 +649,18 @@ def test_a_gpu_without_bf16_plans_in_fp16_and_quotes_mfu_against_its_fp16_peak()
 
 
 def test_line_9_says_what_share_of_the_compute_the_matrix_products_take():
-    """Line 9's percentage is the matrix products' time at the measured ceiling over the compute
+    """Line 9's percentage is the matrix products' time at the matmul ceiling over the compute
     time; times the ceiling over the peak it is about the MFU when little else is exposed."""
     p = plan.make_plan(model=70e9, tokens=1.4e12, gpu="H100", count=1024)
     line = next(x for x in plan.format_plan(p).splitlines() if x.startswith("9. compute"))
-    assert f"matrix products at the measured ceiling are {p.step.efficiency:.0%} of it" in line
+    assert f"matrix products at the ceiling are {p.step.efficiency:.0%} of it" in line
     g = plan.find_gpu("H100")
     compute_share = p.step.breakdown_s["compute"] / p.step.step_s
     assert p.step.efficiency * g.ceiling("bf16") / g.peak("bf16") * compute_share == pytest.approx(p.step.mfu, rel=0.1)
+    # the ceiling says where it comes from: measured on an H100, borrowed as its share of peak on an H800
+    assert line.endswith("(linear layers in BF16: 989 TFLOP/s peak, 794 measured ceiling)")
+    h800 = plan.make_plan(model=70e9, tokens=1.4e12, gpu="H800", count=1024)
+    assert "794 ceiling, the H100 SXM's measured share of peak)" in plan.format_plan(h800)
 
 
 def test_a_small_model_whose_embeddings_dominate_says_so():
