@@ -7,7 +7,8 @@ as little as it can until its parameters are the size asked for:
 
 - within a factor of two in depth, only the depth changes (:func:`depth_for`): the width,
   heads, MLP and vocabulary stay those of a model that was trained;
-- where the depth is the user's (``--layers``), only the width changes (:func:`width_for`);
+- where the depth is the user's (``--layers``), only the width changes, in whole heads, and
+  the MLP's width makes up the rest (:func:`width_for`);
 - further away, width and depth change together and keep the published width-to-depth
   ratio (:func:`aspect_sized`): the width moves a head at a time, eight at a time beyond
   sixteen (the MLP's width follows it; the head size stays, and the grouped-query ratio as far
