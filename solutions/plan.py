@@ -531,6 +531,8 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
         if model_given:
             shape, _ = _at_given_depth(shape, N, size_from, "the shape given", widen=False)
         return shape, None, "given"
+    if custom.get("mlp") == steptime.shape_of(base).mlp:
+        del custom["mlp"]  # the design's own MLP: nothing changed
     if "heads" in custom and "head_dim" not in custom and getattr(base, "head_dim", None) is not None:
         custom["head_dim"] = None
     scaled = None
@@ -701,6 +703,9 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     one_of("attention", attention, steptime.ATTENTION)
     if mlp is not None:
         one_of("mlp", mlp, efficiency.MLP_KINDS)
+        if mlp != "swiglu" and (moe_named or any(a is not None for a in moe_args)):
+            raise ValueError(f"mlp {mlp!r}: the planner's mixtures of experts run SwiGLU MLPs, as every published "
+                             "one in its table does; leave --mlp out")
     dispatch_given = ep_dispatch is not None
     ep_dispatch = str(ep_dispatch or "deepep").lower()  # "HybridEP" or "DeepEP", as their authors write them
     one_of("ep_dispatch", ep_dispatch, moe_step.DISPATCHERS)

@@ -281,6 +281,8 @@ def test_json_for_a_budget():
      "(--model); leave --layers out"),
     (["--model", "1e8", "--tokens", "1e12", "--layers", "2000"], "model 1e+08 is below 2000 layers of one head"),
     (["--model", "7e9", "--tokens", "1e12", "--mlp", "relu"], "mlp must be one of ('gelu', 'swiglu'), got 'relu'"),
+    (["--arch", "DeepSeek-V3", "--tokens", "1e12", "--mlp", "gelu"],
+     "mlp 'gelu': the planner's mixtures of experts run SwiGLU MLPs"),
     # Llama 2 7B's shape drawn without --mlp swiglu is a GeLU model of two 11,008-wide matrices
     (["--model", "7e9", "--tokens", "1e12", "--layers", "32", "--hidden", "4096", "--heads", "32", "--ffn-hidden",
       "11008", "--vocab", "32000"], "the shape given counts 5.2e+09 parameters at 32 layers, not the 7e+09"),
