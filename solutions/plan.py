@@ -346,13 +346,14 @@ def _no_layout(count, gb, rejected, shape, given, offload_layers, schedule, virt
     """Why :func:`search_layouts` found no layout, in one line, from the rules that turned the
     candidates away (``rejected``, :data:`REJECTIONS`): the batch where it was to blame (then
     changing the batch or the count helps), else the setting no layout could hold."""
+    gpus = _n(count, "GPU")
     pinned = ", ".join(f"{k}={v}" for k, v in given.items() if v is not None)
     with_pinned = f" with {pinned}" if pinned else ""
     degrees = any(given[k] is not None for k in ("tp", "cp", "pp", "dp", "ep"))
     if "batch" in rejected:
         fixes = ["--global-batch", "--batch-tokens", "--count"] + (["--micro-batch"] if given["micro_batch"] else []) \
             + (["the degrees given"] if degrees else [])
-        return (f"no layout of {count:,} GPUs divides the global batch of {gb:,} sequences{with_pinned}"
+        return (f"no layout of {gpus} divides the global batch of {gb:,} sequences{with_pinned}"
                 + ("" if schedule != "interleaved" else
                    " into micro-batches whose number per replica is a multiple of the pipeline stages (the "
                    "interleaved schedule's rule)")
@@ -362,17 +363,17 @@ def _no_layout(count, gb, rejected, shape, given, offload_layers, schedule, virt
                 f"(the model has {shape.layers} layers)")
     what = f"--schedule {schedule}" if schedule is not None else f"--virtual-stages {virtual_stages}"
     if set(rejected) == {"pipeline"}:
-        return (f"{what} needs pipeline stages, and no layout of {count:,} GPUs{with_pinned} leaves room for "
+        return (f"{what} needs pipeline stages, and no layout of {gpus}{with_pinned} leaves room for "
                 f"them; leave it out, or give degrees that do")
     if "chunks" in rejected and "experts" not in rejected:
-        return (f"virtual_stages={virtual_stages} divides the layers of no pipeline stage of a layout of {count:,} "
-                f"GPUs{with_pinned} (the model has {shape.layers} layers); choose another --virtual-stages or --pp")
+        return (f"virtual_stages={virtual_stages} divides the layers of no pipeline stage of a layout of "
+                f"{gpus}{with_pinned} (the model has {shape.layers} layers); choose another --virtual-stages or --pp")
     also = f" and {what}" if schedule or virtual_stages else ""
     if "experts" in rejected:
         group = f"ep={given['ep']} x etp={etp}" if given["ep"] else f"etp={etp}"
-        return (f"no layout of {count:,} GPUs{with_pinned}{also} leaves room for {group} in the ranks of a "
+        return (f"no layout of {gpus}{with_pinned}{also} leaves room for {group} in the ranks of a "
                 "pipeline stage; change the degrees given")
-    return (f"no layout of {count:,} GPUs{with_pinned}{also} exists (a pipeline has at most one stage per layer, "
+    return (f"no layout of {gpus}{with_pinned}{also} exists (a pipeline has at most one stage per layer, "
             f"{shape.layers} here); change the degrees given or --count")
 
 
@@ -717,7 +718,12 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     if offload_layers:
         g.host_link()  # one line where the GPU has no figure
     if tp is not None and tp > g.scale_up_gpus:
-        raise ValueError(f"tp must be at most the {g.scale_up_gpus} GPUs of the {g.name}'s NVLink domain, got tp={tp}")
+        if g.scale_up_gpus == 1:
+            raise ValueError(f"tp must be 1 on the {g.name}: the planner keeps tensor parallelism inside a scale-up "
+                             f"domain, and the {g.name}'s GPUs share none (each meets the host over "
+                             f"{g.scale_up_name}), got tp={tp}")
+        raise ValueError(f"tp must be at most the {g.scale_up_gpus} GPUs of the {g.name}'s {link_name('nvlink', g)} "
+                         f"domain, got tp={tp}")
 
     if budget is not None:
         C = float(positive("budget", budget))

@@ -281,6 +281,12 @@ def test_json_for_a_budget():
      "(--model); leave --layers out"),
     (["--model", "1e8", "--tokens", "1e12", "--layers", "2000"], "model 1e+08 is below 2000 layers of one head"),
     (["--model", "7e9", "--tokens", "1e12", "--mlp", "relu"], "mlp must be one of ('gelu', 'swiglu'), got 'relu'"),
+    # tensor parallelism stays in a scale-up domain, named as its vendor names it
+    (["--model", "7e9", "--tokens", "1e12", "--gpu", "MI300X", "--tp", "16", "--count", "16"],
+     "tp must be at most the 8 GPUs of the MI300X's Infinity Fabric (7 links) domain, got tp=16"),
+    (["--model", "1e9", "--tokens", "1e12", "--gpu", "L4", "--tp", "2"],
+     "tp must be 1 on the L4: the planner keeps tensor parallelism inside a scale-up domain, and the L4's GPUs "
+     "share none (each meets the host over PCIe 4.0), got tp=2"),
     (["--arch", "DeepSeek-V3", "--tokens", "1e12", "--mlp", "gelu"],
      "mlp 'gelu': the planner's mixtures of experts run SwiGLU MLPs"),
     # Llama 2 7B's shape drawn without --mlp swiglu is a GeLU model of two 11,008-wide matrices
