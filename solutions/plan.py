@@ -569,7 +569,7 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
                                keep_width=width_given or isinstance(base, facts.MoEArchitecture))
     if model_given and "layers" in custom:
         ratio = 1.0
-        if not counts_itself and shape.moe is base_moe:  # the published design's width: count as it is counted
+        if not counts_itself and shape.moe == base_moe:  # the published design's width: count as it is counted
             ratio = replace(steptime.shape_of(base), params=None).n_params / published_count
         shape, scaled = _at_given_depth(shape, N, size_from, base.name + "'s width", ratio=ratio,
                                         widen=not width_given and shape.moe is None)
