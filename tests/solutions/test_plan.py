@@ -827,16 +827,17 @@ def test_a_named_dense_design_redrawn_counts_its_own_parameters():
 @pytest.mark.parametrize("kw", [dict(model=671e9, layers=32), dict(budget=1e23, layers=32),
                                 dict(model=70e9, layers=40, tokens=1e12), dict(model=1e9, layers=200, tokens=1e12)])
 def test_a_size_at_a_depth_the_user_gave_is_a_shape_that_has_it(kw):
-    """A model of N parameters at --layers L: the width changes until the shape counts N (within
-    half a step of the widths, eight heads at a time) or the shape already counts it (within the
-    tolerance), so the step is priced for the model whose FLOPs the MFU counts. Before, the shape
-    kept its width and took N as its count: 671B at 32 layers of PaLM's width (147B) came out at
-    an MFU of 220%."""
+    """A model of N parameters at --layers L: the shape already counts N within the tolerance, or
+    its width changes until it does (whole heads, the MLP making up the rest), so the step is
+    priced for the model whose FLOPs the MFU counts. Before, the shape kept its width and took N
+    as its count: 671B at 32 layers of PaLM's width (147B) came out at an MFU of 220%."""
     kw = {"tokens": 1e12, **kw} if "budget" not in kw else kw
     p = plan.make_plan(gpu="H100", count=1024, **kw)
     own = steptime.Shape(**{**vars(p.shape), "params": None}).n_params
     assert p.shape.layers == kw["layers"]
-    assert abs(own / p.params - 1) <= 0.2  # the widths move eight heads at a time (about 2 x 8 / heads)
+    # kept (within the tolerance, counted as the published design counts: Chinchilla's 70B is 7.3%
+    # above its shape's own count), or widened to within half an MLP step
+    assert abs(own / p.params - 1) <= plan.SHAPE_COUNT_TOLERANCE + 0.08
     assert p.step.mfu < 1 and p.step.hfu < 1
     assert p.step.hfu == pytest.approx(p.step.mfu, rel=0.25)  # the same model in both counts
 
