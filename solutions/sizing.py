@@ -61,6 +61,19 @@ def _first_layers(shape: steptime.Shape) -> tuple:
     return shape.moe.dense_layers + shape.moe.layer_freq, shape.moe.layer_freq
 
 
+def _bracket(start: int, below) -> tuple:
+    """``(low, high)``, ``high = low + 1``: where ``below`` (true from ``start`` up to some whole
+    number, false from there on) turns false, found by doubling from ``start`` and then
+    bisecting; ``low`` is ``start`` where ``below`` never holds."""
+    low = high = start
+    while below(high):
+        low, high = high, 2 * high
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if below(mid) else (low, mid)
+    return low, max(high, low + 1)
+
+
 def depth_for(shape: steptime.Shape, params: float, published: float) -> int:
     """Layers that give ``shape``'s width ``params`` parameters, counted as the shape's own
     published count ``published`` counts them: the target is ``params`` times the shape's
@@ -78,12 +91,7 @@ def depth_for(shape: steptime.Shape, params: float, published: float) -> int:
         raise ValueError(f"model {params:.3g} is below {first} of width {shape.hidden:,} "
                          f"({smallest:.3g} parameters with its embeddings for a vocabulary of "
                          f"{shape.vocab:,})")
-    high = low
-    while _count(shape, high) < target:
-        low, high = high, 2 * high
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (mid, high) if _count(shape, mid) < target else (low, mid)
+    low, high = _bracket(low, lambda n: _count(shape, n) < target)
     return min((low, high), key=lambda n: (abs(_count(shape, n) - target), n))
 
 
@@ -130,16 +138,11 @@ def width_for(shape: steptime.Shape, params: float) -> steptime.Shape:
         f = s.ffn + (params - s.n_params) / per_column * 128
         return replace(s, ffn_hidden=max(128, round(f / 128) * 128))
 
-    low, high = 1, 2
-    if mlp_for(at(1)).n_params > params + (replace(at(1), ffn_hidden=256).n_params - replace(at(1), ffn_hidden=128).n_params) / 2:
-        one = replace(at(1), ffn_hidden=128)
+    one = replace(at(1), ffn_hidden=128)  # the smallest model at this depth
+    if one.n_params - params > (replace(one, ffn_hidden=256).n_params - one.n_params) / 2:
         raise ValueError(f"model {params:.3g} is below {shape.layers} layers of one head ({one.hidden:,} wide: "
                          f"{one.n_params:.3g} parameters with its embeddings for a vocabulary of {shape.vocab:,})")
-    while at(high).n_params < params:
-        low, high = high, 2 * high
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (mid, high) if at(mid).n_params < params else (low, mid)
+    low, high = _bracket(1, lambda i: at(i).n_params < params)
     best = min((mlp_for(at(i)) for i in (low, high)),
                key=lambda s: (abs(s.n_params - params) > 0.01 * params, abs(math.log(s.ffn / s.hidden / ratio))))
     return replace(best, params=params)
@@ -169,12 +172,7 @@ def aspect_sized(shape: steptime.Shape, params: float) -> steptime.Shape:
     narrow = at(1)  # raises below one layer
     if narrow.hidden / narrow.layers >= aspect:
         return narrow
-    low, high = 1, 2
-    while below(high):
-        low, high = high, 2 * high
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (mid, high) if below(mid) else (low, mid)
+    low, high = _bracket(1, below)
     options = [at(low)]
     try:
         options.append(at(high))
