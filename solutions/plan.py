@@ -532,7 +532,8 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
         if model_given:
             shape, _ = _at_given_depth(shape, N, size_from, "the shape given", widen=False)
         return shape, None, "given"
-    if custom.get("mlp") == steptime.shape_of(base).mlp:
+    published = steptime.shape_of(base)
+    if custom.get("mlp") == published.mlp:
         del custom["mlp"]  # the design's own MLP: nothing changed
     if "heads" in custom and "head_dim" not in custom and getattr(base, "head_dim", None) is not None:
         custom["head_dim"] = None
@@ -541,8 +542,6 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
     width_given = bool({"hidden", "heads", "kv_heads", "head_dim", "ffn_hidden"} & set(custom))
     counts_itself = width_given or bool({"vocab", "mlp"} & set(custom))  # the published count is of another shape
     redrawn = not model_given and bool(set(custom) - {"seq_len"})  # no longer the published design: it counts itself
-    base_moe = steptime.shape_of(base).moe
-    published_count = getattr(base, "total_params", None) or base.params
     if isinstance(base, facts.MoEArchitecture):
         shape = steptime.shape_of(base, **custom)
         if model_given or redrawn:
@@ -569,8 +568,8 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
                                keep_width=width_given or isinstance(base, facts.MoEArchitecture))
     if model_given and "layers" in custom:
         ratio = 1.0
-        if not counts_itself and shape.moe == base_moe:  # the published design's width: count as it is counted
-            ratio = replace(steptime.shape_of(base), params=None).n_params / published_count
+        if not counts_itself and shape.moe == published.moe:  # the published design's width: count as it is counted
+            ratio = replace(published, params=None).n_params / (getattr(base, "total_params", None) or base.params)
         shape, scaled = _at_given_depth(shape, N, size_from, base.name + "'s width", ratio=ratio,
                                         widen=not width_given and shape.moe is None)
     if scaled:
@@ -597,7 +596,8 @@ def _at_given_depth(shape, N, size_from, what, ratio=1.0, widen=True) -> tuple:
             wide = sizing.width_for(replace(shape, params=None), N)
         except ValueError as e:
             raise ValueError(f"{e}; give fewer --layers, or leave --layers out") from None
-        return wide, f"width set to {wide.hidden:,} for {count_words(N)} parameters at {shape.layers} layers"
+        return wide, (f"width set to {wide.hidden:,} (MLP {wide.ffn:,}) for {count_words(N)} parameters at "
+                      f"{shape.layers} layers")
     experts = ", experts included" if shape.moe is not None else ""
     ways = [] if what == "the shape given" else ["leave --layers out (the planner then sets the depth for that size)"]
     ways.append("leave --model out (the shape then counts itself)" if size_from == "--model" else

@@ -838,6 +838,8 @@ def test_a_size_at_a_depth_the_user_gave_is_a_shape_that_has_it(kw):
     # kept (within the tolerance, counted as the published design counts: Chinchilla's 70B is 7.3%
     # above its shape's own count), or widened to within half an MLP step
     assert abs(own / p.params - 1) <= plan.SHAPE_COUNT_TOLERANCE + 0.08
+    if "width set to" in p.shape_name:  # line 3 says what the width and the MLP became
+        assert f"width set to {p.shape.hidden:,} (MLP {p.shape.ffn:,})" in p.shape_name
     assert p.step.mfu < 1 and p.step.hfu < 1
     assert p.step.hfu == pytest.approx(p.step.mfu, rel=0.25)  # the same model in both counts
 
