@@ -378,7 +378,9 @@ class MoEArchitecture:
     ``ffn_hidden`` of the dense layers' MLP, ``layer_freq`` (one MoE layer every
     ``layer_freq`` layers after the dense ones), ``seq_len`` of pre-training,
     multi-head latent attention's widths (``mla``: q_lora, kv_lora, qk_nope,
-    qk_rope, v_head), ``sliding_window`` and the share of layers that use it."""
+    qk_rope, v_head), ``sliding_window`` and the share of layers that use it,
+    ``expert_bias`` (the experts' products carry biases) and ``clamped_glu`` (the
+    experts' GLU clamps its two halves before gating them)."""
 
     name: str
     total_params: float
@@ -403,6 +405,8 @@ class MoEArchitecture:
     mla: Optional[tuple] = None
     sliding_window: Optional[int] = None
     sliding_share: float = 0.0
+    expert_bias: bool = False
+    clamped_glu: bool = False
 
 
 #: DeepSeek-V3's multi-head latent attention (Liu et al. 2024, sec. 4.2): query and key/value
@@ -459,9 +463,13 @@ MOE_ARCHITECTURES = {
         # OpenAI 2025 (gpt-oss-120b model card): 36 layers, residual width 2,880, 128 experts
         # (width 2,880), four per token, 64 query heads of 64 and 8 K/V heads, attention that
         # alternates a 128-token band with full attention; 116.8B stored, 5.1B active;
-        # o200k_harmony vocabulary of 201,088.
+        # o200k_harmony vocabulary of 201,088. Its SwiGLU clamps both halves and adds one to
+        # the linear half, and its experts' products carry biases (the released weights;
+        # Megatron-Bridge's GPTOSSProvider: add_bias_linear, activation_func_clamp_value 7,
+        # glu_linear_offset 1).
         MoEArchitecture("gpt-oss-120b", 116.8e9, 5.1e9, 36, 2880, 64, 128, 4, 2880, "openai2025gptoss",
-                        kv_heads=8, head_dim=64, vocab=201088, sliding_window=128, sliding_share=0.5),
+                        kv_heads=8, head_dim=64, vocab=201088, sliding_window=128, sliding_share=0.5,
+                        expert_bias=True, clamped_glu=True),
     )
 }
 

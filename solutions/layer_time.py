@@ -30,6 +30,8 @@ al. 2009, with the GPU's measured matmul ceiling in place of its peak):
    ``beta x bytes / B`` (``beta`` = 1: the counted bytes move at the HBM's bandwidth).
    Sequence parallelism splits the ``h``-wide ones ``tp`` ways; without it (Megatron-LM
    before 2022) every TP rank repeats them.
+   A mixture whose experts clamp their GLU's halves and carry biases (gpt-oss) pays, in
+   Megatron-Core's grouped experts, passes of their own for both (:func:`eager_expert_bytes`).
 4. **Work per local expert** of a MoE layer outside its grouped products (the fitted seconds
    per expert: per-expert launches, splits and quantisation of Megatron-Core's grouped GEMM),
    unless the experts run as a fused grouped MLP: one launch over every local expert with the
@@ -55,7 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["COMPONENTS", "RECOMPUTE", "RECOMPUTE_MODULES", "recompute_modules", "Terms", "gemm_terms", "flash_terms", "layer_terms",
-           "output_terms", "coefficients"]
+           "output_terms", "coefficients", "eager_expert_bytes"]
 
 #: Megatron-Core's modules of selective recomputation (``recompute_modules``) that the model
 #: times, each redone in the backward pass: ``core_attn`` the attention core (FlashAttention's
@@ -163,6 +165,34 @@ def _split(low_share, fn_low, fn_bf16):
     return out
 
 
+def eager_expert_bytes(cfg, expert_ffn, hidden) -> tuple[float, float, float]:
+    """Bytes per routed copy of a token that Megatron-Core's grouped experts (``TEGroupedMLP``,
+    releases 0.15 to 0.19) move outside their fused kernels when the experts clamp their GLU
+    (``cfg.clamped_glu``) and carry biases (``cfg.expert_bias``): ``(forward, backward,
+    forward again when the activation is recomputed)``. Each eager PyTorch operation reads its
+    inputs and writes its output once, 2 bytes an element; ``f`` the expert's width (after
+    ETP), ``h`` the model's.
+
+    - Clamped GLU (``weighted_bias_quick_geglu_impl``): the first product's two halves are
+      clamped (each read and written: ``8 f``) and concatenated again (``8 f``) before the
+      fused gating, ``16 f`` forward; backward, each clamp's mask applied to its gradient
+      (the gradient and the saved input read, the result written: ``6 f`` each) and the two
+      gradients concatenated (``8 f``), ``20 f``. A recomputed activation redoes the ``16 f``.
+    - The second product's bias (``_apply_bias``), expert by expert: ``bias x weight`` written
+      (``2 h``), added to the output (``4 h`` read, ``2 h`` written) and the pieces
+      concatenated (``4 h``), ``12 h`` forward; backward, the gradients of the bias and of the
+      routing weights, each the output's gradient times the other summed (``6 h`` each),
+      ``12 h``. (The first product's bias is added inside the fused gating.)
+
+    References: megatroncore2025experts (Megatron-Core 0.15: ``experts.py``,
+    ``fused_bias_geglu.py``)."""
+    f, h = float(expert_ffn), float(hidden)
+    fwd = (16.0 * f if cfg.clamped_glu else 0.0) + (12.0 * h if cfg.expert_bias else 0.0)
+    bwd = (20.0 * f if cfg.clamped_glu else 0.0) + (12.0 * h if cfg.expert_bias else 0.0)
+    again = 16.0 * f if cfg.clamped_glu else 0.0
+    return fwd, bwd, again
+
+
 def layer_terms(shape, lay, gpu, recipe, moe_layer=False, imbalance=None) -> Terms:
     """One layer (dense, or MoE when ``moe_layer``) of ``shape`` for one micro-batch on one GPU
     of layout ``lay``, trained in ``recipe``: its products, attention core and elementwise
@@ -230,6 +260,11 @@ def layer_terms(shape, lay, gpu, recipe, moe_layer=False, imbalance=None) -> Ter
         fused = lay.expert_kernels == "fused"
         if not fused:  # the work per local expert outside the grouped products (fitted)
             _add(t, "experts", local / 3.0, 2.0 * local / 3.0)
+            # a clamped GLU and biased experts: passes of their own (counted, not fitted)
+            e_fwd, e_bwd, e_again = eager_expert_bytes(m, fe, h)
+            act_again = full or lay.recompute == "selective" or "moe_act" in mods
+            _add(t, "elementwise", copies * e_fwd / hbm,
+                 copies * (e_bwd + (e_fwd if full else e_again if act_again else 0.0)) / hbm)
         if m.shared_experts:
             fs = m.shared_experts * m.expert_ffn / tp
             t = t + product(T, h, up * fs) + product(T, fs, h)

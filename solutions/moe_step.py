@@ -44,7 +44,8 @@ DISPATCHERS = ("alltoall", "deepep", "hybridep")
 #: work per local expert outside it (Megatron-Core's grouped GEMM, launched from the host,
 #: the fitted cost per local expert); ``'fused'``, grouped products that launch once over
 #: every local expert with the activation in their epilogue, replayed in a full-iteration
-#: CUDA graph (no per-expert cost, no activation pass of its own).
+#: CUDA graph (no per-expert cost, no activation pass of its own, nor passes for a clamped
+#: GLU or biases: :func:`solutions.layer_time.eager_expert_bytes`).
 EXPERT_KERNELS = ("grouped", "fused")
 
 
@@ -54,7 +55,10 @@ class MoEConfig:
     ``expert_ffn`` (SwiGLU), ``top_k`` used per token, ``shared_experts`` always used, the
     first ``dense_layers`` layers with a plain MLP and, after them, one MoE layer every
     ``layer_freq`` layers (Llama 4 Maverick alternates: 2). ``imbalance`` is the busiest
-    GPU's share of the expert work over the mean (1: balanced)."""
+    GPU's share of the expert work over the mean (1: balanced). ``expert_bias``: the
+    experts' products carry biases; ``clamped_glu``: their GLU clamps both halves first
+    (gpt-oss); Megatron-Core's grouped experts run both as passes of their own
+    (:func:`solutions.layer_time.layer_terms`)."""
 
     experts: int
     top_k: int
@@ -64,6 +68,8 @@ class MoEConfig:
     layer_freq: int = 1
     imbalance: float = 1.0
     node_limit: Optional[int] = None
+    expert_bias: bool = False
+    clamped_glu: bool = False
 
     def __post_init__(self):
         positive_integer("experts", self.experts)
