@@ -935,13 +935,12 @@ def moe_words(plan: Plan) -> str:
     if not sh.is_moe:
         return ""
     m = sh.moe
+    eager = [w for w, on in (("clamped GLU", m.clamped_glu), ("expert biases", m.expert_bias)) if on]
     return (f"{sh.moe_layers} MoE layers of {m.experts} experts ({m.expert_ffn:,} wide), top-{m.top_k}"
             + (f" + {m.shared_experts} shared" if m.shared_experts else "")
             + (f", imbalance x{m.imbalance:g}" if m.imbalance != 1 else "")
             + f", {lay.expert_kernels} expert kernels"
-            + (f" ({' and '.join(extras)} in passes of their own)" if lay.expert_kernels == "grouped"
-               and (extras := [w for w, on in (("clamped GLU", m.clamped_glu), ("expert biases", m.expert_bias)) if on])
-               else ""))
+            + (f" ({' and '.join(eager)} in passes of their own)" if eager and lay.expert_kernels == "grouped" else ""))
 
 
 def weight_copy_words(plan: Plan) -> str:

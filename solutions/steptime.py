@@ -675,8 +675,8 @@ def _activation_per_layer(shape: Shape, key: tuple, precision_name: str) -> tupl
             x -= 4.0 * shape.heads * shape.seq_len * lay.micro_batch / split  # no LSE either
         elif lay.recompute == "selective":
             x -= (2.0 - low) * (2 * shape.hidden + ffn) * tokens / split
+        routed = shape.moe.top_k * shape.moe.expert_ffn * shape.moe.imbalance if moe_layer else 0.0
         if mods:  # named modules: the norms' outputs, the activation's input (MLA's up-projected Q, K, V not modelled)
-            routed = shape.moe.top_k * shape.moe.expert_ffn * shape.moe.imbalance if moe_layer else 0.0
             dropped = (2 * shape.hidden if "layernorm" in mods else 0.0) \
                 + (routed if moe_layer and "moe_act" in mods else 0.0) \
                 + (ffn if not moe_layer and "mlp" in mods else 0.0)
@@ -685,7 +685,7 @@ def _activation_per_layer(shape: Shape, key: tuple, precision_name: str) -> tupl
                 and "moe_act" not in mods:
             # the clamped halves, concatenated, are what the fused gating keeps (its input's
             # halves stay kept for the clamps' masks): 2 f more per copy (layer_time.eager_expert_bytes)
-            x += 2.0 * 2.0 * shape.moe.top_k * shape.moe.expert_ffn * shape.moe.imbalance * tokens / split
+            x += 2.0 * 2.0 * routed * tokens / split
         return max(x, 2.0 * tokens * shape.hidden / split)
 
     per = stored(False) if moe_share < 1 else 0.0
