@@ -12,6 +12,7 @@ about integer overflow or object dtypes.
 
 from __future__ import annotations
 
+import argparse
 import math
 from typing import Iterable
 
@@ -26,6 +27,7 @@ __all__ = [
     "ratios_array",
     "is_scalar",
     "terse_argparse_errors",
+    "count_with_suffix",
 ]
 
 
@@ -176,3 +178,29 @@ def terse_argparse_errors(parser):
 
     parser.error = error
     return parser
+
+
+#: The multipliers of :func:`count_with_suffix`: thousand, million, billion, trillion.
+COUNT_SUFFIXES = {"k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
+
+
+class CountError(ValueError, argparse.ArgumentTypeError):
+    """A count :func:`count_with_suffix` cannot read: a ``ValueError`` that argparse prints as it is."""
+
+
+def count_with_suffix(text: str) -> float:
+    """A count as people write parameters and tokens: ``70e9``, ``70B``, ``1.4T``, ``350M``
+    or ``32k`` (case ignored; ``B`` a billion). An argparse ``type``: anything else raises a
+    ``ValueError`` whose message says what is allowed.
+
+    >>> count_with_suffix("1.4T")
+    1400000000000.0
+    """
+    raw = str(text).strip()
+    scale = COUNT_SUFFIXES.get(raw[-1:].lower(), 1.0) if raw else 1.0
+    number = raw[:-1] if scale != 1.0 else raw
+    try:
+        value = float(number.replace("_", ""))
+    except ValueError:
+        raise CountError(f"expected a number such as 70e9, 70B, 1.4T or 350M, got {_show(raw)}") from None
+    return value * scale

@@ -53,7 +53,7 @@ import numpy as np
 from . import (after_chinchilla, calibration, efficiency, facts, hardware, layer_time, memory, moe_step, precision, scaling,
                sizing, steptime)
 from ._format import count as count_words, gib as _gib, plural as _n, seconds as _time
-from ._validate import nonnegative_integer, one_of, positive, positive_integer, terse_argparse_errors
+from ._validate import count_with_suffix, nonnegative_integer, one_of, positive, positive_integer, terse_argparse_errors
 
 __all__ = [
     "GPUS_PER_SERVER", "STATE_SHARE", "DEFAULT_BATCH_TOKENS", "DEFAULT_CONSTANTS", "RECOMPUTE_MODES", "Plan",
@@ -1152,10 +1152,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG, description="Plan a training run: allocation, layout, memory, predicted step time, "
                                "throughput, MFU and days, from solutions/."))
     p.add_argument("--budget", type=float, help="compute budget in FLOPs (then the model is compute-optimal)")
-    p.add_argument("--model", type=float, help="parameters, e.g. 70e9; the shape (--arch, else the nearest "
+    p.add_argument("--model", type=count_with_suffix, help="parameters, e.g. 70e9 or 70B; the shape (--arch, else the nearest "
                                                "published one) takes this size, its depth or width and depth resized (its width "
                                                "alone with --layers)")
-    p.add_argument("--tokens", type=float, help="training tokens, e.g. 1.4e12")
+    p.add_argument("--tokens", type=count_with_suffix, help="training tokens, e.g. 1.4e12 or 1.4T")
     p.add_argument("--gpu", default="H100", help=f"one of {', '.join(hardware.PLANNABLE)} (or an alias)")
     p.add_argument("--count", "--gpus", dest="count", type=int, default=8, help="number of GPUs")
     p.add_argument("--precision", default=None, help=f"training precision, one of {list(hardware.PRECISIONS)} "
@@ -1208,10 +1208,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="network bandwidth per GPU across nodes, Gb/s (default: the GPU's reference node)")
     p.add_argument("--convention", default="zero_16", help=f"bytes per parameter, one of {sorted(memory.BYTE_CONVENTIONS)}")
     p.add_argument("--constants", default=DEFAULT_CONSTANTS, help=f"one of {sorted(scaling.CONSTANT_SETS)}")
-    p.add_argument("--batch-tokens", type=float,
+    p.add_argument("--batch-tokens", type=count_with_suffix,
                    help=f"tokens per optimizer step, instead of --global-batch (default: {DEFAULT_BATCH_TOKENS:,}, "
                         "in whole sequences)")
-    p.add_argument("--inference-tokens", type=float,
+    p.add_argument("--inference-tokens", type=count_with_suffix,
                    help="tokens the trained model will serve: also plan the over-trained model that is cheapest over its lifetime")
     p.add_argument("--arch", help=f"shape to assume, one of {sorted(facts.ARCHITECTURES) + sorted(facts.MOE_ARCHITECTURES)} "
                                   "(default: the dense one nearest in size, resized to --model)")

@@ -165,6 +165,15 @@ def test_cli_prints_a_predicted_plan():
     assert "the rule of thumb" in out.stdout
 
 
+def test_cli_reads_sizes_with_suffixes_as_their_numbers():
+    """``--model 70B --tokens 1.4T`` is the same plan as ``--model 70e9 --tokens 1.4e12``."""
+    common = ["--gpu", "H100", "--count", "64", "--json"]
+    words = json.loads(run_cli("--model", "70B", "--tokens", "1.4T", "--batch-tokens", "4M", *common).stdout)
+    digits = json.loads(run_cli("--model", "70e9", "--tokens", "1.4e12", "--batch-tokens", "4e6", *common).stdout)
+    assert words["step_time_s"] == pytest.approx(digits["step_time_s"], rel=1e-12)
+    assert words["days"] == pytest.approx(digits["days"], rel=1e-12)
+
+
 FULL_RUN = ["--model", "405e9", "--tokens", "15.6e12", "--gpu", "H100", "--count", "8192", "--tp", "8", "--cp", "1",
             "--pp", "16", "--dp", "64", "--zero", "1", "--seq-len", "8192", "--global-batch", "2048",
             "--micro-batch", "1", "--layers", "126", "--hidden", "16384", "--heads", "128", "--kv-heads", "8",
@@ -268,6 +277,7 @@ def test_json_for_a_budget():
      "must be in (0, 4] for NVFP4 on the B200"),
     (["--model", "7e9", "--tokens", "1e12", "--count", "abc"], "invalid int value"),
     (["--model", "7e9", "--tokens", "1e12", "--zero", "4"], "zero must be one of"),
+    (["--model", "7X", "--tokens", "1e12"], "argument --model: expected a number such as 70e9, 70B, 1.4T or 350M, got '7X'"),
     (["--model", "7e9", "--tokens", "1e12", "--inference-tokens", "-5"], "inference_tokens must be a non-negative"),
     # a size and a shape that cannot have it: one model's step would be priced against another's FLOPs
     (["--model", "671e9", "--tokens", "1e12", "--layers", "32", "--hidden", "4096", "--heads", "32"],

@@ -66,6 +66,18 @@ def test_nonnegative_integer_and_one_of_and_divides():
         v.divides("n", 3, "P", np.array([9e9, 1e9]))
 
 
+@pytest.mark.parametrize("text, want", [("70B", 70e9), ("70b", 70e9), ("1.4T", 1.4e12), ("350M", 350e6),
+                                         ("32k", 32e3), ("7e9", 7e9), (" 8B ", 8e9), ("1_000", 1000.0)])
+def test_count_with_suffix_reads_what_people_write(text, want):
+    assert v.count_with_suffix(text) == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("bad", ["", "B", "7X", "seventy", "7BB"])
+def test_count_with_suffix_rejects_in_one_line(bad):
+    with pytest.raises(ValueError, match="^expected a number such as 70e9, 70B, 1.4T or 350M, got "):
+        v.count_with_suffix(bad)
+
+
 # -- compute ----------------------------------------------------------------
 def test_training_time_chapter_figures():
     # FACTS: 7B on 1T tokens = 4.2e22 FLOPs, ~1.3 years on one ~1000 TFLOP/s GPU;
