@@ -166,7 +166,8 @@ def test_gloo_collectives_and_fsdp_work_calibrated_by_hand():
     alpha, beta = 50e-6, 2e9
     ag = dict(alpha=3e-4, beta=5e8)
     rs = dict(alpha=2e-4, beta=8e8)
-    seconds = {"matmul": 0.01, "ring small": 2 * alpha + small / beta, "ring large": 2 * alpha + large / beta}
+    seconds = {"matmul": 0.01, "ring work": 0.0, "ring small": CHAIN * (2 * alpha + small / beta),
+               "ring large": CHAIN * (2 * alpha + large / beta)}
     for size, b in (("small", small), ("large", large)):
         full = b * n
         seconds[f"all_gather {size}"] = CHAIN * ((n - 1) * ag["alpha"] + (n - 1) / n * full / ag["beta"])
@@ -217,18 +218,34 @@ def test_calibrate_cpu_recovers_its_constants():
         steptime.cpu_cluster(RATE, BW, -1.0, 2)
 
 
+def test_tensor_parallel_runs_are_priced_as_lab_4_runs_them():
+    """Lab 4's blocks, as the lab builds them, all-reduce with no sequence parallelism; the model
+    must price those all-reduces and repeat the norms on every rank, not all-gathers and
+    reduce-scatters of a sequence-parallel layer."""
+    from labs.predict_vs_measure import model_of, run_configs
+
+    tp_runs = [r for r in run_configs() if r["strategy"] == "tp"]
+    assert tp_runs
+    for run in tp_runs:
+        _, lay, _ = model_of(run, 2, 80)
+        assert lay.tp == 2 and lay.sequence_parallel is False
+
+
 def test_ring_calibration_by_hand_and_when_disturbed():
     """t = 2(n-1) alpha + 2(n-1)/n B/beta from two sizes; a loaded machine can leave the small
     ring's least time above the large one's, and the bandwidth must stay a positive number."""
     ctx = type("Ctx", (), {"world_size": 2})()
     small, large = (4 * k for k in RING_ELEMENTS)
     alpha, beta = 50e-6, 2e9  # s per step, bytes/s; with n = 2: two steps and a factor of 1
-    seconds = {"matmul": 0.01, "ring small": 2 * alpha + small / beta, "ring large": 2 * alpha + large / beta}
+    work = 3e-3  # the chain's matmuls alone, taken off before the fit
+    seconds = {"matmul": 0.01, "ring work": work, "ring small": work + CHAIN * (2 * alpha + small / beta),
+               "ring large": work + CHAIN * (2 * alpha + large / beta)}
     cal = calibration_from(ctx, seconds)
     assert cal["bandwidth_bytes_per_s"] == pytest.approx(beta, rel=1e-9)
     assert cal["latency_s"] == pytest.approx(alpha, rel=1e-9)
-    disturbed = calibration_from(ctx, {**seconds, "ring small": 2 * seconds["ring large"]})
-    assert disturbed["bandwidth_bytes_per_s"] == pytest.approx(large / seconds["ring large"], rel=1e-9)
+    per_call_large = 2 * alpha + large / beta
+    disturbed = calibration_from(ctx, {**seconds, "ring small": work + CHAIN * 2 * per_call_large})
+    assert disturbed["bandwidth_bytes_per_s"] == pytest.approx(large / per_call_large, rel=1e-9)
     assert disturbed["latency_s"] > 0
     steptime.cpu_cluster(disturbed["matmul_flops_per_s"], disturbed["bandwidth_bytes_per_s"],
                          disturbed["latency_s"], 2)
