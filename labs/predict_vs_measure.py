@@ -59,12 +59,13 @@ CALIBRATION_STRATEGY = "one"
 #: four full measurements on a 2-core EPYC shared with other work (load average 5 to 8, the
 #: ranks at raised priority, ``nice -n -15``) had held-out medians of 15-18% and worst rows of
 #: 48-91%: the width-32 models, whose steps are a few fixed costs, move most with the load
-#: (DDP and pipeline rows at width 32; FSDP rows within 27% in the last two). Its tensor-
-#: parallel rows then failed one run in two on the same machine when quiet: the model priced
-#: them as sequence-parallel, and the ring was timed one call at a time (:data:`RING_WORK`).
+#: (DDP and pipeline rows at width 32; FSDP rows within 27% in the last two). Later the
+#: lab failed two runs in three on the same machine when quiet, on its tensor-parallel rows:
+#: the model priced them as sequence-parallel, and the ring was timed one call at a time
+#: (:data:`RING_WORK`).
 #: Priced as Lab 4 runs them, with the ring timed after compute and 21 rounds, five runs on the
-#: quiet machine (load average 1.7 to 2.4) had held-out medians of 7-13% and worst rows of
-#: 23-39%. The stored reference is the first of the last three, the one at the lowest load,
+#: quiet machine had held-out medians of 7-13% and worst rows of 23-39%. The stored reference
+#: is the first of the last three (load average 1.7 to 2.4), the one at the lowest load,
 #: chosen by load, not by error.
 CPU_BOUNDS = {"median": 0.40, "worst": 0.85}
 #: Where the measured reference lives, and its name.
@@ -192,8 +193,8 @@ CHAIN = 8
 #: On a quiet 2-core EPYC virtual machine the latency per ring step came out at 0.36-0.40 ms
 #: this way (five runs of the lab), 0.16-0.17 ms from calls chained back to back (three runs),
 #: and 0.32 or 1.4 ms from one call after a barrier, the old way: calls chained without compute
-#: made the tensor-parallel rows measure 1.4-2.6 times their prediction, and one call alone made
-#: the lab fail one run in two.
+#: made the tensor-parallel rows measure 1.4-2.2 times their prediction, and one call alone made
+#: the lab fail two runs in three.
 RING_WORK = 256
 
 
