@@ -18,6 +18,8 @@ from typing import Iterable
 
 import numpy as np
 
+from . import _format
+
 __all__ = [
     "positive",
     "positive_integer",
@@ -180,8 +182,9 @@ def terse_argparse_errors(parser):
     return parser
 
 
-#: The multipliers of :func:`count_with_suffix`: thousand, million, billion, trillion.
-COUNT_SUFFIXES = {"k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
+#: The multipliers of :func:`count_with_suffix`: the suffixes :func:`solutions._format.count`
+#: writes, in either case.
+COUNT_SUFFIXES = {unit.lower(): scale for unit, scale in _format.COUNT_SUFFIXES}
 
 
 class CountError(ValueError, argparse.ArgumentTypeError):

@@ -72,6 +72,12 @@ def test_count_with_suffix_reads_what_people_write(text, want):
     assert v.count_with_suffix(text) == pytest.approx(want, rel=1e-12)
 
 
+@pytest.mark.parametrize("x", [350e6, 8.19e3, 70e9, 1.4e12])
+def test_count_with_suffix_reads_back_what_the_printouts_write(x):
+    from solutions import _format
+    assert v.count_with_suffix(_format.count(x)) == pytest.approx(x, rel=5e-3)  # three figures
+
+
 @pytest.mark.parametrize("bad", ["", "B", "7X", "seventy", "7BB"])
 def test_count_with_suffix_rejects_in_one_line(bad):
     with pytest.raises(ValueError, match="^expected a number such as 70e9, 70B, 1.4T or 350M, got "):
