@@ -1003,7 +1003,8 @@ def format_plan(plan: Plan) -> str:
     margin = st.margin_bytes
     verdict = (f"fits, {_gib(margin)} to spare" if st.fits else f"DOES NOT FIT: {_gib(-margin)} over")
     lines += ["== memory per GPU (GiB = 2^30 bytes)",
-              f"5. model state ({conv.total:g} B/param, {plan.convention}"
+              f"5. model state ({conv.total:g} B/param, {memory.CONVENTION_LABELS.get(plan.convention, plan.convention)}, "
+              f"--convention {plan.convention}"
               + (f", {weight_copy_words(plan)}" if weight_copy_words(plan) else "")
               + f")  weights {_gib(plan.state['weights'])}, gradients {_gib(plan.state['grads'])}, "
               f"optimizer {_gib(plan.state['optimizer'])}",

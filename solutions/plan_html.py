@@ -105,7 +105,8 @@ def plan_tables(plan: planner.Plan, names: dict | None = None) -> str:
                              if lay["ep"] * lay.get("etp", 1) > 1 else "")
                           + "".join(f"<br>why: {e(r)}" for r in plan.reasons)),
         _section("Memory per GPU (GiB = 2<sup>30</sup> bytes)"),
-        _row(5, f"model state ({conv.total:g} bytes per parameter"
+        _row(5, f"model state ({conv.total:g} bytes per parameter, "
+                f"{e(memory.CONVENTION_LABELS.get(plan.convention, plan.convention))}"
                 + (f", {e(planner.weight_copy_words(plan))}" if planner.weight_copy_words(plan) else "") + ")",
              f"weights {_gib(mem['weights_bytes'])}, gradients {_gib(mem['grads_bytes'])}, "
              f"optimizer state {_gib(mem['optimizer_bytes'])}"),

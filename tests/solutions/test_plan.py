@@ -1,6 +1,7 @@
 """solutions.plan reproduces the chapter's worked examples, and refuses bad input in one line."""
 from __future__ import annotations
 
+import html
 import json
 import math
 import os
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 from dataclasses import replace
 
-from solutions import facts, plan, plan_html, steptime
+from solutions import facts, memory, plan, plan_html, steptime
 
 ROOT = Path(__file__).resolve().parents[2]
 H100 = facts.GPUS["H100 SXM"]
@@ -394,6 +395,14 @@ def test_an_out_of_memory_plan_prints_its_margin():
     p = plan.make_plan(model=70e9, tokens=1.4e12, gpu="H100", count=8, zero=0, tp=1, pp=1)
     assert not p.fits and p.step.margin_bytes < 0
     assert f"{-p.step.margin_bytes / 2**30:,.1f} GiB over" in plan.format_plan(p)
+
+
+def test_the_memory_lines_name_the_byte_convention_in_words_and_as_its_flag():
+    for convention in ("zero_16", "adam8bit_10"):
+        p = plan.make_plan(model=7e9, tokens=1e12, gpu="H100", count=8, tp=1, pp=1, convention=convention)
+        line5 = next(x for x in plan.format_plan(p).splitlines() if x.startswith("5."))
+        assert memory.CONVENTION_LABELS[convention] in line5 and f"--convention {convention}" in line5
+        assert html.escape(memory.CONVENTION_LABELS[convention]) in plan_html.plan_tables(p)
 
 
 def test_line_2_names_the_default_constants():
