@@ -147,7 +147,8 @@ def runs_like(gpu, arch=None, moe=False, precision="bf16", limit=6) -> tuple:
     like it. The first of these that has runs wins: the same architecture on the same GPU; the
     same architecture; the same GPU, dense or MoE alike, in the same precision; the same GPU,
     dense or MoE alike; the same GPU, the other kind (a GPU's runs say something of it even
-    when they trained another kind of model). At most ``limit`` runs: the latest listed, those in ``precision`` first."""
+    when they trained another kind of model). At most ``limit`` runs: the latest listed, those in
+    ``precision`` first; where that leaves some out, what matched says how many of how many."""
     gpu_name = hardware.find_gpu(gpu).name
     runs = [(label, r) for label, attr in _SET_LABELS for r in getattr(facts, attr)]
 
@@ -169,6 +170,8 @@ def runs_like(gpu, arch=None, moe=False, precision="bf16", limit=6) -> tuple:
         chosen = ([x for x in found if x[1].precision != precision]
                   + [x for x in found if x[1].precision == precision])[-limit:]
         if chosen:
+            if len(chosen) < len(found):
+                what += f" (the latest {len(chosen)} of {len(found)}, preferring {precision.upper()} ones)"
             return what, [(label, heldout([r])[0]) for label, r in chosen]
     return "no published run", []
 

@@ -90,8 +90,13 @@ CONSTANT_NAMES = {"epoch_2024": "the Epoch AI refit", "hoffmann_rounded": "Hoffm
 def find_gpu(name) -> hardware.GPUSpec:
     """The GPU of :data:`solutions.hardware.GPU_TABLE` called ``name`` or an alias of it
     (case and spaces ignored: ``H100`` is the SXM part, ``A100`` the 80 GB one, ``GB200 NVL72``
-    the GB200); a one-line ``ValueError`` listing the known ones otherwise."""
-    return hardware.find_gpu(name)
+    the GB200); a one-line ``ValueError`` listing the known ones otherwise, or naming a GPU the
+    table keeps for the labs only (:data:`solutions.hardware.PLANNABLE` leaves it out)."""
+    g = hardware.find_gpu(name)
+    if g.lab_only:
+        raise ValueError(f"gpu {g.name} is in the hardware table for the labs only, not for planning clusters; "
+                         f"choose one of {', '.join(hardware.PLANNABLE)}")
+    return g
 
 
 def nearest_architecture(params: float) -> facts.Architecture:
@@ -202,7 +207,7 @@ VIRTUAL_STAGE_CHOICES = (1, 2, 4, 8)
 #: of a stage, a pipeline setting without stages, chunks that do not divide a stage's layers, no
 #: room for EP x ETP, and a global batch that is no whole number of micro-batches per replica
 #: (for the interleaved schedule, no multiple of the stages).
-REJECTIONS = ("offload", "pipeline", "chunks", "experts", "batch")
+REJECTIONS = ("offload", "pipeline", "chunks", "experts", "batch", "memory", "sequence")
 #: How many of the fastest layouts the plan prints.
 TOP = 5
 
@@ -232,7 +237,10 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
     :func:`solutions.steptime.step_time`: ``(fitting, others)``, each a list of
     ``(StepTime, Layout)``, ``fitting`` sorted by predicted step time, ``others`` (which do
     not fit) by memory. For each layout the lightest recomputation that fits is kept (a
-    heavier one only costs time), unless the recomputation is given. ``rejected``, a dict if
+    heavier one only costs time), unless the recomputation is given. A layout whose model state
+    alone overflows is predicted only where it could need less memory than every layout tried
+    before it, and then with its heaviest recomputation; the others count as ``'memory'``
+    rejections (they do not fit either). ``rejected``, a dict if
     given, counts the candidates each rule turned away (:data:`REJECTIONS`), so that a search
     that finds nothing can say why."""
     tally = rejected if rejected is not None else {}
@@ -246,7 +254,7 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
     if cp:
         cps = [cp]
     elif shape.seq_len >= CP_FROM_SEQ_LEN:
-        cps = [c for c in CP_CHOICES if shape.seq_len % c == 0]
+        cps = [c for c in CP_CHOICES if _splits_sequence(shape.seq_len, 1, c)]
     else:
         cps = [1]
     pps = [pp] if pp else [p for p in range(1, min(shape.layers, count) + 1) if count % p == 0]
@@ -255,9 +263,12 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
     recs = [recompute] if recompute else list(steptime.RECOMPUTE)
     fitting, others = [], []
     limit = cluster.gpu.usable_memory_bytes
-    least = None
+    least = math.inf  # the least memory of a layout that does not fit, so far
     for t in tps:
         for c in cps:
+            if not _splits_sequence(shape.seq_len, t, c):
+                reject("sequence")
+                continue
             for p in pps:
                 if count % (t * c * p):
                     continue
@@ -280,9 +291,12 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
                     scheds = [(schedule, 1)]
                 else:
                     vs = [virtual_stages] if virtual_stages else [v for v in VIRTUAL_STAGE_CHOICES if per_stage % v == 0]
-                    scheds = [("interleaved" if v > 1 else (schedule or "1f1b"), v) for v in vs]
-                    if schedule == "interleaved":
-                        scheds = [x for x in scheds if x[0] == "interleaved"] or scheds
+                    scheds = [("interleaved" if v > 1 else "1f1b", v) for v in vs]
+                    if schedule == "interleaved":  # one chunk per stage is plain 1F1B, not interleaving
+                        scheds = [x for x in scheds if x[0] == "interleaved"]
+                        if not scheds:
+                            reject("chunks")
+                            continue
                 experts = _ep_choices(shape, t, c, d, ep, etp)
                 if not experts:
                     reject("experts")
@@ -306,18 +320,31 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
                                     continue
                                 for r in recs:
                                     lay = replace(base, micro_batch=b, recompute=r, schedule=sch, virtual_stages=v)
-                                    if state > limit:  # the state alone does not fit: keep the least hungry only
-                                        if least is not None and state >= least:
-                                            break
-                                        least = state
+                                    # the state alone does not fit: only this layout's lightest setting
+                                    # (its heaviest recomputation) may need less than the least so far
+                                    if state > limit and (r != recs[-1] or state >= least):
+                                        reject("memory")
+                                        continue
                                     st = steptime.step_time(shape, lay, cluster, global_batch, convention,
                                                             precision_name=precision_name, overlap=overlap)
-                                    (fitting if st.fits else others).append((st, lay))
                                     if st.fits:
+                                        fitting.append((st, lay))
                                         break
+                                    others.append((st, lay))
+                                    least = min(least, st.memory_bytes)
     fitting.sort(key=lambda x: x[0].step_s)
     others.sort(key=lambda x: x[0].memory_bytes)
     return fitting, others
+
+
+def _splits_sequence(seq_len: int, tp: int, cp: int) -> bool:
+    """Whether Megatron-LM can cut a sequence over ``cp`` context-parallel ranks and then over
+    ``tp`` sequence-parallel ones: load-balanced causal CP splits it into 2 x CP equal chunks
+    (``seq-length should be a multiple of 2 * context-parallel-size``, megatron/training/arguments.py),
+    and sequence parallelism scatters each rank's part evenly over TP (megatron/core/tensor_parallel/mappings.py)."""
+    if cp > 1 and seq_len % (2 * cp):
+        return False
+    return (seq_len // cp) % tp == 0
 
 
 def _tokens(n: float) -> str:
@@ -331,9 +358,12 @@ def _asks_for_pipeline(schedule, virtual_stages) -> bool:
 
 
 def _check_pipeline(shape, pp, virtual_stages, schedule) -> None:
-    """One-line ``ValueError`` where a pipeline setting cannot apply: a schedule or model chunks
-    without pipeline stages, or chunks that do not divide a stage's layers (Megatron-LM's
-    interleaved schedule gives every chunk the same number of layers)."""
+    """One-line ``ValueError`` where a pipeline setting cannot apply: more stages than layers, a
+    schedule or model chunks without pipeline stages, or chunks that do not divide a stage's
+    layers (Megatron-LM's interleaved schedule gives every chunk the same number of layers)."""
+    if pp is not None and pp > shape.layers:
+        raise ValueError(f"pp must be at most the model's {shape.layers} layers (every pipeline stage holds at "
+                         f"least one), got pp={pp}")
     if pp == 1 and _asks_for_pipeline(schedule, virtual_stages):
         what = f"--schedule {schedule}" if schedule is not None else f"--virtual-stages {virtual_stages}"
         raise ValueError(f"{what} needs pipeline stages: give --pp above 1, or leave it out (got pp=1)")
@@ -365,6 +395,10 @@ def _no_layout(count, gb, rejected, shape, given, offload_layers, schedule, virt
     if set(rejected) == {"pipeline"}:
         return (f"{what} needs pipeline stages, and no layout of {gpus}{with_pinned} leaves room for "
                 f"them; leave it out, or give degrees that do")
+    if "chunks" in rejected and "experts" not in rejected and not virtual_stages:
+        return (f"--schedule interleaved needs at least two layers on each pipeline stage, and no layout of "
+                f"{gpus}{with_pinned} has them (the model has {shape.layers} layers); choose fewer stages (--pp) "
+                f"or another --schedule")
     if "chunks" in rejected and "experts" not in rejected:
         return (f"virtual_stages={virtual_stages} divides the layers of no pipeline stage of a layout of "
                 f"{gpus}{with_pinned} (the model has {shape.layers} layers); choose another --virtual-stages or --pp")
@@ -375,6 +409,17 @@ def _no_layout(count, gb, rejected, shape, given, offload_layers, schedule, virt
                 "pipeline stage; change the degrees given")
     return (f"no layout of {gpus}{with_pinned}{also} exists (a pipeline has at most one stage per layer, "
             f"{shape.layers} here); change the degrees given or --count")
+
+
+def _more_memory_words(gpu: hardware.GPUSpec) -> str:
+    """Advice for a plan that does not fit: the next two GPUs of the same maker with at least 5%
+    more memory (:data:`solutions.hardware.PLANNABLE`), where there are any, or more GPUs."""
+    bigger = sorted((g for g in map(hardware.GPU_TABLE.get, hardware.PLANNABLE)
+                     if g.vendor == gpu.vendor and g.memory_bytes > 1.05 * gpu.memory_bytes),
+                    key=lambda g: g.memory_bytes)
+    if not bigger:
+        return "use more GPUs"
+    return f"use GPUs with more memory ({', '.join(f'{g.name}: {g.memory_vendor}' for g in bigger[:2])}) or more GPUs"
 
 
 def _check_expert_room(shape, count, pp, ep, etp) -> None:
@@ -523,9 +568,12 @@ def _shape(N, arch, seq_len, layers, hidden, heads, kv_heads, head_dim, ffn_hidd
     else:
         base = nearest_architecture(N)
     if {"layers", "hidden", "heads"} <= set(custom):
-        # a shape of the caller's own: GPT-style unless told otherwise; N from the shape if no model given
+        # a shape of the caller's own: GPT-style (GELU, dropout) unless told otherwise; a SwiGLU one
+        # trains without dropout, as every published SwiGLU design here does; N from the shape if
+        # no model given
         shape = steptime.Shape(custom.pop("layers"), custom.pop("hidden"), custom.pop("heads"),
-                               custom.pop("seq_len", base.seq_len), **custom)
+                               custom.pop("seq_len", base.seq_len), **custom,
+                               dropout=custom.get("mlp", "gelu") == "gelu")
         cfg = _moe_config(None, *moe_args)
         if cfg is not None:
             shape = replace(shape, moe=cfg, mlp="swiglu", dropout=False)
@@ -766,8 +814,12 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
         steptime.check_recompute_for(shape, recompute)
     if tp is not None and shape.heads % tp:
         raise ValueError(f"tp must divide the number of attention heads ({shape.heads}), got tp={tp}")
-    if cp is not None and shape.seq_len % cp:
-        raise ValueError(f"cp must divide seq_len ({shape.seq_len}), got cp={cp}")
+    if cp is not None and not _splits_sequence(shape.seq_len, 1, cp):
+        raise ValueError(f"seq_len ({shape.seq_len:,}) must be a multiple of 2 x cp: context parallelism cuts each "
+                         f"sequence into 2 x cp chunks to balance the causal mask, got cp={cp}")
+    if tp is not None and not _splits_sequence(shape.seq_len, tp, cp or 1):
+        raise ValueError(f"seq_len ({shape.seq_len:,}){f' / cp' if (cp or 1) > 1 else ''} must be a multiple of tp: "
+                         f"sequence parallelism gives each TP rank an equal slice of the sequence, got tp={tp}")
     etp = etp or 1
     if ep is not None and not shape.is_moe and ep > 1:
         raise ValueError(f"ep > 1 needs experts (--experts, or --arch naming a mixture of experts), got ep={ep}")
@@ -826,11 +878,14 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
                                                                     micro_batch=micro_batch),
                                     offload_layers, schedule, virtual_stages, etp))
     st, lay = fitting[0] if fitting else others[0]
+    unfit = len(others) + rejected.get("memory", 0)
     if fitting:
         reasons.append(f"the fastest of {_n(len(fitting), 'layout')} that fit{'s' if len(fitting) == 1 else ''} "
-                       f"({_n(len(others), 'other')} {'does' if len(others) == 1 else 'do'} not)")
+                       f"({_n(unfit, 'other')} {'does' if unfit == 1 else 'do'} not)")
     else:
-        reasons.append("no layout fits in memory: this is the one that needs the least")
+        pinned = [k for k in given if k in ("tp", "cp", "pp", "dp", "ep", "zero", "micro_batch", "recompute")]
+        reasons.append("no layout fits in memory" + (" with the settings given" if pinned else "")
+                       + ": this is the one that needs the least")
     reasons += [f"{k}={getattr(lay, k)} set by hand" for k in given if k != "schedule"]
 
     # why the other families of layouts lose: the best of each (tp, cp, pp, ep, zero) after the winner's
@@ -845,7 +900,7 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
             break
     if others:
         o = others[0]
-        losers.append(f"{_n(len(others), 'layout')} {'does' if len(others) == 1 else 'do'} not fit in "
+        losers.append(f"{_n(unfit, 'layout')} {'does' if unfit == 1 else 'do'} not fit in "
                       f"{g.usable_memory_bytes / 2**30:,.1f} GiB; the least "
                       f"hungry, {_describe(o[1])}, needs {o[0].memory_bytes / 2**30:,.1f} GiB "
                       f"({-o[0].margin_bytes / 2**30:,.2f} GiB over)")
@@ -880,12 +935,14 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
             advice.append(f"raise the ZeRO stage (now {lay.zero}) to shard more of the state over DP={lay.dp}")
         if lay.recompute != "full":
             advice.append("recompute activations (--recompute full)")
-        advice.append("use GPUs with more memory (H200: 141 GB, B300: 288 GB) or more GPUs")
+        advice.append(_more_memory_words(g))
         advice.append("shorten the sequence or shard it (context parallelism, --cp)")
     exposed = sum(v for k, v in st.breakdown_s.items() if k not in ("compute", "bubble"))
     if exposed > 0.25 * st.breakdown_s["compute"]:
         advice.append("exposed communication is over a quarter of compute: overlap it (--overlap), grow the "
-                      "micro-batch or the batch, keep TP and EP inside a scale-up domain, or use ZeRO-1 instead of ZeRO-3")
+                      "micro-batch or the batch, " + ("keep TP and EP inside a scale-up domain, or use ZeRO-1 instead "
+                                                      f"of ZeRO-{lay.zero}" if lay.zero >= 2 else
+                                                      "or keep TP and EP inside a scale-up domain"))
     if lay.pp > 1 and st.breakdown_s["bubble"] > 0.1 * st.step_s:
         advice.append(f"the pipeline bubble is {st.breakdown_s['bubble'] / st.step_s:.0%} of the step: more "
                       "micro-batches per step, or interleaved stages (--virtual-stages)")
@@ -990,7 +1047,7 @@ def format_plan(plan: Plan) -> str:
     ep = f" (EP{lay.ep} x ETP{lay.etp} folded into TP x CP x DP{dispatch})" if lay.ep * lay.etp > 1 else ""
     lines += ["== layout",
               f"3. shape                    {plan.shape_name}: {_n(sh.layers, 'layer')}, d_model {sh.hidden:,}, {attn}, "
-              f"{sh.mlp} MLP, sequences of {sh.seq_len:,}{moe}",
+              f"{sh.mlp} MLP{', dropout' if sh.dropout else ''}, sequences of {sh.seq_len:,}{moe}",
               f"4. layout                   TP{lay.tp} x CP{lay.cp} x PP{lay.pp} x DP{lay.dp} = {plan.count:,} "
               f"{g.name}{ep}, ZeRO stage {lay.zero}, micro-batch {lay.micro_batch}, "
               f"{_recompute_words(lay.recompute)} recomputation, "
@@ -1032,15 +1089,17 @@ def format_plan(plan: Plan) -> str:
               f"the ceiling are {st.efficiency:.0%} of it, the rest memory traffic, attention and "
               f"fixed costs ({ceiling_words(plan)})",
               f"10. communication           {comm}; overlapped: {ov} (--overlap); {scale_up} at "
-              f"{steptime.network.NVLINK_EFFICIENCY:.0%} of {plan.cluster.nvlink / 1e9:,.0f} GB/s, network at "
-              f"{steptime.CALIBRATION.network:.0%} of {net_gbs:,.1f} GB/s per GPU (calibrated), a group's NICs "
+              f"{steptime.network.NVLINK_EFFICIENCY:.0%} of {plan.cluster.nvlink / 1e9:,.0f} GB/s each way, network at "
+              f"{steptime.CALIBRATION.network:.0%} of {net_gbs:,.1f} GB/s per GPU each way (calibrated), a group's NICs "
               f"summed over its members in each node",
               f"11. pipeline bubble         {_time(b['bubble'])} ({plan.bubble:.1%} of the step)",
               f"12. step                    {_time(st.step_s)}: {st.tokens_per_s:,.0f} tokens/s, "
               f"{st.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, {st.flops_per_s_per_gpu / 1e12:,.0f} TFLOP/s/GPU (model); "
               f"MFU {st.mfu:.1%} of the {peak16} peak" + (" (as torchtitan and NVIDIA report)" if peak16 == "BF16" else "")
               + (f", {st.mfu_precision:.1%} of the {plan.precision.upper()} peak" if plan.precision not in ("bf16", "fp16") else "")
-              + f"; hardware FLOPs utilisation {st.hfu:.1%} of the {peak16} peak",
+              + f"; hardware FLOPs utilisation {st.hfu:.1%} of the {peak16} peak"
+              + (f", {st.hfu * st.mfu_precision / st.mfu:.1%} of the {plan.precision.upper()} peak"
+                 if plan.precision not in ("bf16", "fp16") and st.mfu > 0 else ""),
               "== time",
               f"13. days to train           {plan.days:,.1f} days on {_n(plan.count, 'GPU')} at {plan.mfu:.1%} MFU of the {peak16} peak "
               + ("(given with --mfu) " if plan.mfu_given else "(predicted) ")
@@ -1183,7 +1242,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--head-dim", type=int, help="head size (default hidden / heads)")
     p.add_argument("--ffn-hidden", type=int)
     p.add_argument("--mlp", help="the dense MLP: gelu (two matrices, GPT's) or swiglu (three, Llama's); default: "
-                                 "the published shape's, gelu for a shape of your own")
+                                 "the published shape's, gelu for a shape of your own (with dropout, as GPT trained; "
+                                 "swiglu without)")
     p.add_argument("--vocab", type=int)
     p.add_argument("--experts", type=int, help="routed experts per MoE layer")
     p.add_argument("--top-k", type=int, help="experts per token")

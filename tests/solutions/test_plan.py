@@ -216,7 +216,12 @@ def test_json_for_a_budget():
     (["--model", "7e9", "--tokens", "1e12", "--count", "8", "--tp", "16"], "tp must be at most"),
     (["--model", "7e9", "--tokens", "1e12", "--recompute", "some"], "recompute must be one of"),
     (["--model", "7e9", "--tokens", "1e12", "--attention", "sparse"], "attention must be one of"),
-    (["--model", "7e9", "--tokens", "1e12", "--cp", "3"], "cp must divide seq_len"),
+    (["--model", "7e9", "--tokens", "1e12", "--cp", "3"], "must be a multiple of 2 x cp"),
+    (["--model", "7e9", "--tokens", "1e12", "--cp", "2", "--seq-len", "8190"], "must be a multiple of 2 x cp"),
+    (["--model", "7e9", "--tokens", "1e12", "--tp", "8", "--seq-len", "8196"], "must be a multiple of tp"),
+    (["--model", "7e9", "--tokens", "1e12", "--count", "64", "--pp", "64", "--layers", "32"],
+     "pp must be at most the model's 32 layers"),
+    (["--model", "8e9", "--tokens", "1e12", "--gpu", "V100", "--count", "64"], "for the labs only"),
     (["--model", "7e9", "--tokens", "1e12", "--global-batch", "0"], "global_batch"),
     (["--model", "7e9", "--tokens", "1e12", "--count", "8", "--global-batch", "3", "--dp", "8"],
      "no layout of 8 GPUs divides the global batch of 3 sequences with dp=8; change --global-batch, --batch-tokens, "
@@ -514,7 +519,10 @@ def test_runs_like_a_plan_on_another_gpu_put_its_precision_first():
     what, rows = p.track
     runs = {r.name: r for r in (*facts.PUBLISHED_RUNS, *facts.HELDOUT_RUNS, *facts.OTHER_STACK_RUNS)}
     fp8 = [r.name for r in runs.values() if r.arch == "Qwen3-30B-A3B" and r.precision == "fp8"]
-    assert what == "Qwen3-30B-A3B on any GPU" and 0 < len(fp8) < len(rows)
+    every = [r for r in runs.values() if r.arch == "Qwen3-30B-A3B"]
+    assert len(rows) == 6 < len(every)  # the latest six, and the line says how many it left out
+    assert what == f"Qwen3-30B-A3B on any GPU (the latest 6 of {len(every)}, preferring FP8 ones)"
+    assert 0 < len(fp8) < len(rows)
     assert [row.name for _, row in rows][-len(fp8):] == fp8
     one = plan.make_plan(arch="DeepSeek-V3", tokens=1e12, gpu="H800", count=2048, precision="fp8", tp=1, pp=16,
                          dp=128, ep=64, zero=1, micro_batch=1, recompute="none")
@@ -877,3 +885,66 @@ def test_a_shape_of_your_own_with_a_swiglu_mlp_counts_three_matrices():
     assert named.params == 7e9 and named.shape.mlp == "swiglu" and named.step.mfu < 1
     with pytest.raises(ValueError, match="counts 5.2e"):
         plan.make_plan(model=7e9, **kw)
+
+
+def test_when_nothing_fits_the_layout_named_is_the_least_hungry_of_all():
+    """A trillion parameters on eight B300s: no layout fits; the one the plan names needs no more
+    than the same GPUs with full recomputation and TP8, or any other layout tried by hand."""
+    kw = dict(model=1e12, tokens=1e12, gpu="B300", count=8)
+    p = plan.make_plan(**kw)
+    assert not p.fits and "needs the least" in " ".join(p.reasons)
+    by_hand = [plan.make_plan(**kw, recompute="full"), plan.make_plan(**kw, recompute="full", tp=8),
+               plan.make_plan(**kw, recompute="full", pp=8), plan.make_plan(**kw, recompute="full", zero=3, tp=1, pp=1)]
+    assert all(p.step.memory_bytes <= q.step.memory_bytes * (1 + 1e-12) for q in by_hand)
+    pinned = plan.make_plan(**kw, tp=1, pp=1, zero=3)
+    assert "no layout fits in memory with the settings given" in " ".join(pinned.reasons)
+
+
+def test_the_interleaved_schedule_asked_for_is_never_one_chunk_per_stage():
+    """One chunk per stage is plain 1F1B: asked for the interleaved schedule, the search keeps
+    only layouts with two chunks or more, and says so in one line where none has them."""
+    p = plan.make_plan(model=70e9, tokens=1e12, gpu="H100", count=64, tp=8, pp=4, zero=1, micro_batch=1,
+                       recompute="full", schedule="interleaved")
+    assert p.layout.schedule == "interleaved" and p.layout.virtual_stages >= 2
+    fitting, others = plan.search_layouts(p.shape, p.cluster, 64, p.global_batch, tp=8, pp=4, zero=1,
+                                          micro_batch=1, recompute="full", schedule="interleaved")
+    assert fitting and all(lay.schedule == "interleaved" and lay.virtual_stages >= 2
+                           for _, lay in (*fitting, *others))
+    with pytest.raises(ValueError, match="needs at least two layers on each pipeline stage"):
+        plan.make_plan(model=7e9, layers=32, tokens=1e12, gpu="H100", count=64, pp=32, schedule="interleaved")
+
+
+def test_a_dense_swiglu_shape_given_by_flags_is_the_named_one():
+    """Llama 3 8B's shape typed out flag by flag plans as the named architecture does (no
+    dropout in a SwiGLU design); a GELU shape of one's own keeps GPT's dropout, and says so."""
+    common = dict(tokens=1e12, gpu="H100", count=64, tp=2, pp=1, zero=1, micro_batch=1, recompute="none")
+    named = plan.make_plan(arch="Llama 3 8B", **common)
+    typed = plan.make_plan(layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, mlp="swiglu",
+                           vocab=128_000, seq_len=8192, **common)
+    assert not typed.shape.dropout
+    assert typed.step.activation_bytes == pytest.approx(named.step.activation_bytes, rel=1e-9)
+    gpt = plan.make_plan(layers=32, hidden=4096, heads=32, **common)
+    assert gpt.shape.dropout and "gelu MLP, dropout," in plan.format_plan(gpt)
+
+
+def test_advice_names_only_what_would_change_the_plan():
+    """Out of memory on a B300 there is no bigger GPU of its maker to suggest; on an H100 there is.
+    The ZeRO-1 suggestion appears only where the plan uses ZeRO-2 or 3."""
+    big = plan.make_plan(model=1e12, tokens=1e12, gpu="B300", count=8)
+    assert "use more GPUs" in big.advice and not any("B300: 288 GB" in a for a in big.advice)
+    h100 = plan.make_plan(model=1e12, tokens=1e12, gpu="H100", count=8)
+    assert any(a.startswith("use GPUs with more memory (H100 NVL") for a in h100.advice)
+    for zero in (1, 3):
+        p = plan.make_plan(arch="DeepSeek-V3", tokens=14.8e12, gpu="H800", count=2048, precision="fp8", ep=64,
+                           zero=zero, tp=1, pp=16, micro_batch=1, recompute="none")
+        comm = [a for a in p.advice if a.startswith("exposed communication")]
+        assert all(("instead of ZeRO-" in a) == (zero >= 2) for a in comm)
+
+
+def test_hardware_utilisation_is_also_given_against_the_low_precision_peak():
+    p = plan.make_plan(model=70e9, tokens=1e12, gpu="GB300", count=64, arch="Llama 3 70B", tp=1, pp=4,
+                       precision="nvfp4")
+    line = next(x for x in plan.format_plan(p).splitlines() if x.startswith("12."))
+    hfu_fp4 = p.step.hfu * p.step.mfu_precision / p.step.mfu
+    assert 0 < hfu_fp4 < 1 and f"hardware FLOPs utilisation {p.step.hfu:.1%} of the BF16 peak, " \
+                                f"{hfu_fp4:.1%} of the NVFP4 peak" in line
