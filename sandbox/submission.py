@@ -198,10 +198,23 @@ TOKEN = re.compile(
     r"|#[^\n]*|\w+|[^\s\w]")
 
 
+#: A physical line of Python source as the tokenizer counts them: ended by a line feed, a
+#: carriage return or both only (``str.splitlines`` also breaks at a form feed, ``\x85`` or
+#: U+2028, which Python reads as whitespace or as part of a string; the line numbers of the AST
+#: would then point at the wrong text).
+PYTHON_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+def python_lines(text: str) -> list:
+    """``text`` cut into lines, ends kept, numbered as ``ast`` numbers them."""
+    return PYTHON_LINE.findall(text)
+
+
 def code_too_large(code: str) -> str | None:
     """Why ``code`` is too large to parse (lines, tokens), or None. Checked before parsing:
-    the AST of 20 MB of dense code would take about 10 GB."""
-    lines = code.count("\n") + 1
+    the AST of 20 MB of dense code would take about 10 GB. Lines as Python counts them (a
+    carriage return alone ends one too)."""
+    lines = code.count("\n") + code.count("\r") - code.count("\r\n") + 1
     if lines > MAX_LINES:
         return f"it has {lines:,} lines, more than the {MAX_LINES:,} the grader reads"
     tokens = TOKEN.subn("", code, count=MAX_TOKENS + 1)[1]
@@ -235,7 +248,7 @@ def units_from_python(text: str, filename: str, assignment: bool = False) -> tup
         return [], f"it has a syntax error ({where}{exc.msg}), so none of it could run"
     except (ValueError, RecursionError, MemoryError) as exc:
         return [], f"it could not be parsed as Python ({type(exc).__name__})"
-    lines = text.splitlines(keepends=True)
+    lines = python_lines(text)
     units = []
     for start, end, nodes in statement_spans(tree):
         if any(_imports_tests(n) for n in nodes):
@@ -277,7 +290,7 @@ def split_imports(code: str) -> list:
     if not any(isinstance(n, imports) for n in tree.body) or any(
             isinstance(n, ast.ImportFrom) and n.module == "__future__" for n in tree.body):
         return [(1, code, frozenset(_bound_names(tree.body)))]
-    lines = code.splitlines(keepends=True)
+    lines = python_lines(code)
     pieces: list = []  # [first, last, [statements], is an import]
     for start, end, nodes in statement_spans(tree):
         alone = all(isinstance(n, imports) for n in nodes)
@@ -377,7 +390,10 @@ def bounded(units: list) -> list:
 # ----------------------------------------------------------------------------- notebooks
 
 def clean_cell(source: str) -> tuple[str | None, bool]:
-    """(Python source, whether IPython-only lines were removed); None drops the cell."""
+    """(Python source, whether IPython-only lines were removed); None drops the cell. A line
+    is IPython's (``%magic``, ``!shell``) only where it starts a logical line, as IPython
+    reads it: not inside brackets, a string or after a backslash, so that ``!= 0)``
+    continuing a condition stays Python (:func:`logical_line_starts`)."""
     lines = source.split("\n")
     first = lines[0].strip() if lines else ""
     changed = False
@@ -386,13 +402,53 @@ def clean_cell(source: str) -> tuple[str | None, bool]:
         if magic not in PYTHON_CELL_MAGICS:
             return None, True
         lines[0], changed = "", True
-    for i, line in enumerate(lines):
+    for i in logical_line_starts(lines, escapes=("%", "!")):
+        line = lines[i]
         stripped = line.lstrip()
         if stripped.startswith(("%", "!")):
             indent = line[: len(line) - len(stripped)]
             lines[i] = indent + "pass" if indent else ""
             changed = True
     return "\n".join(lines), changed
+
+
+def logical_line_starts(lines: list, escapes: tuple = ()) -> list:
+    """Indices of the ``lines`` that begin a logical line of Python: outside brackets,
+    strings and backslash continuations. One pass over the text, character by character. A
+    line that begins a logical line with one of ``escapes`` (IPython's) is not scanned:
+    IPython replaces it whole."""
+    starts, depth, quote, continued = [], 0, "", False
+    for i, line in enumerate(lines):
+        if depth == 0 and not quote and not continued:
+            starts.append(i)
+            if escapes and line.lstrip().startswith(escapes):
+                continue
+        continued, j, n = False, 0, len(line)
+        while j < n:
+            c = line[j]
+            if quote:
+                if c == "\\":
+                    j += 2  # an escaped character, or a newline when the backslash ends the line
+                    continue
+                if line.startswith(quote, j):
+                    j, quote = j + len(quote), ""
+                    continue
+            elif c == "#":
+                break
+            elif c in "([{":
+                depth += 1
+            elif c in ")]}":
+                depth = max(0, depth - 1)
+            elif c in "'\"":
+                quote = line[j:j + 3] if line[j:j + 3] in ("'''", '"""') else c
+                j += len(quote)
+                continue
+            elif c == "\\" and j == n - 1:
+                continued = True
+            j += 1
+        if len(quote) == 1 and j <= n:  # a one-quote string ends with its line, unless escaped there
+            quote = ""
+    return starts
 
 
 def units_from_cells(cells, label_prefix: str = "cell", assignment: bool = False) -> tuple[list, list, set]:

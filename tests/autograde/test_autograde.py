@@ -2,6 +2,7 @@
 command line and its reports. (The hostile submissions are in test_autograde_redteam.py.)"""
 from __future__ import annotations
 
+import ast
 import csv
 import json
 import re
@@ -169,6 +170,32 @@ def test_ipython_lines_are_removed_without_moving_lines():
     assert changed and code.splitlines() == ["", "for i in range(2):", "    pass", "x = 1"]
     assert clean_cell("%%bash\necho hi")[0] is None
     assert clean_cell("%%time\nx = 1")[0] == "\nx = 1"
+
+
+def test_a_continuation_line_that_begins_with_bang_or_percent_stays_python():
+    """Only a line that starts a logical line is IPython's, as IPython reads it: black's
+    style of breaking before ``!=`` or ``%`` inside brackets, a string's lines and a backslash
+    continuation stay as they are."""
+    cell = ('assert (n\n        != 0), "n"\ns = """\n!not a shell line\n"""\nr = (7\n     % 3)\n'
+            'w = 1 + \\\n    2\n!ls\n  %time x = 1')
+    code, changed = clean_cell(cell)
+    assert changed and code.split("\n") == cell.split("\n")[:-2] + ["", "  pass"]
+    ast.parse(code.replace("  pass", "pass"))
+
+
+@pytest.mark.parametrize("odd", ["\x0c", "\x0b", "\x1c", "\x85", "\u2028", "\u2029"])
+def test_units_keep_python_line_numbers_whatever_characters_splitlines_breaks_at(odd):
+    """A form feed (an editor's page break) or U+2028 pasted into a docstring is whitespace or
+    text to Python, a line break to ``str.splitlines``: the units must still be the statements."""
+    page_break = odd if odd == "\x0c" else ""  # Python reads a form feed as whitespace, refuses the rest outside strings
+    text = ('def f():\n    """a' + odd + 'b"""\n    return 1\n' + page_break + '\n'
+            'def g():\r    return 2\r\nx = f() + g()\n')
+    units, problem = units_from_python(text, "s.py")
+    assert problem is None and [u.line for u in units] == [1, 5, 7]
+    namespace: dict = {}
+    for u in units:
+        exec(compile("\n" * (u.line - 1) + u.source, "s.py", "exec"), namespace)
+    assert namespace["x"] == 3
 
 
 def test_notebook_units_skip_plumbing_and_remember_markdown_definitions(tmp_path):

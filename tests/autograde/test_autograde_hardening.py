@@ -522,6 +522,8 @@ def test_a_reply_that_came_in_time_counts_however_late_the_grader_reads_it():
 def test_parsing_bounds_are_checked_before_parsing():
     assert code_too_large("x = 0\n" * 1000) is None
     assert "lines" in code_too_large("\n" * (MAX_LINES + 1))
+    assert "lines" in code_too_large("\r" * (MAX_LINES + 1))  # old Mac line ends: lines to Python too
+    assert code_too_large("\r\n" * (MAX_LINES - 1)) is None  # Windows line ends count once
     assert "tokens" in code_too_large("x = [" + "0," * MAX_TOKENS + "]")
     assert code_too_large('x = "' + "a b " * 2_000_000 + '"') is None  # one token
     assert yaml_aliases("a: &x [1]\nb: [*x, *x]\n")
