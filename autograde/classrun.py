@@ -45,7 +45,7 @@ EXERCISES_STEM = "09-exercises"
 #: The functions a submission defines, one per exercise (the registry, grading.EXERCISES).
 FUNCTIONS = tuple(e.function for e in EXERCISES)
 MAX_DEPTH = 12  # folders deeper than this are not looked into (a class has two or three levels)
-MAX_ENTRIES = 100_000  # directory entries looked at in one class folder
+MAX_ENTRIES = 100_000  # directory entries looked at in a class folder, and under each student's folder
 MAX_CANDIDATES = 12  # a student's gradable files parsed to pick one; the rest are listed
 
 CANVAS_FILE = re.compile(r"^(?P<slug>[^_]+?)(?P<late>_LATE)?_(?P<uid>\d+)_(?P<sub>\d+)_(?P<file>.+)$")
@@ -73,14 +73,23 @@ def is_notebook_markdown(path: Path) -> bool:
     return head.startswith("---") and "jupytext" in head.split("---", 2)[1]
 
 
-def walk(folder: Path, max_depth: int = MAX_DEPTH):
+def walk(folder: Path, max_depth: int = MAX_DEPTH, cut: list | None = None):
     """Every regular file under ``folder`` (not following links; hidden entries,
     ``__pycache__`` and ``.ipynb_checkpoints`` skipped), in name order, with a stack instead
-    of recursion, at most ``max_depth`` folders deep and :data:`MAX_ENTRIES` entries."""
-    stack, seen = [(Path(folder), 0)], 0
+    of recursion, at most ``max_depth`` folders deep. At most :data:`MAX_ENTRIES` entries are
+    looked at in ``folder`` itself and as many under each folder in it (each student's, in a
+    class folder): one student's virtual environment costs that student, not the classmates
+    after them. A folder's files come before its subfolders'. ``cut``, a list if given,
+    receives the folders whose budget ran out (``folder`` itself where its own did)."""
+    root = Path(folder)
+    stack = [(root, 0, root)]  # (folder, depth, whose budget: root, or the folder in it)
+    seen: dict = {}
+    stopped: set = set()
     found = []
     while stack:
-        here, depth = stack.pop()
+        here, depth, budget = stack.pop()
+        if budget in stopped:
+            continue
         try:
             with os.scandir(here) as entries:
                 items = sorted(entries, key=lambda e: e.name)
@@ -88,9 +97,12 @@ def walk(folder: Path, max_depth: int = MAX_DEPTH):
             continue  # unreadable, or a name too long: nothing a student can be graded on
         folders = []
         for entry in items:
-            seen += 1
-            if seen > MAX_ENTRIES:
-                return found
+            seen[budget] = seen.get(budget, 0) + 1
+            if seen[budget] > MAX_ENTRIES:
+                stopped.add(budget)
+                if cut is not None:
+                    cut.append(budget)
+                break
             if entry.name.startswith(".") or entry.name == "__pycache__":
                 continue
             try:
@@ -102,7 +114,7 @@ def walk(folder: Path, max_depth: int = MAX_DEPTH):
                     folders.append(Path(entry.path))
             elif stat.S_ISREG(mode):  # a symbolic link could point at the solutions
                 found.append(Path(entry.path))
-        stack += [(f, depth + 1) for f in reversed(folders)]
+        stack += [(f, depth + 1, f if budget == root else budget) for f in reversed(folders)]
     return sorted(found)
 
 
@@ -140,6 +152,8 @@ class Student:
     shown: str = ""  # the chosen file as reports show it (never an absolute path)
     reason: str = ""
     others: list = field(default_factory=list)  # the other files, as shown
+    #: their folder holds more than :data:`MAX_ENTRIES` entries: the rest were not looked at
+    cut_short: bool = False
 
     @property
     def sent_anything(self) -> bool:
@@ -172,7 +186,15 @@ def students_in(folder: Path) -> dict:
                     students[sid] = Student(sid, moodle.group("name") if moodle else "")
     except OSError:
         pass
-    for path in walk(folder):
+    cut: list = []
+    files = walk(folder, cut=cut)
+    if folder in cut:
+        raise ValueError(f"{display(str(folder))} has more than {MAX_ENTRIES:,} entries at its top: "
+                         "split the class into smaller folders")
+    for top in cut:  # a student's folder: what was found is graded, and their status says the rest was not looked at
+        sid = student_id_for(top / "-", folder)
+        students.setdefault(sid, Student(sid)).cut_short = True
+    for path in files:
         parts = path.relative_to(folder).parts
         sid = student_id_for(path, folder)
         student = students.setdefault(sid, Student(sid))
@@ -316,7 +338,8 @@ def unreadable_kind(name: str) -> str:
 
 
 def pick(student: Student, wanted: Wanted = EXERCISES_WANTED) -> Student:
-    """Choose the file to grade, the same way everywhere: of the gradable files, the one that
+    """Choose the file to grade, the same way everywhere: of the gradable files (the
+    :data:`MAX_CANDIDATES` newest, and those named as the hand-out), the one that
     defines the most of what is ``wanted`` (the exercises' functions, or an assignment's; not
     as stubs); ties go to the hand-out's notebook by name (``09-exercises``,
     ``a1-ring-allreduce``), then to the latest resubmission, then to the newest file.
@@ -335,7 +358,11 @@ def pick(student: Student, wanted: Wanted = EXERCISES_WANTED) -> Student:
             return 0
 
     newest_first = sorted(candidates, key=lambda c: (-mtime(c[0]), c[1]))
+    # the newest, and the hand-out's own file however old (twelve scratch files sent after it
+    # must not hide it)
     looked = newest_first[:MAX_CANDIDATES]
+    looked += [c for c in newest_first[MAX_CANDIDATES:]
+               if submitted_name(c[0]).rpartition(".")[0].lower() == wanted.stem.lower()][:MAX_CANDIDATES]
     if len(looked) == 1:
         student.chosen, student.shown = looked[0]
         student.others = _others(student)
@@ -395,6 +422,13 @@ def status(report, student: Student | None = None) -> str:
     error)``, ``not run`` (nothing in the file could run) or ``grader error``."""
     if report.grader_errors:
         return "grader error"
+    said = _status(report, student)
+    if student is not None and student.cut_short:
+        said += f" (their folder holds more than {MAX_ENTRIES:,} entries: only the first were looked at)"
+    return said
+
+
+def _status(report, student: Student | None) -> str:
     if student is not None and student.chosen is None:
         if not student.sent_anything:
             return "missing"
@@ -487,8 +521,10 @@ def read_roster(path) -> list:
             student = Student(row.get("student_id", ""), row.get("name", ""))
             target = (path.parent / row["file"]) if row.get("file") else None
             if target is not None and target.is_dir():
+                cut: list = []
                 student.files = [(p, "/".join(display(x) for x in p.relative_to(target).parts))
-                                 for p in walk(target)]
+                                 for p in walk(target, cut=cut)]
+                student.cut_short = bool(cut)
             elif target is not None and target.is_file():
                 student.files = [(target, display(target.name))]
             student.lms["file"] = row.get("file", "")

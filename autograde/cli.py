@@ -129,9 +129,14 @@ def collect(parser, args) -> list:
     for item in args.submissions:
         path = Path(item)
         if path.is_dir():
-            for sid, student in classrun.students_in(path).items():
+            try:
+                students = classrun.students_in(path)
+            except ValueError as exc:
+                parser.error(str(exc))
+            for sid, student in students.items():
                 if sid in found:
                     found[sid].files += student.files
+                    found[sid].cut_short |= student.cut_short
                 else:
                     found[sid] = student
         elif path.is_file():

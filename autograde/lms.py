@@ -30,7 +30,7 @@ from __future__ import annotations
 import csv
 import io
 
-from sandbox import textsafe
+from .reports import csv_cell
 
 CANVAS_ID_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 MOODLE_COLUMNS = ("Identifier", "Full name", "Email address", "ID number", "Grade",
@@ -57,7 +57,7 @@ def canvas_csv(rows, assignment: str, per_exercise: bool = False) -> str:
                lms.get("ID") or report.student_id,
                lms.get("SIS User ID", ""), lms.get("SIS Login ID", ""), lms.get("Section", "")]
         by_id = {e["id"]: e["score"] for e in report.exercises()}
-        writer.writerow([textsafe.csv_cell(x) for x in ids] + [_points(report.score)]
+        writer.writerow([csv_cell(x) for x in ids] + [_points(report.score)]
                         + [_points(by_id.get(e, 0.0)) for e in exercises])
     return buffer.getvalue()
 
@@ -73,7 +73,7 @@ def moodle_csv(rows, feedback: bool = True) -> str:
             f"Participant {report.student_id}" if report.student_id.isdigit() else "")
         email = lms.get("Email address") or (report.student_id if "@" in report.student_id else "")
         comment = getattr(report, "status_text", "") if feedback else ""
-        writer.writerow([textsafe.csv_cell(x) for x in (
+        writer.writerow([csv_cell(x) for x in (
             identifier, student.name if student else report.name, email, lms.get("ID number", ""))]
-            + [_points(report.score), _points(report.max_score), textsafe.csv_cell(comment)])
+            + [_points(report.score), _points(report.max_score), csv_cell(comment)])
     return buffer.getvalue()

@@ -66,6 +66,13 @@ def scrub(text: str) -> str:
     return text
 
 
+def csv_cell(value) -> str:
+    """A CSV cell a spreadsheet shows as text (:func:`sandbox.textsafe.csv_cell`), with the
+    machine's folders scrubbed first: scrubbing the finished file could otherwise uncover a
+    formula (``/home/me/=HYPERLINK(...)`` becoming ``=HYPERLINK(...)``)."""
+    return textsafe.csv_cell(scrub(str(value)))
+
+
 def write_atomically(path, text: str) -> None:
     """Write a report in one step: a reader never sees half of it, and nothing is left
     behind if writing fails. Text that is not valid UTF-8 (a lone surrogate from a file
@@ -251,10 +258,10 @@ def write_csv(path, reports) -> None:
     writer.writerow(["student_id", "name", "score", "max_score"] + exercises + ["status", "submission"])
     for r in sorted(reports, key=lambda r: r.student_id or r.submission):
         by_id = {e["id"]: e["score"] for e in r.exercises()}
-        writer.writerow([textsafe.csv_cell(r.student_id or Path(r.submission).stem),
-                         textsafe.csv_cell(r.name), fmt_points(r.score), fmt_points(r.max_score)]
+        writer.writerow([csv_cell(r.student_id or Path(r.submission).stem),
+                         csv_cell(r.name), fmt_points(r.score), fmt_points(r.max_score)]
                         + [fmt_points(by_id.get(i, 0.0)) for i in exercises]
-                        + [status(r), textsafe.csv_cell(r.submission)])
+                        + [csv_cell(status(r)), csv_cell(r.submission)])
     write_atomically(path, buffer.getvalue())
 
 
@@ -489,7 +496,7 @@ def class_report_html(reports, seed: int | None = None, pairs=None) -> str:
         out.append(f"<tr><td>{escape(who_name)}</td>"
                    f"<td>{fmt_points(r.score)}/{fmt_points(r.max_score)}</td>"
                    + "".join(f"<td>{fmt_points(by_id.get(e.id, 0.0))}</td>" for e in EXERCISES)
-                   + f"<td>{status(r)}</td></tr>")
+                   + f"<td>{escape(status(r))}</td></tr>")
     out.append("</table></div>")
     if pairs is not None:
         from .similarity import pairs_html
@@ -525,11 +532,25 @@ def feedback_markdown(report: SubmissionReport) -> str:
 
 
 def write_feedback(folder, reports) -> None:
-    """``folder/<student id>.md`` for every student (:func:`feedback_markdown`)."""
+    """``folder/<student id>.md`` for every student (:func:`feedback_markdown`). Ids that make
+    the same file name (``ann lee`` and ``ann_lee``, or ``Ann`` and ``ann`` on a file system
+    that ignores case) get the first eight hex digits of their id's SHA-256 added, so that no
+    student's feedback overwrites another's."""
+    import hashlib
+    from collections import Counter
+
     folder = Path(folder)
-    for report in reports:
-        write_atomically(folder / feedback_file_name(report.student_id or report.submission),
-                         feedback_markdown(report))
+    ids = [report.student_id or report.submission for report in reports]
+    base = [feedback_file_name(i) for i in ids]
+    clashing = {b for b, n in Counter(b.lower() for b in base).items() if n > 1}
+    used = set()
+    for report, sid, name in zip(reports, ids, base):
+        if name.lower() in clashing:
+            name = f"{name[:-3]}-{hashlib.sha256(sid.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}.md"
+        while name.lower() in used:  # the same id twice: the later one numbered
+            name = f"{name[:-3]}-again.md"
+        used.add(name.lower())
+        write_atomically(folder / name, feedback_markdown(report))
 
 
 def is_stub(report: SubmissionReport) -> bool:

