@@ -176,6 +176,8 @@ def terse_argparse_errors(parser):
     usage block: ``prog: error: MESSAGE (see prog --help)``. Returns ``parser``."""
 
     def error(message):
+        if message.endswith("expected one argument"):  # argparse takes -7e9 for an option
+            message += ", or a value that starts with '-' written as --option=VALUE"
         parser.exit(2, f"{parser.prog}: error: {message} (see {parser.prog} --help)\n")
 
     parser.error = error

@@ -222,6 +222,7 @@ def test_json_for_a_budget():
     (["--model", "7e9", "--tokens", "1e12", "--count", "64", "--pp", "64", "--layers", "32"],
      "pp must be at most the model's 32 layers"),
     (["--model", "8e9", "--tokens", "1e12", "--gpu", "V100", "--count", "64"], "for the labs only"),
+    (["--model", "-7e9", "--tokens", "1e12"], "a value that starts with '-' written as --option=VALUE"),
     (["--model", "7e9", "--tokens", "1e12", "--global-batch", "0"], "global_batch"),
     (["--model", "7e9", "--tokens", "1e12", "--count", "8", "--global-batch", "3", "--dp", "8"],
      "no layout of 8 GPUs divides the global batch of 3 sequences with dp=8; change --global-batch, --batch-tokens, "
