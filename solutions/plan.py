@@ -205,8 +205,10 @@ MICRO_BATCH_CHOICES = (1, 2, 4, 8)
 VIRTUAL_STAGE_CHOICES = (1, 2, 4, 8)
 #: The rules that turn a candidate layout away in :func:`search_layouts`: offloading every layer
 #: of a stage, a pipeline setting without stages, chunks that do not divide a stage's layers, no
-#: room for EP x ETP, and a global batch that is no whole number of micro-batches per replica
-#: (for the interleaved schedule, no multiple of the stages).
+#: room for EP x ETP, a global batch that is no whole number of micro-batches per replica (for
+#: the interleaved schedule, no multiple of the stages), a model state that alone overflows
+#: where another layout already needs less (``memory``: not predicted, and not fitting either),
+#: and a sequence that TP x CP cannot cut evenly (``sequence``).
 REJECTIONS = ("offload", "pipeline", "chunks", "experts", "batch", "memory", "sequence")
 #: How many of the fastest layouts the plan prints.
 TOP = 5
