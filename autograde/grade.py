@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from grading import EXERCISES, REGRADES
+from grading.core import handout_parameters
 from sandbox import textsafe
 from sandbox.handle import Sandbox
 from sandbox.results import SubmissionReport
@@ -165,12 +166,14 @@ def function_at(submission, message: str) -> str | None:
 
 
 def _bound(sandbox, function: str):
-    """The ``call(*args)`` a check receives: this function, in this submission's sandbox.
-    An error raised inside another of the student's functions names that function."""
+    """The ``call(*args)`` a check receives: this function, in this submission's sandbox, by
+    the hand-out's parameter names where its signature takes them. An error raised inside
+    another of the student's functions names that function."""
+    names = handout_parameters(function)
 
     def call(*args):
         try:
-            return sandbox.call(function, *args)
+            return sandbox.call(function, *args, names=names)
         except Exception as err:
             if getattr(err, "kind", None) != "raised":
                 raise

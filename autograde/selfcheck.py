@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from grading import grade_callable, load_checks
-from grading.core import EXERCISE_BY_ID, local_call, missing_call
+from grading.core import EXERCISE_BY_ID, handout_parameters, local_call, missing_call
 from grading.report import fmt_points, format_report, score
 
 #: Seconds per test: the grader's default (``python -m autograde --timeout``).
@@ -267,7 +267,7 @@ def self_check(exercise_id: str, namespace_or_function: Any, *, timeout: float =
         found = function if other == exercise.function else (
             _resolve(other, namespace_or_function) if isinstance(namespace_or_function, Mapping)
             else getattr(function, "__globals__", {}).get(other))
-        return local_call(found) if callable(found) else missing_call(other)
+        return local_call(found, handout_parameters(other)) if callable(found) else missing_call(other)
 
     results = grade_callable(lookup, checks)
     print(f"(Checked in this Python process, not in the grader's sandbox: the grader allows "

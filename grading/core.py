@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from sandbox.confined.calling import call_by_names
 from sandbox.plain import NotPlainData, SubmissionError, to_plain
 from sandbox.results import Check, Part, Result  # noqa: F401 (the checks' vocabulary, re-exported)
 
@@ -96,15 +97,35 @@ def _raised_inside(exc: BaseException, function) -> str | None:
     return inside if inside and inside != getattr(function, "__name__", None) else None
 
 
-def local_call(function: Callable[..., Any]) -> Callable[..., Any]:
-    """A ``call`` that runs ``function`` in this process (no sandbox, no timeout).
+def handout_parameters(function: str) -> tuple | None:
+    """The parameter names the hand-out gives an exercise's ``function``: those of its
+    reference in ``solutions/`` (:attr:`Exercise.reference`; the student release keeps the
+    signature of what it stubs). None for a function that is no exercise's, or where
+    ``solutions/`` cannot be imported (then the function is called by position)."""
+    import importlib
+    import inspect
+
+    exercise = next((e for e in EXERCISES if e.function == function), None)
+    if exercise is None:
+        return None
+    try:
+        module = importlib.import_module(exercise.reference.removesuffix(".py").replace("/", "."))
+        return tuple(inspect.signature(getattr(module, function)).parameters)
+    except (ImportError, AttributeError, ValueError, TypeError):  # no solutions/ here: by position
+        return None
+
+
+def local_call(function: Callable[..., Any], names=None) -> Callable[..., Any]:
+    """A ``call`` that runs ``function`` in this process (no sandbox, no timeout), by the
+    hand-out's parameter ``names`` where its signature takes them, as the sandbox calls it
+    (:func:`sandbox.confined.calling.call_by_names`).
 
     Used by the notebook's self-check and by the grading tests against the reference.
     """
 
     def call(*args):
         try:
-            value = function(*to_student_args(args))
+            value = call_by_names(function, to_student_args(args), names)
         except Exception as exc:  # the student's code may raise anything
             text = describe_exception(exc)
             inside = _raised_inside(exc, function)

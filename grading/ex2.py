@@ -14,7 +14,7 @@ import math
 
 from .core import Regrade, Result, SubmissionError
 from .framework import (
-    attempt, collect, fmt_call, fmt_pair, fmt_value, gate, keep_answer, make_check, other_call, pattern, recognise_derived, same, values_match, with_why,
+    REL_TOL, attempt, collect, fmt_call, fmt_pair, fmt_value, gate, keep_answer, make_check, other_call, pattern, recognise_derived, same, values_match, with_why,
 )
 
 EXERCISE = "ex2"
@@ -56,6 +56,16 @@ def logspace(start: float, stop: float, num: int) -> list:
 def _grid_points(C: float, ratios) -> tuple:
     Ns = [math.sqrt(C / (6 * r)) for r in ratios]
     return Ns, [r * N for r, N in zip(ratios, Ns)]
+
+
+def _best_ratio(C: float, ratios) -> float:
+    """The ratio of ``ratios`` whose grid point has the least loss under the exercise's
+    :data:`EXERCISE_LOSS` (the first of equals, as a loop that keeps a point only when its
+    loss is lower finds it)."""
+    E, A, B, alpha, beta = EXERCISE_LOSS
+    Ns, Ds = _grid_points(C, ratios)
+    losses = [E + A / N**alpha + B / D**beta for N, D in zip(Ns, Ds)]
+    return ratios[losses.index(min(losses))]
 
 
 def _student_losses(loss_call, Ns, Ds):
@@ -282,9 +292,12 @@ def judge_on_budget(call, probes) -> Result:
         factor = 6 * N * D / C
         if not same(factor, 1.0):
             why = recognise_derived(factor, [probe], _budget_factor(C), 1.0)
+            times = (f"{factor:.4g} * C" if abs(factor - 1) >= 1e-3 else
+                     f"C * (1 {factor - 1:+.1e}), off by a relative {abs(factor - 1):.1e} where the grader "
+                     f"allows {REL_TOL:.0e} (did you round N or D?)")
             return Result(False, with_why(
                 f"{where} returned N = {fmt_value(N)} and D = {fmt_value(D)}, so "
-                f"6*N*D = {factor:.4g} * C; the allocation must spend exactly the budget, "
+                f"6*N*D = {times}; the allocation must spend exactly the budget, "
                 "6*N*D = C.", why, HINT))
         if not same(D / N, r):
             return Result(False, f"{where} returned ratio {fmt_value(r)} but D/N = "
@@ -360,7 +373,8 @@ def judge_values(call, probes) -> Result:
             return Result(False, result.feedback + "\nYou returned the last ratio of the list: "
                                                    "keep a point only when its loss is lower.")
         if (type(value) is list and len(value) == 4 and len(probe.args) > 1 and "Why:" not in result.feedback
-                and len(probe.args[1]) > 1 and same(expected[2], probe.args[1][-1])):
+                and len(probe.args[1]) > 1 and same(expected[2], probe.args[1][-1])
+                and same(value[2], _best_ratio(probe.args[0], probe.args[1][:-1]))):
             pattern(FUNCTION, "ex2_skips_last_ratio")
             return Result(False, result.feedback + "\nThe best ratio is the last one in the "
                                                    "list: does your loop reach the last ratio?")

@@ -9,7 +9,7 @@ import random
 
 from .core import Result
 from .framework import (
-    collect, fmt_call, fmt_pair, gate, make_check, recognise, same, values_match, with_why,
+    attempt, collect, fmt_call, fmt_pair, gate, make_check, recognise, same, values_match, with_why,
 )
 
 EXERCISE = "ex3"
@@ -19,6 +19,21 @@ STRATEGIES = ("dp",) + SHARDED
 
 HINT_BYTES = ("on one GPU every strategy holds the full model state: 12 bytes per parameter "
               "(2 bf16 weights + 2 bf16 gradients + 8 fp32 Adam moments), returned in bytes.")
+
+
+UNKNOWN_HINT = "check `strategy` and raise ValueError('strategy must be one of ...') for anything else."
+
+
+def judge_unknown_strategy(call, probes) -> Result:
+    """An unknown strategy raises ValueError. A NotImplementedError there is "not implemented
+    yet" only where the function is still the stub: where it answers for a known strategy,
+    that NotImplementedError is the wrong exception, and the feedback says so."""
+    result = values_match(FUNCTION, probes, call, UNKNOWN_HINT, ok_text="An unknown strategy raises ValueError.")
+    if result.passed or not result.not_implemented or "value" not in attempt(call, [7e9, "dp", 8]):
+        return result
+    return Result(False, f"{fmt_call(FUNCTION, probes[0].args)} raised NotImplementedError, although "
+                         f"`{FUNCTION}` is implemented: an unknown strategy should raise ValueError. "
+                         f"Hint: {UNKNOWN_HINT}")
 
 
 def judge_same_as_first(what: str):
@@ -101,12 +116,7 @@ def public_checks():
                    [[n, s, g] for n, g in ((7e9, 8), (7e10, 1024)) for s in ("fsdp", "dp")],
                    judge_fsdp_vs_dp, description="FSDP x GPUs == DP"),
         make_check(EXERCISE, "ex3_unknown_strategy", 4, FUNCTION,
-                   [[7e9, "zero", 8], [7e9, "expert", 8]],
-                   lambda call, probes: values_match(
-                       FUNCTION, probes, call,
-                       "check `strategy` and raise ValueError('strategy must be one of ...') "
-                       "for anything else.",
-                       ok_text="An unknown strategy raises ValueError."),
+                   [[7e9, "zero", 8], [7e9, "expert", 8]], judge_unknown_strategy,
                    description="an unknown strategy raises ValueError"),
     ]
 

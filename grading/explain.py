@@ -48,9 +48,10 @@ WHY = {
         "your answer is the exact (continuous) optimum, but the exercise asks for the best "
         "point of the grid `ratios` by brute force: the returned ratio must be one of them."),
     "ex2_wrong_loss_constants": (
-        "your search is right, but the losses come from a chinchilla_loss with the paper's "
-        "rounded constants (A = 406.4, B = 410.7). Fix Exercise 1 first: compute_optimal "
-        "must use the exercise's chinchilla_loss."),
+        "your search is right, but its losses come from a loss with the paper's rounded "
+        "constants (A = 406.4, B = 410.7), not the exercise's (A = 406.0, B = 410.0): "
+        "compute_optimal must call Exercise 1's chinchilla_loss, not a copy of its own, and "
+        "that function must use the exercise's constants."),
     # Exercise 3
     "ex3_zero_16_bytes": (
         "you count 16 bytes per parameter, ZeRO's convention (it adds an fp32 master copy of "

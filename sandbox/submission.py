@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -361,6 +362,48 @@ def _imports_tests(node) -> bool:
     return False
 
 
+#: What a student's answer may import in the sandbox: numpy and the standard library.
+_SANDBOX_IMPORTS = frozenset(sys.stdlib_module_names) | {"numpy"}
+
+
+def _an_answer(node) -> bool:
+    """Whether a statement of a cell that also sets up the self-check is the student's answer
+    rather than the set-up: a function or class, an import of numpy or the standard library,
+    or a name given a literal value (``E, A = 1.69, 406.0``)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return True
+    if isinstance(node, ast.Import):
+        return all(a.name.split(".")[0] in _SANDBOX_IMPORTS for a in node.names)
+    if isinstance(node, ast.ImportFrom):
+        return node.level == 0 and bool(node.module) and node.module.split(".")[0] in _SANDBOX_IMPORTS
+    if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+        try:
+            ast.literal_eval(node.value)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return False
+        return True
+    return False
+
+
+def answers_only(code: str) -> str | None:
+    """A cell that sets up the self-check (:data:`COURSE_PLUMBING`) with only the student's
+    answer left (:func:`_an_answer`; the rest blanked line for line, so that line numbers
+    hold), or None where nothing is left or the cell does not parse: a student who wrote a
+    function in the same cell as the self-check's import keeps the function."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    lines = code.split("\n")
+    kept = False
+    for start, end, nodes in statement_spans(tree):
+        if all(_an_answer(n) for n in nodes):
+            kept = True
+        else:
+            lines[start - 1:end] = [""] * (end - start + 1)
+    return "\n".join(lines) if kept else None
+
+
 def bounded(units: list) -> list:
     """At most :data:`MAX_UNITS` units: consecutive ones merged into equal groups. Lines of
     a ``.py`` keep their numbers; merged cells are labelled "cells 5-9"."""
@@ -452,11 +495,12 @@ def logical_line_starts(lines: list, escapes: tuple = ()) -> list:
 
 
 def units_from_cells(cells, label_prefix: str = "cell", assignment: bool = False) -> tuple[list, list, set]:
-    """Units of a notebook's code cells. The exercises drop a cell that sets up the
-    self-check whole (:data:`COURSE_PLUMBING`); an assignment (``assignment``) drops only
-    its self-check statements (:func:`strip_self_check`)."""
+    """Units of a notebook's code cells. The exercises drop the statements of a cell that
+    sets up the self-check (:data:`COURSE_PLUMBING`) except the student's answer written in it
+    (:func:`answers_only`); an assignment (``assignment``) drops only its self-check
+    statements (:func:`strip_self_check`)."""
     units, notes, markdown_defs = [], [], set()
-    dropped_checks = dropped_other = cleaned = 0
+    dropped_checks = dropped_other = cleaned = kept_answers = 0
     for number, cell in enumerate(cells, start=1):
         if not isinstance(cell, dict):
             continue
@@ -468,13 +512,17 @@ def units_from_cells(cells, label_prefix: str = "cell", assignment: bool = False
         if cell.get("cell_type") != "code":
             markdown_defs |= set(DEF_LINE.findall(source))
             continue
-        if not assignment and COURSE_PLUMBING.search(source):
-            dropped_checks += 1
-            continue
+        plumbing = not assignment and COURSE_PLUMBING.search(source) is not None
         code, changed = clean_cell(source)
         if code is None:
             dropped_other += 1
             continue
+        if plumbing:  # the self-check's set-up goes; an answer written in the same cell stays
+            dropped_checks += 1
+            code = answers_only(code)
+            if code is None:
+                continue
+            kept_answers += bool(DEF_LINE.search(code))
         if assignment:
             code, stripped = strip_self_check(code)
             dropped_checks += stripped
@@ -486,7 +534,9 @@ def units_from_cells(cells, label_prefix: str = "cell", assignment: bool = False
             units.append(Unit(len(units), label, label, piece, defines, line=line))
     if dropped_checks:
         notes.append(f"{_cells(dropped_checks)} that set up the self-check {_were(dropped_checks)} skipped "
-                     "(the grader runs its own checks)")
+                     "(the grader runs its own checks)"
+                     + (f"; the functions defined in {_cells(kept_answers)} of them were kept"
+                        if kept_answers else ""))
     if dropped_other:
         notes.append(f"{_cells(dropped_other)} in another language (%%bash, ...) {_were(dropped_other)} skipped")
     if cleaned:

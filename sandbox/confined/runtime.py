@@ -16,6 +16,7 @@ import sys
 import traceback
 import types
 
+from .calling import call_by_names
 from .frames import read_frame, write_frame
 from .isolation import WALLS
 
@@ -187,7 +188,9 @@ def serve(runtime, job, mode: str) -> None:
             else:
                 try:
                     args = [to_argument(a, np) for a in request["args"]]
-                    value = function(*args)
+                    names = request.get("names")
+                    value = call_by_names(function, args, names if isinstance(names, list)
+                                          and all(isinstance(n, str) for n in names) else None)
                 except BaseException as exc:
                     reply.update(ok=False, **describe(exc, filenames))
                 else:

@@ -25,6 +25,7 @@ from autograde.grade import grade_submission
 from sandbox.handle import COURSE_ROOT, Sandbox, readable_by_others
 from sandbox.submission import clean_cell, read_submission, units_from_python
 from grading import EXERCISES, SubmissionError, load_checks
+from grading.core import handout_parameters
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "tests" / "redteam" / "reference_submission.py"
@@ -196,6 +197,24 @@ def test_units_keep_python_line_numbers_whatever_characters_splitlines_breaks_at
     for u in units:
         exec(compile("\n" * (u.line - 1) + u.source, "s.py", "exec"), namespace)
     assert namespace["x"] == 3
+
+
+def test_an_answer_written_in_the_self_checks_cell_is_kept():
+    """A student who merged cells: the function (and the numpy import, and the constants)
+    written beside the self-check's import and call stay; the set-up itself goes, line for line."""
+    from sandbox.submission import units_from_cells
+
+    cell = ("import numpy as np\nfrom autograde.selfcheck import self_check\n"
+            "E, A, B, ALPHA, BETA = 1.69, 406.0, 410.0, 0.34, 0.28\n"
+            "def chinchilla_loss(N, D):\n    return E + A / N**ALPHA + B / D**BETA\n"
+            "self_check('ex1', chinchilla_loss)\n")
+    units, notes, _ = units_from_cells([{"cell_type": "code", "source": cell}])
+    assert [u.line for u in units] == [1, 3] and "self_check" not in "".join(u.source for u in units)
+    assert {"np", "chinchilla_loss", "E"} <= set().union(*(u.defines for u in units))
+    assert "the functions defined in 1 cell of them were kept" in notes[0]
+    plumbing_only = units_from_cells([{"cell_type": "code", "source": "from grading import load_checks\n"
+                                                                       "public = load_checks()\n"}])
+    assert plumbing_only[0] == [] and "were kept" not in plumbing_only[1][0]
 
 
 def test_notebook_units_skip_plumbing_and_remember_markdown_definitions(tmp_path):
@@ -398,6 +417,48 @@ def test_the_reference_scores_full_marks_as_py_notebook_and_markdown(checks):
         assert report.score == report.max_score == 100, (path, report.problems)
         assert not report.grader_errors
         assert not report.problems, (path, report.problems)  # every cell ran, the plots too
+
+
+REORDERED = """
+
+def communication_time_per_step(model_params, num_layers, seq_len, batch_size, d_model,
+                                bandwidth_tb_s, dp_rank=None, tp_rank=None):
+    return (4 * model_params + 4 * num_layers * batch_size * seq_len * d_model) / (bandwidth_tb_s * 1e12)
+"""
+
+
+def test_the_hand_outs_names_in_another_order_are_called_by_name(tmp_path, checks):
+    """The hand-out says the grader calls Exercise 4(a)'s function by its parameter names: a
+    student who kept every name but wrote them in another order gets full marks, in the
+    sandbox and in the notebook's self-check alike; renamed parameters still get the
+    arguments in the hand-out's order."""
+    from grading import grade_callable
+    from grading.core import local_call
+
+    path = tmp_path / "reordered.py"
+    path.write_text(REFERENCE.read_text() + REORDERED)
+    report = grade_submission(path, checks)
+    assert report.score == report.max_score == 100, report.problems
+    namespace: dict = {}
+    exec(REORDERED, namespace)
+    ex4 = [c for c in checks if c.exercise == "ex4"]
+    results = grade_callable(lambda name: local_call(namespace[name], handout_parameters(name)), ex4)
+    assert all(r.passed for _, r in results)
+    renamed = {}
+    exec("def chinchilla_loss(n, d):\n    return 1.69 + 406.0 / n**0.34 + 410.0 / d**0.28\n", renamed)
+    assert local_call(renamed["chinchilla_loss"], handout_parameters("chinchilla_loss"))(1e9, 2e10) == \
+        pytest.approx(1.69 + 406.0 / 1e9**0.34 + 410.0 / 2e10**0.28, rel=1e-12)
+
+
+def test_the_hand_outs_signatures_are_the_references():
+    """The names the grader calls by (the reference's signature in solutions/) are the ones
+    the hand-out's stubs show."""
+    text = (ROOT / "chapters" / "09-exercises.md").read_text()
+    for exercise in EXERCISES:
+        start = text.index(f"def {exercise.function}(")
+        header = text[start:text.index("):", start) + 2]
+        tree = ast.parse(header + "\n    pass\n")
+        assert tuple(a.arg for a in tree.body[0].args.args) == handout_parameters(exercise.function)
 
 
 def test_the_student_notebook_scores_zero_with_a_message_per_exercise(tmp_path, checks):

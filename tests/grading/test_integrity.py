@@ -3,6 +3,7 @@ one slip costing one exercise, and hidden inputs that differ from student to stu
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -176,3 +177,47 @@ def test_the_class_days_other_mistakes_are_classified_too(answer, pattern):
     results = _grade(functions, 0, pattern[:3])
     assert pattern in {r.mistake for _, r in results if not r.passed}, \
         [(c.name, r.mistake, r.feedback) for c, r in results if not r.passed]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_last_ratio_is_blamed_only_on_an_answer_that_skipped_it(seed):
+    """A search whose loss swaps N and D, or which returns the four numbers in another order,
+    reaches every ratio: the feedback must not say it skipped the last one."""
+    import numpy as np
+
+    def swapped(C, ratios=None):
+        rs = np.logspace(-1, 3.3, 200) if ratios is None else np.asarray(ratios, dtype=float)
+        N = np.sqrt(C / (6 * rs))
+        losses = independent.chinchilla_loss(rs * N, N)  # N and D swapped
+        i = int(np.argmin(losses))
+        return float(N[i]), float(rs[i] * N[i]), float(rs[i]), float(losses[i])
+
+    functions = dict(independent.FUNCTIONS, compute_optimal=swapped)
+    failed = [(c.name, r) for c, r in _grade(functions, seed, "ex2") if not r.passed]
+    assert failed and not any(r.mistake == "ex2_skips_last_ratio" or "reach the last ratio" in r.feedback
+                              for _, r in failed), [(n, r.feedback) for n, r in failed]
+
+
+def test_a_not_implemented_error_for_an_unknown_strategy_is_named_as_the_wrong_exception():
+    def memory_per_gpu(model_params, strategy, num_gpus):
+        if strategy not in ("dp", "tp", "pp", "fsdp"):
+            raise NotImplementedError(f"unknown strategy {strategy!r}")
+        return 12.0 * model_params / (1 if strategy == "dp" else num_gpus)
+
+    functions = dict(independent.FUNCTIONS, memory_per_gpu=memory_per_gpu)
+    (result,) = [r for c, r in _grade(functions, 0, "ex3") if c.name == "ex3_unknown_strategy"]
+    assert not result.passed and not result.not_implemented
+    assert "should raise ValueError" in result.feedback and "Not implemented yet" not in result.feedback
+    stub = dict(independent.FUNCTIONS, memory_per_gpu=lambda *a: (_ for _ in ()).throw(NotImplementedError()))
+    (still_a_stub,) = [r for c, r in _grade(stub, 0, "ex3") if c.name == "ex3_unknown_strategy"]
+    assert still_a_stub.not_implemented
+
+
+def test_the_hand_out_states_the_tolerance_the_grader_applies():
+    from grading.framework import REL_TOL
+
+    text = (Path(__file__).resolve().parents[2] / "chapters" / "09-exercises.md").read_text()
+    import re
+
+    stated = re.search(r"relative\s+tolerance of `([^`]+)`", text)
+    assert stated and float(stated.group(1)) == REL_TOL
