@@ -11,7 +11,10 @@ sends, are part (b), :mod:`grading.ex4b`, not this estimate.)
 
 One answer mixes volume and unit conversion multiplicatively, so the volume checks and the
 bandwidth check split the blame: a factor that is a plain unit slip (1000, 8, 1e12, 1/1000)
-is charged to the bandwidth check only, any other factor to the volume checks only.
+is charged to the bandwidth check only, and a known volume slip (:mod:`grading.mistakes`) to
+the volume checks only. Any other factor fails the volume checks and the bandwidth check
+too: the bandwidth check pays only times that are right (within ``PROPERTY_GATE_REL``) or
+off by a known slip, so that a function that only scales as 1 / bandwidth earns nothing.
 """
 from __future__ import annotations
 
