@@ -125,6 +125,11 @@ def judge_axis(axis: int, what: str, ok_text: str):
         g, e = fmt_pair(got[i], right[i])
         text = (f"{fmt_call(FUNCTION, probes[i].args)}: your {AXES[axis]} time is {g} s; "
                 f"expected {e} s. {what}")
+        if right[i] != 0:
+            ratio = got[i] / right[i]
+            text += f" That is {ratio:.4g} times the expected value" + (
+                " (2^30 / 1e9: a gibibyte where the exercise's GB is 1e9 bytes)."
+                if same(ratio, 1e9 / 2**30, 1e-6) or same(ratio, 2**30 / 1e9, 1e-6) else ".")
         return Result(False, with_why(text, _recognise_axis(values, probes, axis), HINT))
     return judge
 

@@ -221,3 +221,14 @@ def test_the_hand_out_states_the_tolerance_the_grader_applies():
 
     stated = re.search(r"relative\s+tolerance of `([^`]+)`", text)
     assert stated and float(stated.group(1)) == REL_TOL
+
+
+def test_exercise_4b_names_a_gibibyte_slip_and_the_factor_of_any_other():
+    ref = independent.FUNCTIONS["communication_time_per_step_by_axis"]
+
+    def gibibytes(*args):
+        return [t * 1e9 / 2**30 for t in ref(*args)]
+
+    functions = dict(independent.FUNCTIONS, communication_time_per_step_by_axis=gibibytes)
+    failed = [r.feedback for c, r in _grade(functions, 0, "ex4b") if not r.passed]
+    assert any("a gibibyte where the exercise's GB is 1e9 bytes" in f for f in failed), failed
