@@ -70,7 +70,8 @@ LAB = "expert_parallel"
 #: layer, fp32: the same products, the expert weights' gradients summed in another order.
 TOLERANCE = 1e-5
 #: How far a measured step time may lie from the prediction, relative. Lab 7 holds its CPU
-#: predictions to a median error of 40%; here one layer is timed, on a machine others share.
+#: predictions to a median miss of 40% (a factor either way, less one); here one layer is timed, on a
+#: machine others share.
 TIME_BOUND = 0.5
 #: ``--pace auto`` on CPU: pad each expert's forward pass to 40 us per token copy (its backward
 #: to twice that). A rank that sleeps out its padding needs no core, so the step time measures

@@ -52,8 +52,13 @@ LAB = "predict_vs_measure"
 #: The runs that set ``w0`` and ``c`` (:func:`solutions.steptime.calibrate_cpu`): those of one
 #: process, which compute and do not communicate. Every parallel run is held out.
 CALIBRATION_STRATEGY = "one"
-#: What the model promises on the held-out runs (relative error of the step time), asserted on
-#: the stored reference by ``tests/labs/test_steptime_cpu.py`` and checked run by run by the lab.
+#: What the model promises on the held-out runs, asserted on the stored reference by
+#: ``tests/labs/test_steptime_cpu.py`` and checked by every run of the lab: how far off each
+#: predicted step time is, as a factor either way less one (:func:`miss`: a prediction too fast
+#: and one too slow by the same factor count alike), at most ``worst`` on every run and
+#: ``median`` at the median. (The figures below were taken, until December 2026, as the signed
+#: error predicted / measured - 1, whose size understates a prediction that is too fast; the
+#: stored reference's worst, tp d32 b2, is -37% that way and 59% as a miss.)
 #: Until FSDP2's own work and gloo's own collectives were measured, FSDP rows came out 1.5-3x
 #: too fast on a 2-core AMD EPYC (the others within 6% there when it was quiet). With them,
 #: four full measurements on a 2-core EPYC shared with other work (load average 5 to 8, the
@@ -72,7 +77,7 @@ CPU_BOUNDS = {"median": 0.40, "worst": 0.85}
 REFERENCE = launch.REPO_ROOT / "labs" / "reference" / "cpu" / "predict-vs-measure.json"
 STRATEGIES = ("one", "ddp", "fsdp", "tp", "pp")
 
-__all__ = ["CALIBRATION_STRATEGY", "CPU_BOUNDS", "REFERENCE", "RING_WORK", "run_configs", "model_of", "predictions", "summary",
+__all__ = ["CALIBRATION_STRATEGY", "CPU_BOUNDS", "REFERENCE", "RING_WORK", "run_configs", "model_of", "predictions", "miss", "summary",
            "build_parser", "worker", "main"]
 
 
@@ -151,9 +156,18 @@ def predictions(report: dict) -> dict:
     return {"calibration": cal, "cluster": cluster, "rows": rows}
 
 
+def miss(row) -> float:
+    """How far off a row's prediction is, as a factor either way less one:
+    ``max(predicted / measured, measured / predicted) - 1`` (0.5 for a prediction one and a
+    half times too fast or too slow; ``error``, the signed ``predicted / measured - 1``, would
+    call those -33% and +50%)."""
+    ratio = row["predicted_s"] / row["measured_s"]
+    return max(ratio, 1 / ratio) - 1
+
+
 def summary(rows) -> dict:
-    """Median and worst relative error of the held-out rows."""
-    held = [abs(r["error"]) for r in rows if not r["sets_constant"]]
+    """Median and worst :func:`miss` of the held-out rows (those :data:`CPU_BOUNDS` bounds)."""
+    held = [miss(r) for r in rows if not r["sets_constant"]]
     return {"held_out": len(held), "median": statistics.median(held), "worst": max(held)}
 
 
@@ -505,12 +519,15 @@ def worker(ctx, args) -> dict:
     rows = pred["rows"]
     ctx.log(f"FSDP2's own work: {pred['cluster'].fsdp_unit_s * 1e6:.3g} us per unit and micro-batch, "
             f"beyond its bytes")
-    from .report import check_within
+    from .report import check_at_most, check_factor
 
     held = summary(rows)
-    checks = [check_within(f"{r['name']}: step seconds, predicted vs measured", r["predicted_s"], r["measured_s"],
-                           100 * CPU_BOUNDS["worst"], unit="s") for r in rows if not r["sets_constant"]]
-    ctx.log(f"held-out runs: median error {100 * held['median']:.3g}%, worst {100 * held['worst']:.3g}%")
+    checks = [check_factor(f"{r['name']}: step seconds, predicted vs measured", r["predicted_s"], r["measured_s"],
+                           1 + CPU_BOUNDS["worst"], unit="s") for r in rows if not r["sets_constant"]]
+    checks.append(check_at_most("held-out runs: median miss (a factor either way, less one)", CPU_BOUNDS["median"],
+                                held["median"]))
+    ctx.log(f"held-out runs: median miss {100 * held['median']:.3g}%, worst {100 * held['worst']:.3g}% "
+            "(how far off, as a factor either way less one)")
     return {**report, "checks": checks, "summary": held}
 
 

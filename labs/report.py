@@ -24,7 +24,7 @@ from pathlib import Path
 
 from solutions._format import plural
 
-__all__ = ["check_exact", "check_skipped", "check_within", "check_at_most", "write_report", "read_report",
+__all__ = ["check_exact", "check_skipped", "check_within", "check_factor", "check_at_most", "write_report", "read_report",
            "check_cells", "format_checks", "checks_html", "run_html", "table_html", "table_text", "all_ok"]
 
 
@@ -67,6 +67,16 @@ def check_within(name: str, predicted, measured, percent: float, unit: str = "by
     ok = ratio is not None and abs(ratio - 1) <= percent / 100
     return {"name": name, "predicted": predicted, "measured": measured, "ratio": ratio,
             "ok": bool(ok), "unit": unit, "rule": f"within {percent:g}%"}
+
+
+def check_factor(name: str, predicted, measured, factor: float, unit: str = "") -> dict:
+    """Measured within a ``factor`` of predicted, either way: a prediction too fast and one
+    too slow by the same factor are judged alike (the ratio shown is measured / predicted)."""
+    predicted, measured = _num(predicted), _num(measured)
+    ratio = _ratio(predicted, measured)
+    ok = ratio is not None and ratio > 0 and max(ratio, 1 / ratio) <= factor
+    return {"name": name, "predicted": predicted, "measured": measured, "ratio": ratio,
+            "ok": bool(ok), "unit": unit, "rule": f"within a factor of {factor:g} either way"}
 
 
 def check_at_most(name: str, bound, measured, unit: str = "") -> dict:

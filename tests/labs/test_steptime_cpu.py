@@ -268,14 +268,33 @@ def test_quick_run_end_to_end(tmp_path):
     cal = report["calibration"]
     assert cal["matmul_flops_per_s"] > 1e8 and cal["bandwidth_bytes_per_s"] > 1e6 and cal["latency_s"] >= 0
     rows = predictions(report)["rows"]
-    assert len(report["checks"]) == sum(not r["sets_constant"] for r in rows)
+    *per_run, median = report["checks"]
+    assert len(per_run) == sum(not r["sets_constant"] for r in rows)
     for r in rows:
         assert math.isfinite(r["predicted_s"])
-    # The report's checks are the predictions, recomputed here from the report alone.
+    # The report's checks are the predictions, recomputed here from the report alone, and the
+    # held-out runs' median miss against the bound.
     by_name = {r["name"]: r for r in rows}
-    for c in report["checks"]:
+    for c in per_run:
         name = c["name"].split(":")[0]
         assert c["predicted"] == pytest.approx(by_name[name]["predicted_s"], rel=1e-9)
+        assert c["rule"] == f"within a factor of {1 + CPU_BOUNDS['worst']:g} either way"
+    assert median["rule"] == "at most" and median["predicted"] == CPU_BOUNDS["median"]
+    assert median["measured"] == pytest.approx(summary(rows)["median"], rel=1e-9)
+
+
+def test_a_miss_is_a_factor_either_way_and_the_run_checks_the_bound_the_summary_states():
+    """A prediction 1.93 times too fast and one 1.93 times too slow are equally far off, and
+    both outside the bound; the signed error would call them -48% and +93%."""
+    from labs.predict_vs_measure import miss
+    from labs.report import check_factor
+
+    bound = 1 + CPU_BOUNDS["worst"]
+    for predicted, measured in ((1.0, 1.93), (1.93, 1.0)):
+        assert miss({"predicted_s": predicted, "measured_s": measured}) == pytest.approx(0.93, rel=1e-12)
+        assert not check_factor("x", predicted, measured, bound)["ok"]
+    assert check_factor("x", 1.0, 1.8, bound)["ok"] and check_factor("x", 1.8, 1.0, bound)["ok"]
+    assert not check_factor("x", 3.0, 1.0, bound)["ok"]  # 3x too slow: within 85% of the measurement no more
 
 
 def test_bad_world_size_is_one_line():
