@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
 from pathlib import Path
 
@@ -299,8 +300,41 @@ def _check_args(args, world_size: int | None = None) -> None:
         raise ValueError(f"--fit-top-k must be >= 0, got {args.fit_top_k}")
     if args.bootstrap < 0 or args.bootstrap == 1:
         raise ValueError(f"--bootstrap must be 0 or at least 2, got {args.bootstrap}")
+    if args.resume and not args.rerun:
+        raise ValueError("--resume keeps the runs of an interrupted --rerun: give it with --rerun")
+    defaults = build_parser().parse_args([])
+    fit_options = [f"--{k.replace('_', '-')}" for k in ("fit_top_k", "bootstrap", "seed")
+                   if getattr(args, k) != getattr(defaults, k)]
     if not args.rerun:
-        load_cache(args.cache)  # there, and a grid: one line now, not a traceback in a rank
+        cache = load_cache(args.cache)  # there, and a grid: one line now, not a traceback in a rank
+        if fit_options and not args.refit and cache.get("fits"):
+            raise ValueError(f"{' and '.join(fit_options)} change the fits, which are read from the cache: add --refit "
+                             "to fit the cached runs again (or --rerun to train them again)")
+    if args.rerun or args.refit:
+        _check_cache_writable(args)
+
+
+def _check_cache_writable(args) -> None:
+    """One line, before any rank trains, where ``--cache`` cannot take what ``--rerun`` or
+    ``--refit`` writes: a folder, a file that is no cached grid, an unwritable folder, or the
+    course's own full grid replaced by a smaller one."""
+    path = Path(args.cache)
+    if str(args.cache) == "" or path.is_dir():
+        raise ValueError(f"--cache {args.cache}: is a folder; give a file name, e.g. {path / 'grid.json'}")
+    if args.rerun and args.grid != "full" and path.resolve() == Path(CACHE).resolve():
+        raise ValueError(f"--grid {args.grid} would replace the course's full grid in {CACHE.name}: "
+                         "give --cache PATH for a grid of your own")
+    if path.exists():
+        try:
+            load_cache(path)
+        except ValueError:
+            raise ValueError(f"--cache {args.cache}: exists and is not a cached grid; refusing to overwrite it") from None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as exc:
+        raise ValueError(f"--cache {args.cache}: cannot write in {path.parent}/ ({exc.strerror or exc})") from None
 
 
 def main(argv=None) -> int:

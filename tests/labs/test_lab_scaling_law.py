@@ -87,12 +87,23 @@ def test_cached_fit_is_the_fit_of_the_cached_runs(cached):
 @pytest.mark.parametrize("args, message", [
     (["--cache", "missing.json"], "no cached grid"),
     (["--bootstrap", "1", "--fit-top-k", "-1"], "--fit-top-k must be >= 0"),
+    (["--rerun", "--grid", "tiny"], "would replace the course's full grid"),
+    (["--rerun", "--grid", "tiny", "--cache", "{tmp}"], "is a folder"),
+    (["--rerun", "--grid", "tiny", "--cache", "{tmp}/notes.txt"], "is not a cached grid; refusing to overwrite it"),
+    (["--bootstrap", "5", "--seed", "7"], "add --refit to fit the cached runs again"),
+    (["--resume"], "give it with --rerun"),
 ])
 def test_bad_arguments_get_one_line(tmp_path, args, message):
+    """Including what --rerun and --refit would write: never over a file that is no cached
+    grid, nor the course's own full grid with a smaller one; and options the cached fits
+    would silently ignore."""
+    (tmp_path / "notes.txt").write_text("my notes\n")
+    args = [a.format(tmp=tmp_path) for a in args]
     out = run_lab("--nproc", 1, "--report", tmp_path / "r.json", *args, timeout=120)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], out.stderr
+    assert (tmp_path / "notes.txt").read_text() == "my notes\n"
 
 
 def test_full_grid_spans_two_decades_with_runs_long_enough():
