@@ -18,6 +18,22 @@ supervises the ranks. ``python -m labs.gpu_check`` runs every lab on the GPUs pr
 writes one summary.
 """
 import os as _os
+import sys as _sys
+
+if _sys.argv[:1] == ["-m"] and "RANK" not in _os.environ:
+    # ``python -m labs.<lab>``, being started (argv[0] is "-m" only while the module is found):
+    # Ctrl-C while torch is imported ends it in one line, not a traceback. The launcher takes
+    # Ctrl-C back once it runs (labs.launch.main), to stop its ranks.
+    import signal as _signal
+
+    def _interrupted_while_starting(signum, frame):
+        _sys.stderr.write("\ninterrupted before the lab started: no rank was running\n")
+        _os._exit(130)
+
+    try:
+        _signal.signal(_signal.SIGINT, _interrupted_while_starting)
+    except ValueError:  # not the main thread
+        pass
 
 if "LABS_LAUNCHER_PID" in _os.environ and "RANK" in _os.environ:
     # A rank started by labs.launch: die with the launcher, whatever kills it, so that no

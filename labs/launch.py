@@ -34,6 +34,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -198,7 +199,12 @@ def _agree_across_nodes(args, rank: int, world: int):
         mine, reason = choose_backend(args.backend, local_world, gpus)
     except ValueError as exc:
         mine, reason = "error", str(exc)
-    store, _, _ = next(rendezvous("env://", rank, world, timeout=datetime.timedelta(seconds=args.timeout)))
+    try:
+        store, _, _ = next(rendezvous("env://", rank, world, timeout=datetime.timedelta(seconds=args.timeout)))
+    except RuntimeError as exc:  # torch's DistNetworkError or DistStoreError: a port in use, no rank 0
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise LabFailed(f"rank {rank}: cannot join the job's store at {os.environ.get('MASTER_ADDR')}:"
+                        f"{os.environ.get('MASTER_PORT')} ({first[:200]})") from None
     store.set(f"labs/backend/{rank}", f"{mine}|{reason}")
     published = [store.get(f"labs/backend/{r}").decode().split("|", 1) for r in range(world)]
     errors = [(r, why) for r, (c, why) in enumerate(published) if c == "error"]
@@ -651,9 +657,25 @@ def run(lab: str, parser: argparse.ArgumentParser, worker, argv: list[str] | Non
     return report
 
 
+def _take_over_interrupts() -> None:
+    """The launcher's signals: Ctrl-C raises ``KeyboardInterrupt`` again (``labs/__init__``
+    answered it in one line while torch was being imported), and SIGTERM (``timeout``, a job
+    scheduler) does the same, so that either stops every rank and removes their logs."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: the caller's own handlers stay
+        pass
+
+
 def main(lab: str, parser: argparse.ArgumentParser, worker, argv: list[str] | None = None, validate=None) -> int:
     """Command-line entry: exit status 0 when every check passed, 3 when a check failed,
     1 when a rank failed or the run timed out, 2 for bad arguments (also under torchrun)."""
+    if not _in_rank_environment():
+        _take_over_interrupts()
     try:
         report = run(lab, parser, worker, argv, validate)
     except KeyboardInterrupt:
@@ -683,6 +705,19 @@ def main(lab: str, parser: argparse.ArgumentParser, worker, argv: list[str] | No
 # --------------------------------------------------------------------------- notebooks
 
 
+def _stop_launcher(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """Stop a lab started by :func:`run_lab` as Ctrl-C would (its launcher kills the ranks and
+    removes their logs), and kill it if it has not finished within ``grace`` seconds (its
+    ranks die with it: PR_SET_PDEATHSIG)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    proc.wait()
+
+
 def run_lab(lab: str, *args: str, timeout: float | None = None) -> dict:
     """Run ``python -m labs.<lab> *args`` exactly as from a shell, print its output as it
     comes, and return the report. For notebooks: the ranks are separate processes, so a cell
@@ -700,14 +735,18 @@ def run_lab(lab: str, *args: str, timeout: float | None = None) -> dict:
     print("$ python -m labs.%s %s" % (lab, shlex.join(args)), flush=True)
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+        echo = threading.Thread(target=lambda: [print(line, end="", flush=True) for line in proc.stdout],
+                                daemon=True)
+        echo.start()
         try:
-            for line in proc.stdout:
-                print(line, end="", flush=True)
             proc.wait(timeout=timeout)
-        except BaseException:
-            proc.kill()  # the lab's ranks die with it (PR_SET_PDEATHSIG)
-            proc.wait()
+        except BaseException as exc:
+            _stop_launcher(proc)
+            if isinstance(exc, subprocess.TimeoutExpired):
+                raise RuntimeError(f"labs.{lab} did not finish within {timeout:g} s: stopped, with its ranks") from None
             raise
+        finally:
+            echo.join(timeout=5)
         if proc.returncode not in (0, 3):
             err.seek(0)
             message = err.read().decode("utf-8", errors="replace")

@@ -100,3 +100,85 @@ def test_a_rank_stopped_before_it_could_dump_its_stack_is_said_to_be_starting_up
 def test_run_lab_with_report_and_no_path_is_one_line():
     with pytest.raises(ValueError, match="--report needs a path after it"):
         launch.run_lab("ddp", "--nproc", 2, "--report")
+
+
+# ----------------------------------------------------------------------------- stopping a lab
+
+def _lab(*args, **kw):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(launch.REPO_ROOT)}
+    for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LABS_LAUNCHER_PID"):
+        env.pop(k, None)
+    env.update(kw.pop("env", {}))
+    return subprocess.Popen([sys.executable, "-m", *args], cwd=launch.REPO_ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def _left_behind(before: set) -> tuple[list, list]:
+    import glob
+    import subprocess
+
+    logs = sorted(set(glob.glob("/tmp/lab-ddp-*")) - before)
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return logs, [line for line in ps.splitlines() if "-m labs.ddp" in line and "--steps 5000" in line]
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_stopping_the_launcher_stops_every_rank_and_removes_their_logs(tmp_path, signame):
+    """Ctrl-C or SIGTERM (what `timeout` and job schedulers send) to a running lab: one line,
+    status 130, no rank left and no log folder left."""
+    import glob
+    import signal
+    import time
+
+    before = set(glob.glob("/tmp/lab-ddp-*"))
+    proc = _lab("labs.ddp", "--nproc", "2", "--steps", "5000", "--report", str(tmp_path / "r.json"))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (set(glob.glob("/tmp/lab-ddp-*")) - before):
+        time.sleep(0.1)  # the ranks are started
+    time.sleep(1.0)
+    proc.send_signal(getattr(signal, signame))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "every rank it started was killed" in err, err
+    time.sleep(0.5)
+    assert _left_behind(before) == ([], [])
+
+
+def test_ctrl_c_while_the_lab_is_still_importing_is_one_line(tmp_path):
+    import signal
+    import time
+
+    proc = _lab("labs.ddp", "--nproc", "2", "--report", str(tmp_path / "r.json"))
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_run_lab_stops_a_lab_at_its_timeout(tmp_path, capsys):
+    import glob
+    import time
+
+    before = set(glob.glob("/tmp/lab-ddp-*"))
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="did not finish within 3 s"):
+        launch.run_lab("ddp", "--nproc", "2", "--steps", "5000", "--report", tmp_path / "r.json", timeout=3)
+    assert time.monotonic() - started < 20
+    assert _left_behind(before) == ([], [])
+
+
+def test_a_rank_that_cannot_join_its_store_says_so_in_one_line(tmp_path):
+    """A rank environment set by hand whose MASTER_PORT is taken: one line, not torch's traceback."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = _lab("labs.collectives", "--report", str(tmp_path / "r.json"),
+                    env={"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "cannot join the job's store" in err and "Traceback" not in err, err
