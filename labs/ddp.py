@@ -51,7 +51,7 @@ from .model import GPT, matmul_params, param_count
 from .report import check_at_most, check_exact, check_skipped
 from .training import (add_model_args, validate_model_args, peak_gib, reset_peak, configs_from_args, dtype_name, format_mfu, format_rate, forward_backward,
                        lr_at, make_optimizer, make_scaler, median, mfu_metrics, optimizer_update, pick_dtype,
-                       split_steps, sync, train_step)
+                       split_steps, steps_words, sync, train_step)
 
 LAB = "ddp"
 #: Bounds on the differences between DDP and one process, per compute dtype, in L2 norm
@@ -95,8 +95,9 @@ def wrap_ddp(model, ctx, mode: str, bucket_mb: float):
 
     def hook(state, bucket):
         buf = bucket.buffer()
-        counter.bytes += buf.numel() * buf.element_size()
-        counter.buckets += 1
+        if mode != "none":  # count what is all-reduced: with 'none', nothing is
+            counter.bytes += buf.numel() * buf.element_size()
+            counter.buckets += 1
         if mode == "builtin":
             return default_hooks.allreduce_hook(None, bucket)  # divides by world size, then NCCL/gloo
         if mode != "none":  # 'none' skips the all-reduce: each rank keeps its own gradient
@@ -204,7 +205,7 @@ def worker(ctx, args) -> dict:
     scaler = make_scaler(dev, dtype)
     ctx.log(f"model: {P:,} parameters; {plural(n, 'rank')} x {tcfg.batch_per_rank} sequences x "
             f"{mcfg.block_size} characters; compute dtype {dtype_name(dtype)} ({dtype_reason}); "
-            f"steps 1-{checked} checked, {checked + 1}-{tcfg.steps} timed")
+            f"{steps_words(checked, tcfg.steps)}")
 
     step_times, ref_times, losses = [], [], []
     baseline = None

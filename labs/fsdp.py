@@ -56,7 +56,7 @@ from .model import GPT, matmul_params, param_count, param_shapes
 from .report import check_at_most, check_exact, check_within
 from .training import (CollectiveCounter, add_model_args, validate_model_args, peak_gib, reset_peak, configs_from_args, dtype_name, format_mfu, format_rate,
                        forward_backward, lr_at, make_optimizer, make_scaler, median, mfu_metrics, optimizer_update,
-                       pick_dtype, split_steps, state_bytes, sync, train_step)
+                       pick_dtype, split_steps, state_bytes, steps_words, sync, train_step)
 
 LAB = "fsdp"
 MEMORY_TOLERANCE_PERCENT = 2.0
@@ -269,7 +269,7 @@ def worker(ctx, args) -> dict:
     P_pad = fsdp_padded_numel(param_shapes(mcfg).values(), n)
     ctx.log(f"model: {P:,} parameters ({P_pad:,} with FSDP's padding on {plural(n, 'rank')}); "
             f"compute dtype {dtype_name(dtype)} ({dtype_reason}); "
-            f"steps 1-{checked} checked, {checked + 1}-{tcfg.steps} timed")
+            f"{steps_words(checked, tcfg.steps)}")
     phases = {
         "dp": run_phase("dp", ctx, corpus, mcfg, tcfg, dtype, reference=False, checked=checked),
         "fsdp": run_phase("fsdp", ctx, corpus, mcfg, tcfg, dtype, reference=not args.no_reference, checked=checked,

@@ -75,7 +75,8 @@ class TensorParallelComm:
     ``mode='ring'``: hand-written rings of point-to-point sends, every byte sent counted in
     ``ring.bytes_sent``; ``'builtin'``: ``torch.distributed``'s collectives (NCCL's or
     gloo's own algorithms); ``'none'``: no communication at all (each rank keeps its partial
-    result), to see the checks fail. ``calls[(phase, kind)]`` counts what was issued."""
+    result), to see the checks fail. ``calls[(phase, kind)]`` counts the collectives issued
+    (none with ``'none'``: nothing is communicated, and the counts say so)."""
 
     def __init__(self, group=None, mode: str = "ring"):
         if mode not in COMM_MODES:
@@ -102,7 +103,7 @@ class TensorParallelComm:
 
     def all_reduce(self, x: torch.Tensor, phase: str) -> torch.Tensor:
         """Sum ``x`` (contiguous) over the group, in place."""
-        self.calls[(phase, "all_reduce")] += 1
+        self.calls[(phase, "all_reduce")] += self.mode != "none"
         if self.size == 1 or self.mode == "none":
             return x
         if self.mode == "ring":
@@ -112,7 +113,7 @@ class TensorParallelComm:
 
     def all_gather(self, shard: torch.Tensor, phase: str) -> torch.Tensor:
         """Concatenate the ranks' ``shard`` along dimension 0 (rank order)."""
-        self.calls[(phase, "all_gather")] += 1
+        self.calls[(phase, "all_gather")] += self.mode != "none"
         n, r = self.size, self.rank
         if n == 1:
             return shard
@@ -130,7 +131,7 @@ class TensorParallelComm:
 
     def reduce_scatter(self, x: torch.Tensor, phase: str) -> torch.Tensor:
         """Sum ``x`` over the group and return this rank's slice of dimension 0."""
-        self.calls[(phase, "reduce_scatter")] += 1
+        self.calls[(phase, "reduce_scatter")] += self.mode != "none"
         n, r = self.size, self.rank
         if n == 1:
             return x

@@ -139,6 +139,16 @@ def split_steps(steps: int, check_steps: int | None) -> int:
     return check_steps
 
 
+def steps_words(checked: int, steps: int) -> str:
+    """What :func:`split_steps` decided, in words: ``'steps 1-3 checked, 4-6 timed'``,
+    ``'step 1 checked, none timed (--steps 2 or more times one)'``."""
+    def span(first: int, last: int) -> str:
+        return f"step {first}" if first == last else f"steps {first}-{last}"
+
+    timed = span(checked + 1, steps) + " timed" if steps > checked else "none timed (--steps 2 or more times one)"
+    return f"{span(1, checked)} checked, {timed}"
+
+
 def model_bytes_per_rank(cfg: GPTConfig, batch: int) -> float:
     """A generous estimate of one CPU rank's memory for training ``cfg`` on ``batch``
     sequences in fp32, unsharded (the most any lab holds): weights, gradients, AdamW's two

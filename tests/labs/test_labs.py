@@ -259,6 +259,7 @@ def test_ddp_checks_fail_without_all_reduce(tmp_path):
     assert any(name.startswith("DDP vs one process: gradient") for name in failed)
     assert any(name.startswith("DDP vs one process: weights") for name in failed)
     assert any(name.startswith("bytes each rank sends") for name in failed)
+    assert any(name.startswith("gradient bytes all-reduced per step") for name in failed)  # none were
     # Each rank kept half the batch's gradient: far outside the bound, not a rounding error.
     assert _check(report, "DDP vs one process: weights")["measured"] > 100 * 1e-3
 

@@ -182,3 +182,11 @@ def test_a_rank_that_cannot_join_its_store_says_so_in_one_line(tmp_path):
                     env={"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
         _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1 and "cannot join the job's store" in err and "Traceback" not in err, err
+
+
+def test_the_step_split_is_said_as_it_is():
+    from labs.training import split_steps, steps_words
+
+    assert steps_words(split_steps(6, None), 6) == "steps 1-3 checked, steps 4-6 timed"
+    assert steps_words(split_steps(5, 4), 5) == "steps 1-4 checked, step 5 timed"
+    assert steps_words(split_steps(1, None), 1) == "step 1 checked, none timed (--steps 2 or more times one)"
