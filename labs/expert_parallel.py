@@ -432,7 +432,7 @@ def check_router(ctx, cfg: MoEConfig, tokens: int, seed: int, router: str, fault
     c["ok"] = c["ok"] and np.allclose(sent, predicted, rtol=0, atol=0.5) and not any(others)
     checks.append(c)
     if router == "balanced":
-        checks.append(check_exact("balanced: bytes per layer = expert_parallel_bytes_per_layer (4 T k h (n-1)/n)",
+        checks.append(check_exact("balanced: bytes per layer = expert_parallel_bytes_per_layer (4 T k h (n-1)/n elements x 4 bytes)",
                                   moe.expert_parallel_bytes_per_layer(tokens, cfg.d_model, cfg.top_k, n, fp32),
                                   max(sent)))
         c = check_exact("count exchange: bytes each rank sends (E/n int64 counts to each other rank)",

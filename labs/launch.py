@@ -65,6 +65,9 @@ def choose_backend(requested: str, nproc: int, gpu_count: int) -> tuple[str, str
     if not isinstance(nproc, int) or isinstance(nproc, bool) or nproc < 1:
         raise ValueError(f"nproc must be a positive integer, got {nproc!r}")
     if requested == "nccl":
+        if gpu_count == 0:
+            raise ValueError("backend nccl needs CUDA GPUs and none is visible; use --backend gloo "
+                             "(CPU processes) or leave --backend out")
         if gpu_count < nproc:
             raise ValueError(
                 f"backend nccl needs one CUDA GPU per rank: nproc={nproc} but {plural(gpu_count, 'GPU')} "
@@ -515,8 +518,13 @@ def check_report_path(report) -> Path:
     """``Path(report)`` if a report can be written there, before any rank starts; else a
     one-line ``ValueError`` (a folder, an unwritable folder, a parent that is a file)."""
     path = Path(report)
-    if str(report) == "" or path.is_dir():
+    if str(report) == "":
+        raise ValueError("--report needs a file name, e.g. reports/lab.json")
+    if path.is_dir():
         raise ValueError(f"--report {report!s}: is a folder; give a file name, e.g. {path / 'lab.json'}")
+    above = next((p for p in path.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise ValueError(f"--report {report!s}: {above} is a file, not a folder")
     if path.exists() or path.is_symlink():
         # The launcher deletes an old report before the run: never a device, a pipe or a
         # file that is not a lab report (a typo such as --report labs/ddp.py).

@@ -108,6 +108,8 @@ def test_backend_choice():
     assert launch.choose_backend("gloo", 2, 8)[0] == "gloo"
     with pytest.raises(ValueError, match="nccl needs one CUDA GPU per rank"):
         launch.choose_backend("nccl", 2, 1)
+    with pytest.raises(ValueError, match="nccl needs CUDA GPUs and none is visible"):
+        launch.choose_backend("nccl", 1, 0)
     with pytest.raises(ValueError, match="backend"):
         launch.choose_backend("mpi", 2, 0)
     with pytest.raises(ValueError, match="nproc"):
@@ -136,8 +138,13 @@ def test_launcher_rejects_bad_arguments():
         launch.run("ddp", ddp.build_parser(), ddp.worker, ["--report", "x.json"])
     with pytest.raises(ValueError, match="--fail-rank"):
         launch.run("ddp", ddp.build_parser(), ddp.worker, ["--nproc", "2", "--fail-rank", "2"])
-    with pytest.raises(ValueError, match="nccl needs one CUDA GPU per rank"):
+    import torch
+
+    with pytest.raises(ValueError, match="nccl needs (one CUDA GPU per rank|CUDA GPUs and none is visible)"):
         launch.run("ddp", ddp.build_parser(), ddp.worker, ["--nproc", "64", "--backend", "nccl"])
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="none is visible"):
+            launch.run("ddp", ddp.build_parser(), ddp.worker, ["--nproc", "1", "--backend", "nccl"])
 
 
 # --------------------------------------------------------------------------- lab runs

@@ -234,7 +234,8 @@ def test_bad_report_paths_fail_at_once_with_one_line(tmp_path, capsys):
     cases = {
         "is a folder": tmp_path,
         "cannot write": _unwritable_folder(tmp_path) / "lab.json",
-        "cannot write in": a_file / "lab.json",  # the parent is a file
+        "a-file.json is a file, not a folder": a_file / "lab.json",  # the parent is a file
+        "needs a file name": "",
     }
     for expected, path in cases.items():
         start = time.monotonic()
