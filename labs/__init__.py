@@ -10,6 +10,8 @@ measure, and compare. Each runs as ``python -m labs.<lab> --nproc N [--backend a
 * ``pipeline_parallel`` (Lab 5): GPipe and 1F1B over real stages, the bubble measured;
 * ``scaling_law`` (Lab 6): a scaling law of the reader's own small runs, fitted;
 * ``predict_vs_measure`` (Lab 7): the step-time model against the labs' own runs;
+* ``expert_parallel`` (Lab 8): a mixture-of-experts layer over expert-parallel ranks, its
+  dispatch and combine all-to-alls counted and timed against the model;
 * ``grid3d`` (Lab 5's last section): a data x tensor grid of process groups, built from one
   tensor, each group's traffic against the per-axis model.
 

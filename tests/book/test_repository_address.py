@@ -98,3 +98,16 @@ def test_setup_cell_fetches_the_release_at_its_version(path):
     assert f'COURSE_URL, COURSE_VERSION = "{URL}", "{VERSION}"' in setup, setup
     assert '"--branch", COURSE_VERSION' in setup, "clone the release at its version, not whatever is newest"
     assert 'find_spec("coursefig")' in setup, "test for the course's own module, not a generic name"
+
+
+def test_a_setup_cell_that_cannot_fetch_the_course_says_what_to_do(tmp_path):
+    """A notebook alone in an empty folder (Colab without the network, or a course address that
+    does not answer): the setup cell stops with one sentence saying what to do, not a traceback."""
+    import sys
+
+    setup = [c for c in jupytext.read(ROOT / "labs" / "01-collectives.md").cells if c.cell_type == "code"][0].source
+    env = {"PATH": "/usr/bin:/bin", "GIT_ALLOW_PROTOCOL": "file", "HOME": str(tmp_path)}  # git refuses https at once
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", setup.split("\nimport coursefig")[0]], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "Could not fetch the course from" in proc.stderr and "./course" in proc.stderr
