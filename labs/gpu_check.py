@@ -49,7 +49,7 @@ from pathlib import Path
 
 from solutions._format import plural
 
-from .launch import REPO_ROOT
+from .launch import REPO_ROOT, take_over_interrupts
 
 __all__ = ["LabRun", "LABS", "world_sizes", "figures", "markdown", "not_exercised", "driver_gpus",
            "usable_gpus", "main"]
@@ -362,6 +362,7 @@ def _writable(out: Path) -> str | None:
 
 
 def main(argv=None) -> int:
+    take_over_interrupts()  # Ctrl-C (or SIGTERM) stops the check and still writes its summary
     parser, args = _parse(argv)
     try:
         import torch

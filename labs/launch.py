@@ -47,7 +47,7 @@ BACKENDS = ("auto", "gloo", "nccl")
 
 __all__ = ["choose_backend", "agree_on_backend", "local_rank_from_env", "check_report_path", "cpu_cores",
            "oversubscription_warning", "check_fits_in_memory", "add_common_args", "RankContext", "LabFailed", "run", "main", "run_lab",
-           "exit_now"]
+           "exit_now", "take_over_interrupts"]
 
 
 class LabFailed(RuntimeError):
@@ -665,10 +665,11 @@ def run(lab: str, parser: argparse.ArgumentParser, worker, argv: list[str] | Non
     return report
 
 
-def _take_over_interrupts() -> None:
+def take_over_interrupts() -> None:
     """The launcher's signals: Ctrl-C raises ``KeyboardInterrupt`` again (``labs/__init__``
     answered it in one line while torch was being imported), and SIGTERM (``timeout``, a job
-    scheduler) does the same, so that either stops every rank and removes their logs."""
+    scheduler) does the same, so that either stops every rank and removes their logs. Every
+    ``python -m labs.<program>`` that handles ``KeyboardInterrupt`` calls it first."""
     def interrupt(signum, frame):
         raise KeyboardInterrupt
 
@@ -683,7 +684,7 @@ def main(lab: str, parser: argparse.ArgumentParser, worker, argv: list[str] | No
     """Command-line entry: exit status 0 when every check passed, 3 when a check failed,
     1 when a rank failed or the run timed out, 2 for bad arguments (also under torchrun)."""
     if not _in_rank_environment():
-        _take_over_interrupts()
+        take_over_interrupts()
     try:
         report = run(lab, parser, worker, argv, validate)
     except KeyboardInterrupt:

@@ -190,3 +190,22 @@ def test_the_step_split_is_said_as_it_is():
     assert steps_words(split_steps(6, None), 6) == "steps 1-3 checked, steps 4-6 timed"
     assert steps_words(split_steps(5, 4), 5) == "steps 1-4 checked, step 5 timed"
     assert steps_words(split_steps(1, None), 1) == "step 1 checked, none timed (--steps 2 or more times one)"
+
+
+def test_the_gpu_check_takes_ctrl_c_back_from_the_early_handler(monkeypatch):
+    """``python -m labs.gpu_check`` handles KeyboardInterrupt itself (it writes its summary): it
+    must get Ctrl-C back from the one-line handler labs/__init__ sets while a lab is starting."""
+    import signal
+
+    from labs import gpu_check
+
+    previous = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGINT, lambda *a: None)
+    try:
+        monkeypatch.setattr(gpu_check, "_parse", lambda argv: (_ for _ in ()).throw(SystemExit(0)))
+        with pytest.raises(SystemExit):
+            gpu_check.main([])
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
