@@ -388,20 +388,28 @@ def _an_answer(node) -> bool:
 def answers_only(code: str) -> str | None:
     """A cell that sets up the self-check (:data:`COURSE_PLUMBING`) with only the student's
     answer left (:func:`_an_answer`; the rest blanked line for line, so that line numbers
-    hold), or None where nothing is left or the cell does not parse: a student who wrote a
-    function in the same cell as the self-check's import keeps the function."""
+    hold), or None where the cell does not parse or holds no answer (no function, class or
+    numpy import: the hand-out's own set-up cells go whole): a student who wrote a function
+    in the same cell as the self-check's import keeps the function."""
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     lines = code.split("\n")
-    kept = False
+    answer = False  # a function, a class or numpy: what only a student's answer brings here
     for start, end, nodes in statement_spans(tree):
         if all(_an_answer(n) for n in nodes):
-            kept = True
+            answer = answer or any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                                   or _imports_numpy(n) for n in nodes)
         else:
             lines[start - 1:end] = [""] * (end - start + 1)
-    return "\n".join(lines) if kept else None
+    return "\n".join(lines) if answer else None
+
+
+def _imports_numpy(node) -> bool:
+    if isinstance(node, ast.Import):
+        return any(a.name.split(".")[0] == "numpy" for a in node.names)
+    return isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "numpy"
 
 
 def bounded(units: list) -> list:

@@ -215,6 +215,13 @@ def test_an_answer_written_in_the_self_checks_cell_is_kept():
     plumbing_only = units_from_cells([{"cell_type": "code", "source": "from grading import load_checks\n"
                                                                        "public = load_checks()\n"}])
     assert plumbing_only[0] == [] and "were kept" not in plumbing_only[1][0]
+    # the hand-out's Colab cell: standard-library imports and constants, no answer: it goes whole
+    setup = ('import importlib, importlib.util, pathlib, subprocess, sys\nCOURSE_URL = "https://example.org/c"\n'
+             'if importlib.util.find_spec("coursefig") is None:\n    sys.path.insert(0, "course")\n')
+    assert units_from_cells([{"cell_type": "code", "source": setup}])[0] == []
+    numpy_too = units_from_cells([{"cell_type": "code", "source": "import numpy as np\n"
+                                                                    "from autograde.selfcheck import self_check\n"}])
+    assert [u.source for u in numpy_too[0]] == ["import numpy as np\n"]
 
 
 def test_notebook_units_skip_plumbing_and_remember_markdown_definitions(tmp_path):
