@@ -85,9 +85,10 @@ WHY = {
         "you divided the DP volume by tp_rank. Sharding by TP is a refinement the exercise "
         "leaves out: its first estimate all-reduces all 2 * model_params gradient bytes, twice."),
     "ex4_tp_forward_and_backward": (
-        "you count four all-reduces per layer (forward and backward). Megatron does do four, "
-        "but this exercise's first estimate counts two: 2 * (2 * batch_size * seq_len * d_model) "
-        "bytes per layer."),
+        "your TP term is twice the estimate's: four all-reduces per layer (forward and backward) "
+        "where it counts two, or 4-byte (fp32) activations where it counts 2 bytes (fp16) give "
+        "this number. Megatron does do four, but this exercise's first estimate counts two: "
+        "2 * (2 * batch_size * seq_len * d_model) bytes per layer."),
     "ex4_tp_not_per_layer": (
         "your TP term does not grow with num_layers: every transformer layer all-reduces its "
         "activations, so multiply the per-layer volume by num_layers."),
@@ -124,9 +125,11 @@ WHY = {
         "your DP term grows with num_microbatches. Gradients are accumulated over the "
         "micro-batches and all-reduced once per optimizer step (ZeRO-1 and ZeRO-2 too)."),
     "ex4b_tp_forward_only": (
-        "your TP term counts two all-reduces per layer, the forward pass only (part (a)'s count). "
-        "Megatron's f operators add two more in the backward pass: four per layer per "
-        "micro-batch (Model parallelism, the operators f and g)."),
+        "your TP term is half the right one: two all-reduces per layer, the forward pass only "
+        "(part (a)'s count), or four with a ring factor of (n-1)/n instead of 2(n-1)/n give this "
+        "number. Megatron's f operators add two all-reduces in the backward pass: four per layer "
+        "per micro-batch (Model parallelism, the operators f and g), each sending 2(n-1)/n times "
+        "its buffer."),
     "ex4b_tp_all_layers": (
         "your TP term counts all num_layers layers. With pp_degree pipeline stages a GPU holds "
         "and runs only num_layers / pp_degree of them."),
