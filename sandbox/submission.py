@@ -372,10 +372,9 @@ def _an_answer(node) -> bool:
     or a name given a literal value (``E, A = 1.69, 406.0``)."""
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return True
-    if isinstance(node, ast.Import):
-        return all(a.name.split(".")[0] in _SANDBOX_IMPORTS for a in node.names)
-    if isinstance(node, ast.ImportFrom):
-        return node.level == 0 and bool(node.module) and node.module.split(".")[0] in _SANDBOX_IMPORTS
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        tops = _imported_packages(node)
+        return bool(tops) and tops <= _SANDBOX_IMPORTS
     if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
         try:
             ast.literal_eval(node.value)
@@ -406,10 +405,17 @@ def answers_only(code: str) -> str | None:
     return "\n".join(lines) if answer else None
 
 
-def _imports_numpy(node) -> bool:
+def _imported_packages(node) -> set:
+    """The top-level packages an import statement names (none for a relative import)."""
     if isinstance(node, ast.Import):
-        return any(a.name.split(".")[0] == "numpy" for a in node.names)
-    return isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "numpy"
+        return {a.name.split(".")[0] for a in node.names}
+    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        return {node.module.split(".")[0]}
+    return set()
+
+
+def _imports_numpy(node) -> bool:
+    return "numpy" in _imported_packages(node)
 
 
 def bounded(units: list) -> list:
