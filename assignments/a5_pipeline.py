@@ -24,7 +24,10 @@ What is checked:
 * **the run**, at world sizes 2 and 4 and three seeds, on ``labs.pipeline_parallel.Stage``
   of a small ``labs.model.GPT``: the passes each stage really ran (seen by a wrapper of the
   stage module, which recognises each micro-batch by its data) form a valid 1F1B order, and
-  each received activation and gradient is the micro-batch's the pass is for; the loss and
+  each received activation and gradient is the micro-batch's the pass is for; between the
+  ranks (``sandbox.wire``, which the submission cannot rewrite as it could the log inside its
+  rank), each activation and gradient is sent once and no stage ``s`` runs more than
+  ``p - s`` activations ahead of the gradients that came back; the loss and
   every stage's gradients equal the single-process model's on the same micro-batches within
   ``labs.pipeline_parallel.TOLERANCE`` (relative L2). A rank that waits for a message that
   never comes is named with its call (``rank 0 hung in recv after 5 s``).
@@ -381,7 +384,8 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
             order_problem, result_problem = _judge_run(n, spec["m"], [runs.messages[c][r] for r in range(n)], ref, tol)
             seen = runs.traffic(c) if runs.wired else None
             if not any("error" in runs.messages[c][r] for r in range(n)):  # (a rank that raised sent less)
-                order_problem = _judge_wire(n, spec["m"], seen) or order_problem
+                order_problem = (_judge_wire(n, spec["m"], seen) or _judge_wire_order(n, spec["m"], seen)
+                                 or order_problem)
             first["run_order"] = first["run_order"] or order_problem
             first["run_result"] = first["run_result"] or result_problem
         for part, text in first.items():
@@ -425,6 +429,33 @@ def _judge_wire(p: int, m: int, seen) -> str | None:
             return (f"p={p}, m={m}: stage {s} sent {t['p2p']:,} bytes to its neighbours (seen between the ranks); "
                     f"a step sends each micro-batch's activation forward and its gradient back once: {want:,} "
                     f"({m} x {size:,} bytes per direction)")
+    return None
+
+
+def _judge_wire_order(p: int, m: int, seen) -> str | None:
+    """1F1B's bound on the micro-batches in flight, seen between the ranks: before stage ``s``
+    (not the last) sends the activation of its forward pass ``w + j + 1`` (after its
+    ``w = p - s - 1`` warm-up passes), it has run backward pass ``j``, for which stage ``s + 1``'s
+    gradient must have arrived. So at any moment of the group's traffic, the activations
+    stage ``s`` has sent exceed the gradients it has received by at most ``min(p - s, m)``
+    micro-batches (GPipe's order sends all ``m`` first). Counted in bytes, so that a tensor sent
+    in pieces counts the same. Unlike the passes the stage module logs inside a rank, the
+    wire cannot be rewritten by the submission. None where no capture listed the sends."""
+    if seen is None or any(not isinstance(t.get("sends"), list) or t.get("unlisted") for t in seen):
+        return None
+    size = MICRO_BATCH * MODEL["block_size"] * MODEL["d_model"] * 4
+    for s in range(p - 1):
+        events = sorted([(packet, nbytes) for packet, to, nbytes in seen[s]["sends"] if to == s + 1]
+                        + [(packet, -nbytes) for packet, to, nbytes in seen[s + 1]["sends"] if to == s])
+        ahead = peak = 0
+        for _, nbytes in events:  # (a gradient that arrives with an activation's packet number counts first)
+            ahead += nbytes
+            peak = max(peak, ahead)
+        bound = min(p - s, m)
+        if peak > bound * size:
+            return (f"p={p}, m={m}: stage {s} had sent {peak / size:g} micro-batches' activations whose gradients "
+                    f"had not come back (seen between the ranks); 1F1B has at most p - stage = {bound} in flight"
+                    + (" (as GPipe's order does: every forward, then every backward)" if peak >= m * size else ""))
     return None
 
 

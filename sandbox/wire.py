@@ -13,7 +13,10 @@ between checkpoints, the payload bytes of point-to-point messages and of each co
 the collective calls (distinct slots), the bytes on the rendezvous store's connections after
 the rendezvous (a channel no grader module uses), and bytes that are no gloo message at all
 (written to gloo's sockets past gloo). A connection's client writes 8 bytes before its
-first message (the pair's identity), which are skipped.
+first message (the pair's identity), which are skipped. Each point-to-point message is also
+listed with its receiver and its place in the group's traffic as a whole (the packet that
+completed it: the loopback carries every connection's packets in one order), so a grader can
+check the order of sends between ranks, which no rank can rewrite.
 
 Verified on this machine's torch (2.13) by capturing each operation alone: send/recv slot
 prefix 0; all-reduce 4 (reduce-scatter is run as an all-reduce: 2(n-1)/n of the input);
@@ -37,10 +40,14 @@ PACKET_STATISTICS = 6
 SOL_PACKET = 263
 #: The most a grader keeps of one connection's stream while waiting for a message's end.
 MAX_PENDING = 64 * 1024 * 1024
+#: The most point-to-point messages listed per rank between two cuts (counted past that).
+MAX_LISTED = 4096
 
 
 def empty_counts() -> dict:
-    return {"p2p": 0, "collectives": {}, "calls": {}, "store": 0, "garbage": 0, "messages": 0}  # calls: name -> {slot: bytes}
+    # calls: name -> {slot: bytes}; sends: [packet number, connection, payload bytes] per p2p message
+    return {"p2p": 0, "collectives": {}, "calls": {}, "store": 0, "garbage": 0, "messages": 0, "sends": [],
+            "unlisted": 0}
 
 
 class _Stream:
@@ -52,8 +59,21 @@ class _Stream:
         self.skip = CLIENT_HELLO if client else 0
         self.out_of_order = {}
         self.broken = False
+        self.consumed = 0  # bytes of the stream already cut off the buffer's front
+        self.marks = []  # (the stream's length after a packet's bytes, that packet's number)
 
-    def add(self, seq: int, payload: bytes) -> None:
+    def completed_at(self, end: int) -> int:
+        """The number of the packet that brought the stream's byte ``end - 1``."""
+        for length, packet in self.marks:
+            if length >= end:
+                return packet
+        return self.marks[-1][1] if self.marks else 0
+
+    def forget_before(self, position: int) -> None:
+        while len(self.marks) > 1 and self.marks[0][0] <= position:
+            self.marks.pop(0)
+
+    def add(self, seq: int, payload: bytes, packet: int = 0) -> None:
         if self.next_seq is None:
             self.next_seq = seq
         offset = (seq - self.next_seq) % 2**32
@@ -70,8 +90,10 @@ class _Stream:
             more = self.out_of_order.pop(self.next_seq)
             self.buffer += more
             self.next_seq = (self.next_seq + len(more)) % 2**32
+        self.marks.append((self.consumed + len(self.buffer), packet))
         if len(self.buffer) > MAX_PENDING:
             self.broken = True
+            self.consumed += len(self.buffer)
             self.buffer.clear()
 
 
@@ -99,6 +121,7 @@ class Capture:
         self.counts = [empty_counts() for _ in range(world_size)]
         self.unowned = 0  # bytes of connections no rank reported (a socket made past the filter?)
         self.store_open = False  # store bytes are counted once every rank has met
+        self.packets = 0  # packets read so far: a packet's number is its place in the group's traffic
 
     def learn(self, rank: int, sockets) -> None:
         """``sockets``: the rank's ``(local port, remote port)`` pairs (remote 0: listening)."""
@@ -139,6 +162,7 @@ class Capture:
                 break
             if address[2] == socket.PACKET_OUTGOING:  # a loopback packet is seen twice
                 continue
+            self.packets += 1
             key = self._packet(data)
             if key is not None:
                 touched.add(key)
@@ -171,7 +195,7 @@ class Capture:
         stream = self.streams.get(key)
         if stream is None:
             stream = self.streams[key] = _Stream(key in self.clients)
-        stream.add(seq, payload)
+        stream.add(seq, payload, self.packets)
         return key
 
     def _messages(self, key) -> None:
@@ -184,6 +208,7 @@ class Capture:
         if self.store_port in (sport, dport):
             if self.store_open:
                 counts["store"] += len(stream.buffer)
+            stream.consumed += len(stream.buffer)
             stream.buffer.clear()
             return
         buffer = stream.buffer
@@ -191,6 +216,7 @@ class Capture:
             cut = min(stream.skip, len(buffer))
             del buffer[:cut]
             stream.skip -= cut
+            stream.consumed += cut
         offset = 0
         while len(buffer) - offset >= PREAMBLE.size and not stream.broken:
             nbytes, opcode, slot, _, length, _ = PREAMBLE.unpack_from(buffer, offset)
@@ -205,6 +231,10 @@ class Capture:
             prefix = slot >> 56
             if prefix == 0:
                 counts["p2p"] += length if carries else 0
+                if carries and len(counts["sends"]) < MAX_LISTED:
+                    counts["sends"].append((stream.completed_at(stream.consumed + offset), key, length))
+                elif carries:
+                    counts["unlisted"] += 1
                 continue
             name = PREFIXES.get(prefix, f"collective {prefix}")
             counts["collectives"][name] = counts["collectives"].get(name, 0) + (length if carries else 0)
@@ -214,17 +244,25 @@ class Capture:
             counts["garbage"] += len(buffer) - offset
             offset = len(buffer)
         del buffer[:offset]
+        stream.consumed += offset
+        stream.forget_before(stream.consumed)
 
     def take(self) -> list:
         """Drain, and return each rank's counts since the last cut (plain data: the calls as
-        their number, the slots as a sorted list per collective)."""
+        their number, the slots as a sorted list per collective; ``sends``, the rank's
+        point-to-point messages as ``[packet number, receiving rank (None: unknown), payload
+        bytes]`` in the order the group's traffic completed them, at most :data:`MAX_LISTED`,
+        ``unlisted`` counting the rest)."""
         self.drain()
         out = []
         for counts in self.counts:
+            sends = [[packet, self.owner.get((dport, sport)), length]
+                     for packet, (sport, dport), length in sorted(counts["sends"], key=lambda e: e[0])]
             out.append({"p2p": counts["p2p"], "collectives": dict(counts["collectives"]),
                         "calls": {k: len(v) for k, v in counts["calls"].items()},
                         "call_bytes": {k: dict(v) for k, v in counts["calls"].items()},
-                        "store": counts["store"], "garbage": counts["garbage"], "messages": counts["messages"]})
+                        "store": counts["store"], "garbage": counts["garbage"], "messages": counts["messages"],
+                        "sends": sends, "unlisted": counts["unlisted"]})
         self.counts = [empty_counts() for _ in range(self.world_size)]
         return out
 

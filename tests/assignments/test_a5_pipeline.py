@@ -99,3 +99,45 @@ def test_a_micro_batch_is_recognised_by_its_closest_fingerprint_not_the_first_ne
     assert _which(fingerprint(base), [near, base]) == 1
     assert _which(fingerprint(base * 1.01), [base, near]) == -1
     assert _which("not a list", [base]) == -1
+
+
+FORGED_LOG = '''    for work, _ in sends:
+        work.wait()
+    log = next(c.cell_contents for c in type(stage_module).forward.__closure__
+               if isinstance(c.cell_contents, list))
+    forwards = [e for e in log if e[0] == "F"]
+    backwards = {e[1]: e for e in log if e[0] == "B"}
+    position = {id(e): k for k, e in enumerate(log)}
+    forged, new_index = [], {}
+    for phase, i in one_f_one_b(p, m, rank):  # the log rewritten into 1F1B's order
+        if phase == "F":
+            new_index[position[id(forwards[i])]] = len(forged)
+            forged.append(forwards[i])
+        else:
+            old = backwards[position[id(forwards[i])]]
+            forged.append(["B", new_index[old[1]], old[2]])
+    log[:] = forged
+    if last:  # and the losses' record of which forward pass each came from
+        for cell in loss_fn.__closure__:
+            if isinstance(cell.cell_contents, list) and cell.cell_contents and isinstance(cell.cell_contents[0], list):
+                for pair in cell.cell_contents:
+                    pair[0] = new_index.get(pair[0], pair[0])
+    return total if last else None
+'''
+
+
+@pytest.mark.slow
+def test_gpipe_run_with_the_stage_modules_log_rewritten_into_1f1b_loses_the_run_order_point(grade_planted):
+    """The passes a stage module logs live inside the rank, where the submission can rewrite
+    them (here through the module's closure, after a GPipe run: every forward, then every
+    backward). The order of the activations and gradients between the ranks, seen on the
+    wire, cannot be: the run-order point is lost all the same."""
+    report = grade_planted(
+        a5_pipeline, MASTER,
+        ("    for phase, i in one_f_one_b(p, m, rank):\n        if phase == \"F\":\n            if first:",
+         "    gpipe = [(\"F\", i) for i in range(m)] + [(\"B\", i) for i in range(m)]\n"
+         "    for phase, i in gpipe:\n        if phase == \"F\":\n            if first:"),
+        ("    for work, _ in sends:\n        work.wait()\n    return total if last else None\n", FORGED_LOG),
+        world_sizes=(2,), seeds=(0,), limits=Limits(wall_s=30, stall_s=1.5))
+    assert report.score == report.max_score - a5_pipeline.POINTS["run_order"], report.text()
+    assert "in flight" in report.text() and "seen between the ranks" in report.text(), report.text()

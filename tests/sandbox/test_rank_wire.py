@@ -193,3 +193,39 @@ def test_a_checkpoint_that_settles_is_cut_once_the_ranks_background_sends_are_on
     size = 4096  # each rank sends 2(n-1)/n of the buffer
     assert seen["started"] == ([size] * n if settle else [0] * n), seen
     assert seen["joined"] == ([0] * n if settle else [size] * n), seen
+
+
+
+TOKEN_RING = '''
+import torch, torch.distributed as dist
+
+def main(ctx):
+    r, n = ctx.rank, ctx.world_size
+    left, right = (r + 1) % n, (r - 1) % n  # the token goes 0 -> 2 -> 1 -> 0 ...: each hop its own connection
+    for k in range(4):
+        if r or k:
+            dist.recv(torch.zeros(256 * (left + 1)), left)
+        dist.send(torch.zeros(256 * (r + 1)), right)
+    if r == 0:
+        dist.recv(torch.zeros(256 * (left + 1)), left)
+    ctx.checkpoint("done", case=0)
+'''
+
+
+def test_point_to_point_messages_are_listed_in_the_order_the_group_sent_them():
+    """Each rank's point-to-point messages are listed with their receiver and their place in
+    the whole group's traffic, so a grader can check an order that spans several ranks from
+    the wire, which no rank can rewrite. A token passed round three ranks (against their
+    numbers) travels on three connections, read in batches: the list keeps the order the hops happened in."""
+    if not multirank.namespaces_available()[0] or os.environ.get("AUTOGRADE_RANK_ISOLATION", "auto") not in ("auto", "namespaces"):
+        pytest.skip("the traffic is seen in a group's own network namespace")
+    n = 3
+    result = run_ranks(n, RankProgram(modules=(("ring", TOKEN_RING),), entry="ring:main"), [b""] * n,
+                       Limits(wall_s=60), checkpoints=Together(n))
+    assert result.ok, result.detail
+    (done,) = [s["traffic"] for s in result.segments if s["checkpoint"] == "done"]
+    for r in range(n):
+        assert [(dst, size) for _, dst, size in done[r]["sends"]] == [((r - 1) % n, 1024 * (r + 1))] * 4
+        assert done[r]["unlisted"] == 0
+    merged = sorted((packet, src) for src in range(n) for packet, _, _ in done[src]["sends"])
+    assert [src for _, src in merged] == [0, 2, 1] * 4
