@@ -441,8 +441,13 @@ def _judge_wire_order(p: int, m: int, seen) -> str | None:
     micro-batches (GPipe's order sends all ``m`` first). Counted in bytes, so that a tensor sent
     in pieces counts the same. Unlike the passes the stage module logs inside a rank, the
     wire cannot be rewritten by the submission. None where no capture listed the sends."""
-    if seen is None or any(not isinstance(t.get("sends"), list) or t.get("unlisted") for t in seen):
+    if seen is None or any(not isinstance(t.get("sends"), list) for t in seen):
         return None
+    flooded = next((s for s, t in enumerate(seen) if t.get("unlisted")), None)
+    if flooded is not None:  # (a step sends 2 m messages; the capture lists thousands)
+        return (f"p={p}, m={m}: stage {flooded} sent more point-to-point messages than the grader lists "
+                f"({len(seen[flooded]['sends']):,}; seen between the ranks): a step sends each micro-batch's "
+                "activation forward and its gradient back once")
     size = MICRO_BATCH * MODEL["block_size"] * MODEL["d_model"] * 4
     for s in range(p - 1):
         events = sorted([(packet, nbytes) for packet, to, nbytes in seen[s]["sends"] if to == s + 1]

@@ -141,3 +141,33 @@ def test_gpipe_run_with_the_stage_modules_log_rewritten_into_1f1b_loses_the_run_
         world_sizes=(2,), seeds=(0,), limits=Limits(wall_s=30, stall_s=1.5))
     assert report.score == report.max_score - a5_pipeline.POINTS["run_order"], report.text()
     assert "in flight" in report.text() and "seen between the ranks" in report.text(), report.text()
+
+
+def _seen(p, events):
+    """Per rank, the wire's view: ``events`` is ``[(sender, receiver, bytes), ...]`` in the
+    group's order."""
+    seen = [{"sends": [], "unlisted": 0} for _ in range(p)]
+    for packet, (src, dst, nbytes) in enumerate(events, start=1):
+        seen[src]["sends"].append([packet, dst, nbytes])
+    return seen
+
+
+def test_the_in_flight_bound_on_the_wire_passes_1f1b_and_fails_gpipe_counting_bytes():
+    from assignments.a5_rank import MICRO_BATCH, MODEL
+
+    size = MICRO_BATCH * MODEL["block_size"] * MODEL["d_model"] * 4
+    act, grad = (0, 1, size), (1, 0, size)
+    one_f_one_b = [act, act, grad, act, grad, act, grad, act, grad, grad]  # p=2, m=5: two ahead at most
+    assert a5_pipeline._judge_wire_order(2, 5, _seen(2, one_f_one_b)) is None
+    gpipe = [act] * 5 + [grad] * 5
+    problem = a5_pipeline._judge_wire_order(2, 5, _seen(2, gpipe))
+    assert "stage 0 had sent 5 micro-batches' activations" in problem and "GPipe" in problem
+    three_ahead = [act, act, act, grad, act, grad, act, grad, grad, grad]
+    assert "had sent 3 micro-batches'" in a5_pipeline._judge_wire_order(2, 5, _seen(2, three_ahead))
+    halves = [(0, 1, size // 2)] * 4 + [(1, 0, size // 2)] * 2 + [(0, 1, size // 2)] * 2  # 2.0 then 2.0 ahead
+    assert a5_pipeline._judge_wire_order(2, 4, _seen(2, halves)) is None
+    assert "had sent 2.5" in a5_pipeline._judge_wire_order(2, 4, _seen(2, halves + [(0, 1, size // 2)]))
+    flooded = _seen(2, one_f_one_b)
+    flooded[0]["unlisted"] = 3
+    assert "more point-to-point messages than the grader lists" in a5_pipeline._judge_wire_order(2, 5, flooded)
+    assert a5_pipeline._judge_wire_order(2, 5, None) is None
