@@ -27,6 +27,7 @@ fails there, not in a student's grade.
 """
 from __future__ import annotations
 
+import bisect
 import socket
 import struct
 
@@ -64,14 +65,12 @@ class _Stream:
 
     def completed_at(self, end: int) -> int:
         """The number of the packet that brought the stream's byte ``end - 1``."""
-        for length, packet in self.marks:
-            if length >= end:
-                return packet
-        return self.marks[-1][1] if self.marks else 0
+        k = bisect.bisect_left(self.marks, (end, -1))
+        return self.marks[min(k, len(self.marks) - 1)][1] if self.marks else 0
 
     def forget_before(self, position: int) -> None:
-        while len(self.marks) > 1 and self.marks[0][0] <= position:
-            self.marks.pop(0)
+        """Drop the marks of bytes before ``position`` (all cut off the buffer), keeping the last."""
+        del self.marks[:min(bisect.bisect_right(self.marks, (position, float("inf"))), len(self.marks) - 1)]
 
     def add(self, seq: int, payload: bytes, packet: int = 0) -> None:
         if self.next_seq is None:
