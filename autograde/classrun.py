@@ -510,7 +510,8 @@ def read_roster(path) -> list:
             match = re.search(r"(\d+)", row.get("Identifier", ""))
             add(number, Student(match.group(1) if match else "", row.get("Full name", ""),
                                 lms={"Identifier": row.get("Identifier", ""),
-                                     "Email address": row.get("Email address", "")}))
+                                     "Email address": row.get("Email address", ""),
+                                     "Last modified (grade)": row.get("Last modified (grade)", "")}))
         elif "email address" in lower:  # Moodle's participants or grades export
             last = row.get("Last name", row.get("Surname", ""))
             name = f"{row.get('First name', '')} {last}".strip()

@@ -18,8 +18,14 @@ and https://ts.vcu.edu/askit/teaching-and-learning/canvas/faculty/grading-facult
 submissions > Grading action "Upload grading worksheet", with offline grading worksheets
 enabled in the assignment's feedback types), whose rows Moodle matches by ``Identifier``
 ("Participant 2002041", the number in the folder names of "Download all submissions"); its
-columns ``Identifier``, ``Full name``, ``Email address``, ``Grade``, ``Maximum Grade`` and
-``Feedback comments`` are those of the worksheet Moodle exports. The same file also imports
+columns ``Identifier``, ``Full name``, ``Email address``, ``Grade``, ``Maximum Grade``,
+``Last modified (grade)`` and ``Feedback comments`` are those of the worksheet Moodle exports.
+Moodle's worksheet importer (``assignfeedback_offline_grade_importer::init``) refuses a file
+that lacks any of ``Identifier``, ``Grade`` and ``Last modified (grade)``; it skips a row whose
+grade Moodle changed more than a minute after that time, unless the upload's "Allow updating
+records that have been modified more recently in Moodle than in the spreadsheet" is ticked. The
+time is copied from the worksheet given as the roster (what Moodle itself round-trips), else it
+is the time the file was written. The same file also imports
 through the gradebook (Grades > Import > CSV file), where "Identify user by" maps ``Email
 address`` (or ``ID number``) to Moodle's field and ``Grade`` to the grade item
 (https://docs.moodle.org/en/Import_grades; :mod:`gradeimport_csv`'s ``map_user_data_with_value``
@@ -28,13 +34,16 @@ accepts userid, username, useridnumber and useremail).
 from __future__ import annotations
 
 import csv
+import datetime
 import io
 
 from .reports import csv_cell
 
 CANVAS_ID_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 MOODLE_COLUMNS = ("Identifier", "Full name", "Email address", "ID number", "Grade",
-                  "Maximum Grade", "Feedback comments")
+                  "Maximum Grade", "Last modified (grade)", "Feedback comments")
+#: The worksheet's column that Moodle's importer needs besides ``Identifier`` and ``Grade``.
+MOODLE_MODIFIED = "Last modified (grade)"
 
 
 def _points(x: float) -> str:
@@ -62,18 +71,26 @@ def canvas_csv(rows, assignment: str, per_exercise: bool = False) -> str:
     return buffer.getvalue()
 
 
-def moodle_csv(rows, feedback: bool = True) -> str:
-    """Moodle's grading worksheet, filled in (see this module's docstring)."""
+def moodle_csv(rows, feedback: bool = True, now: str | None = None) -> str:
+    """Moodle's grading worksheet, filled in (see this module's docstring). ``now``: the
+    ``Last modified (grade)`` of a student the roster gives none for (by default the current
+    time, in ISO 8601 with its UTC offset, which PHP's ``strtotime`` reads)."""
+    if now is None:
+        now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(MOODLE_COLUMNS)
     for report, student in rows:
         lms = student.lms if student is not None else {}
+        modified = lms.get(MOODLE_MODIFIED) or now
+        # "-" (no grade yet) goes back as Moodle wrote it, not as the text "'-"
+        modified = modified if modified == "-" else csv_cell(modified)
         identifier = lms.get("Identifier") or (
             f"Participant {report.student_id}" if report.student_id.isdigit() else "")
         email = lms.get("Email address") or (report.student_id if "@" in report.student_id else "")
         comment = getattr(report, "status_text", "") if feedback else ""
         writer.writerow([csv_cell(x) for x in (
             identifier, student.name if student else report.name, email, lms.get("ID number", ""))]
-            + [_points(report.score), _points(report.max_score), csv_cell(comment)])
+            + [_points(report.score), _points(report.max_score),
+               modified, csv_cell(comment)])
     return buffer.getvalue()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import datetime
 import io
 import json
 import os
@@ -320,19 +321,33 @@ def moodle(tmp_path_factory):
     return out, code
 
 
-def check_moodle_import(path: Path, worksheet: Path) -> list:
-    """Moodle's grading worksheet upload: an ``Identifier`` column of "Participant N" that the
-    worksheet it exported holds, ``Grade`` a number within ``Maximum Grade``, header names as
-    the worksheet's; the gradebook import maps ``Email address`` to the user's email."""
+#: What Moodle's worksheet upload cannot do without: its importer
+#: (``assignfeedback_offline_grade_importer::init``) refuses the file, as an invalid grading
+#: worksheet, when any of these three columns is missing.
+MOODLE_REQUIRED = ("Identifier", "Grade", "Last modified (grade)")
+
+
+def check_moodle_import(path: Path, worksheet: Path | None) -> list:
+    """Moodle's grading worksheet upload: the columns its importer requires; an ``Identifier``
+    of "Participant N" that the worksheet it exported holds, ``Grade`` a number within
+    ``Maximum Grade``, header names as the worksheet's, ``Last modified (grade)`` the
+    worksheet's own or a time with its offset (``strtotime`` reads both); the gradebook import
+    maps ``Email address`` to the user's email. ``worksheet``: None when graded without one."""
     rows = rows_of(path)
     header = next(csv.reader(path.open()))
     assert header[0] == "Identifier"
+    assert set(MOODLE_REQUIRED) <= set(header)
     assert {"Full name", "Email address", "Grade", "Maximum Grade", "Feedback comments"} <= set(header)
-    exported = {r["Identifier"]: r for r in rows_of(worksheet)}
+    exported = {r["Identifier"]: r for r in rows_of(worksheet)} if worksheet else {}
     for row in rows:
-        assert re.fullmatch(r"Participant \d+", row["Identifier"]) and row["Identifier"] in exported
-        assert row["Email address"] == exported[row["Identifier"]]["Email address"]
+        assert re.fullmatch(r"Participant \d+", row["Identifier"])
         assert 0 <= float(row["Grade"]) <= float(row["Maximum Grade"])
+        if worksheet:
+            assert row["Identifier"] in exported
+            assert row["Email address"] == exported[row["Identifier"]]["Email address"]
+            assert row["Last modified (grade)"] == exported[row["Identifier"]]["Last modified (grade)"]
+        else:
+            assert datetime.datetime.fromisoformat(row["Last modified (grade)"]).utcoffset() is not None
     return rows
 
 
@@ -345,6 +360,26 @@ def test_moodle_download_and_worksheet_give_a_file_moodle_imports(moodle):
     assert rows["Participant 2002042"]["Feedback comments"].startswith("unreadable: submitted a .docx")
     assert rows["Participant 2002043"]["Feedback comments"] == "missing"
     assert len(rows) == 3
+
+
+def test_the_moodle_check_catches_a_worksheet_moodle_would_refuse(moodle, tmp_path):
+    out, _ = moodle
+    table = list(csv.reader((out / "import.csv").open()))
+    drop = table[0].index("Last modified (grade)")
+    with (tmp_path / "old.csv").open("w", newline="") as f:
+        csv.writer(f).writerows([r[:drop] + r[drop + 1:] for r in table])
+    with pytest.raises(AssertionError):
+        check_moodle_import(tmp_path / "old.csv", out / "worksheet.csv")
+
+
+def test_a_moodle_download_graded_without_its_worksheet_still_gives_a_file_moodle_imports(tmp_path):
+    folder = tmp_path / "class" / "Aisha Ahmed_2002041_assignsubmission_file_"
+    folder.mkdir(parents=True)
+    (folder / "09-exercises.py").write_text(REFERENCE)
+    assert run(tmp_path / "class", "--seed", SEED, "--timeout", "5", "--moodle-csv", tmp_path / "m.csv") == 0
+    (row,) = check_moodle_import(tmp_path / "m.csv", None)
+    assert row["Identifier"] == "Participant 2002041"
+    assert float(row["Grade"]) == pytest.approx(100, abs=1e-9)
 
 
 def test_a_roster_of_the_courses_own_form_keys_missing_students_apart(tmp_path):
