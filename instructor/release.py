@@ -666,8 +666,11 @@ def build_gradescope(out: Path, verify: bool = True, assignment: str | None = No
         verify_assignment_bundle(archive, assignment)
     elif verify:
         results = run_bundle(archive, REFERENCE)
-        if results["score"] != sum(t["max_score"] for t in results["tests"]):
-            raise SystemExit(f"release: the bundle gave the reference {results['score']}")
+        full = sum(e.max_points for e in EXERCISES)  # every test of every exercise, hidden ones too
+        if not results["tests"] or sum(t["max_score"] for t in results["tests"]) != full \
+                or results["score"] != full:
+            raise SystemExit(f"release: the bundle gave the reference {results['score']}/{full} "
+                             f"over {len(results['tests'])} tests")
     return archive
 
 

@@ -237,3 +237,13 @@ def test_no_line_of_the_graded_implementations_is_in_the_release(student):
             if isinstance(node, ast.FunctionDef) and node.name in functions:
                 kinds = [type(n).__name__ for n in node.body]
                 assert kinds in (["Expr", "Raise"], ["Raise"]), (name, kinds)
+
+
+def test_the_bundle_check_fails_when_the_reference_is_not_graded(tmp_path, monkeypatch):
+    """`make gradescope` says "checked: it gives the reference full marks" only when it did:
+    a results.json with no tests (no file it could grade) is not full marks."""
+    unreadable = tmp_path / "reference.txt"  # a file the bundle does not grade
+    unreadable.write_text(release.REFERENCE.read_text())
+    monkeypatch.setattr(release, "REFERENCE", unreadable)
+    with pytest.raises(SystemExit, match="gave the reference 0"):
+        release.build_gradescope(tmp_path / "out")
