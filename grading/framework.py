@@ -429,7 +429,9 @@ def make_check(exercise: str, name: str, points: float, function: str,
                hidden: bool = False, description: str = "") -> Check:
     """A Check whose probes come from the JSON (public) or from the reference (hidden),
     loaded on first use. ``judge(call, probes)`` decides; anything it raises becomes a
-    failed Result, so a check never raises.
+    failed Result. Loading the probes touches no student code, so a failure there is the
+    grader's own (a missing ``public_expected.json``, a reference that raises on a hidden
+    input): it is raised, and the caller reports a grader error rather than a zero.
     """
     args_list = [list(a) for a in args_list]
     if not hidden:
@@ -437,12 +439,12 @@ def make_check(exercise: str, name: str, points: float, function: str,
     cached: list[list[Probe]] = []
 
     def run(call) -> Result:
+        if not cached:
+            cached.append(reference_probes(function, args_list) if hidden
+                          else public_probes(name, args_list))
         seen = {"got": None, "why": None, "pattern": None}
         token = _SEEN.set(seen)
         try:
-            if not cached:
-                cached.append(reference_probes(function, args_list) if hidden
-                              else public_probes(name, args_list))
             result = judge(_watched(call, function, seen), cached[0])
         except Exception as exc:  # a check must never raise
             return Result(False, f"The grader could not run this test ({describe_exception(exc)}). "

@@ -543,3 +543,23 @@ def test_units_are_not_padded(tmp_path):
     assert len(merged) == 500 and sum(len(u.source) for u in merged) < len(text)
     assert [u.line for u in merged[:3]] == [1, 81, 161]  # 40 statements, 2 lines each
     assert merged[1].source.splitlines()[2] == "x = 0"  # line 83 of the file
+
+
+def test_a_check_whose_expected_values_cannot_be_loaded_is_a_grader_error(monkeypatch):
+    """The public answers (grading/public_expected.json) or the hidden reference failing is
+    the grader's fault: the row says "grader error" and the Gradescope entry exits 3, as the
+    guide promises, instead of a silent zero for the student's correct work."""
+    from autograde import reports
+    from autograde.grade import grade_submission
+    from grading import framework, load_checks
+
+    def broken(*args, **kwargs):
+        raise FileNotFoundError("public_expected.json")
+
+    monkeypatch.setattr(framework, "public_probes", broken)
+    report = grade_submission(REFERENCE, load_checks(include_hidden=True, seed=SEED), timeout=5)
+    assert report.grader_errors and "FileNotFoundError" in report.grader_errors[0]
+    assert reports.status(report) == "grader error"
+    hidden = sum(c.points for c, r in report.results if c.hidden)
+    assert report.score == pytest.approx(hidden, abs=1e-9)  # what could be checked still counts
+    assert all("Please tell your instructor" in r.feedback for c, r in report.results if not c.hidden)
