@@ -83,12 +83,17 @@ def main(argv=None) -> int:
 
 
 def no_submission(args, what: str) -> int:
+    """A zero with what to upload, naming the files the student did send (at most five)."""
     import json
 
+    sent = [textsafe.file_name(p.relative_to(args.submission_dir).as_posix())
+            for p in classrun.walk(args.submission_dir)]
+    names = ", ".join(sent[:5]) + (f" and {len(sent) - 5} more" if len(sent) > 5 else "")
     write_atomically(args.results, json.dumps({
         "score": 0.0, "tests": [], "output_format": "text",
         "output": "No notebook (.ipynb), .py file or paired .md was found in your "
-                  f"submission. Upload your {what}."}) + "\n")
+                  + (f"submission (it holds {names})" if sent else "submission (it is empty)")
+                  + f". Upload your {what}."}) + "\n")
     print("no submission found", file=sys.stderr)
     return 0
 

@@ -135,6 +135,22 @@ def test_gradescope_without_a_submission_writes_a_zero_with_an_explanation(tmp_p
     assert main([str(tmp_path / "in"), str(tmp_path / "results.json")]) == 0
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["score"] == 0 and "09-exercises.ipynb" in results["output"]
+    assert "(it is empty)" in results["output"]
+
+
+def test_gradescope_names_what_was_sent_when_nothing_can_be_graded(tmp_path):
+    """A student who uploaded only a PDF (or a notebook saved as .txt) is told what the grader
+    found, so they can see the upload went wrong."""
+    from autograde.gradescope import main
+
+    (tmp_path / "in" / "hw").mkdir(parents=True)
+    (tmp_path / "in" / "hw" / "report.pdf").write_bytes(b"%PDF-1.4\n")
+    (tmp_path / "in" / "09-exercises.ipynb.txt").write_text("{}")
+    assert main([str(tmp_path / "in"), str(tmp_path / "results.json")]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["score"] == 0 and results["tests"] == []
+    assert "it holds 09-exercises.ipynb.txt, hw/report.pdf" in results["output"]
+    assert str(tmp_path) not in results["output"]
 
 
 # ----------------------------------------------------------------------------- a student's kit
