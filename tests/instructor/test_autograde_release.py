@@ -263,3 +263,26 @@ def test_the_bundle_check_fails_when_the_reference_is_not_graded(tmp_path, monke
     monkeypatch.setattr(release, "REFERENCE", unreadable)
     with pytest.raises(SystemExit, match="gave the reference 0"):
         release.build_gradescope(tmp_path / "out")
+
+
+def test_run_autograder_writes_results_even_when_python_cannot_start(bundle, tmp_path):
+    """Gradescope's best practice: a results.json in every case. When the grader's Python
+    dies before it can write one (here an interpreter that only fails), the script writes a
+    zero with a message for the student and exits non-zero for the instructor."""
+    source = tmp_path / "source"
+    with zipfile.ZipFile(bundle) as z:
+        z.extractall(source)
+    (tmp_path / "submission").mkdir()
+    (tmp_path / "submission" / "a.py").write_text("x = 1\n")
+    broken = tmp_path / "python"
+    broken.write_text("#!/bin/sh\necho 'Fatal Python error: init_fs_encoding' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "AUTOGRADER_SOURCE": str(source),
+           "AUTOGRADER_SUBMISSION": str(tmp_path / "submission"),
+           "AUTOGRADER_RESULTS": str(tmp_path / "results"), "AUTOGRADER_PYTHON": str(broken)}
+    done = subprocess.run(["bash", str(source / "run_autograder")], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 1 and "Fatal Python error" in done.stderr
+    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    assert results["score"] == 0 and results["tests"] == []
+    assert "Please tell your instructor" in results["output"]
