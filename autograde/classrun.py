@@ -7,7 +7,9 @@ A class folder comes in one of the layouts an LMS produces, recognised file by f
   Canvas's Nth resubmission). The student id is the Canvas user id, the ``ID`` column of
   Canvas's gradebook export.
 * **Moodle** "Download all submissions": one folder per student,
-  ``Full Name_participantid_assignsubmission_file_``. The student id is the participant
+  ``Full Name_participantid_assignsubmission_file_``, or, with the grading page's "Download
+  submissions in folders" unticked, flat files ``Full Name_participantid_assignsubmission_file_name``
+  (Moodle writes spaces for underscores in the name). The student id is the participant
   id, the ``Identifier`` ("Participant 2002041") of Moodle's grading worksheet.
 * **One folder per student** (``class/alice/...``): the folder's name; any other file at
   the top: its name without suffix (``class/bob.py`` -> ``bob``).
@@ -50,6 +52,7 @@ MAX_CANDIDATES = 12  # a student's gradable files parsed to pick one; the rest a
 
 CANVAS_FILE = re.compile(r"^(?P<slug>[^_]+?)(?P<late>_LATE)?_(?P<uid>\d+)_(?P<sub>\d+)_(?P<file>.+)$")
 MOODLE_FOLDER = re.compile(r"^(?P<name>.+)_(?P<pid>\d+)_assignsubmission_[a-z]+_?$")
+MOODLE_FILE = re.compile(r"^(?P<name>[^_]+)_(?P<pid>\d+)_assignsubmission_[a-z]+_(?P<file>.+)$")
 RESUBMISSION = re.compile(r"^(?P<stem>.*?)-(?P<n>\d{1,3})$")
 
 
@@ -169,7 +172,10 @@ def student_id_for(path: Path, folder: Path | None) -> str:
             moodle = MOODLE_FOLDER.match(display(parts[0]))
             return moodle.group("pid") if moodle else display(parts[0])
     canvas = CANVAS_FILE.match(display(path.name))
-    return canvas.group("uid") if canvas else display(path.stem)
+    if canvas:
+        return canvas.group("uid")
+    moodle = MOODLE_FILE.match(display(path.name))
+    return moodle.group("pid") if moodle else display(path.stem)
 
 
 def students_in(folder: Path) -> dict:
@@ -205,9 +211,10 @@ def students_in(folder: Path) -> dict:
             shown = "/".join(display(p) for p in parts)
         else:
             canvas = CANVAS_FILE.match(display(path.name))
-            shown = canvas.group("file") if canvas else display(path.name)
-            if canvas and not student.name:
-                student.name = canvas.group("slug")
+            moodle = None if canvas else MOODLE_FILE.match(display(path.name))
+            shown = (canvas or moodle).group("file") if canvas or moodle else display(path.name)
+            if (canvas or moodle) and not student.name:
+                student.name = canvas.group("slug") if canvas else moodle.group("name")
         student.files.append((path, shown))
     return students
 
@@ -216,8 +223,9 @@ def submitted_name(path: Path) -> str:
     """The name the student gave the file: without Canvas's prefix and resubmission number."""
     name = display(Path(path).name)
     canvas = CANVAS_FILE.match(name)
-    if canvas:
-        name = canvas.group("file")
+    moodle = None if canvas else MOODLE_FILE.match(name)
+    if canvas or moodle:
+        name = (canvas or moodle).group("file")
     stem, dot, suffix = name.rpartition(".")
     again = RESUBMISSION.match(stem) if dot else None
     return (again.group("stem") + "." + suffix) if again and canvas else name

@@ -362,6 +362,29 @@ def test_moodle_download_and_worksheet_give_a_file_moodle_imports(moodle):
     assert len(rows) == 3
 
 
+def test_moodle_download_without_folders_gives_the_same_rows(tmp_path):
+    """Moodle's "Download submissions in folders" unticked (a per-user setting; some sites
+    force it): the files are flat, ``Full Name_id_assignsubmission_file_name``. They are the
+    same students as in folders, found on the worksheet by participant number."""
+    klass = tmp_path / "submissions"
+    klass.mkdir()
+    (klass / "Aisha Ahmed_2002041_assignsubmission_file_09-exercises.py").write_text(REFERENCE)
+    (klass / "Aisha Ahmed_2002041_assignsubmission_file_scratch.py").write_text("x = 1\n")
+    (klass / "Ben Brown_2002042_assignsubmission_file_report.docx").write_text("x")
+    (tmp_path / "worksheet.csv").write_text(MOODLE_WORKSHEET)
+    assert run(klass, "--roster", tmp_path / "worksheet.csv", "--seed", SEED, "--timeout", "5",
+               "--moodle-csv", tmp_path / "import.csv", "--csv", tmp_path / "grades.csv") == 0
+    rows = {r["student_id"]: r for r in rows_of(tmp_path / "grades.csv")}
+    assert sorted(rows) == ["2002041", "2002042", "2002043"]  # the worksheet's, nobody else
+    assert float(rows["2002041"]["score"]) == pytest.approx(100, abs=1e-9)
+    assert rows["2002041"]["submission"] == "09-exercises.py"
+    assert rows["2002041"]["status"].startswith("several files: graded 09-exercises.py")
+    assert rows["2002042"]["status"].startswith("unreadable: submitted a .docx")
+    assert rows["2002043"]["status"] == "missing"
+    grades = {r["Identifier"]: r for r in check_moodle_import(tmp_path / "import.csv", tmp_path / "worksheet.csv")}
+    assert float(grades["Participant 2002041"]["Grade"]) == pytest.approx(100, abs=1e-9)
+
+
 def test_the_moodle_check_catches_a_worksheet_moodle_would_refuse(moodle, tmp_path):
     out, _ = moodle
     table = list(csv.reader((out / "import.csv").open()))
