@@ -56,11 +56,50 @@ def watch_waits() -> None:
     """Wrap ``dist.all_reduce`` (before the student's code is loaded, so that a name imported
     from ``torch.distributed`` is the wrapper too) so that starting one writes ``["a", k]``
     into the current events (:data:`EVENTS`) and waiting on the work it returns writes
-    ``["w", k]`` (k: the k-th all-reduce started)."""
+    ``["w", k]`` (k: the k-th all-reduce started). Waiting through the work's future counts
+    too: ``work.get_future().wait()``, a future chained on it with ``then``, and
+    ``torch.futures.wait_all`` or ``collect_all`` of such futures (DDP's communication hooks
+    wait this way)."""
     import torch.distributed as dist
+    import torch.futures
 
     real = dist.all_reduce
     started = [0]
+
+    def waited(ks) -> None:
+        EVENTS[0].extend(["w", k] for k in ks)
+
+    class WatchedFuture:
+        def __init__(self, future, ks):
+            self._future, self._ks = future, tuple(ks)
+
+        def wait(self, *args, **kwargs):
+            out = self._future.wait(*args, **kwargs)
+            waited(self._ks)
+            return out
+
+        def then(self, *args, **kwargs):
+            return WatchedFuture(self._future.then(*args, **kwargs), self._ks)
+
+        def __getattr__(self, name):
+            return getattr(self._future, name)
+
+    def unwrap(futures):
+        futures = list(futures)
+        ks = [k for f in futures if isinstance(f, WatchedFuture) for k in f._ks]
+        return [f._future if isinstance(f, WatchedFuture) else f for f in futures], ks
+
+    real_wait_all, real_collect_all = torch.futures.wait_all, torch.futures.collect_all
+
+    def wait_all(futures):
+        plain, ks = unwrap(futures)
+        out = real_wait_all(plain)
+        waited(ks)
+        return out
+
+    def collect_all(futures):
+        plain, ks = unwrap(futures)
+        return WatchedFuture(real_collect_all(plain), ks)
 
     class Watched:
         def __init__(self, work, k):
@@ -68,8 +107,11 @@ def watch_waits() -> None:
 
         def wait(self, *args, **kwargs):
             out = self._work.wait(*args, **kwargs)
-            EVENTS[0].append(["w", self._k])
+            waited([self._k])
             return out
+
+        def get_future(self):
+            return WatchedFuture(self._work.get_future(), [self._k])
 
         def __getattr__(self, name):
             return getattr(self._work, name)
@@ -82,6 +124,7 @@ def watch_waits() -> None:
         return Watched(work, k) if work is not None else None
 
     dist.all_reduce = all_reduce
+    torch.futures.wait_all, torch.futures.collect_all = wait_all, collect_all
 
 
 def own_data(arrays: list, k: int):

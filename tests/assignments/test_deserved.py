@@ -41,6 +41,29 @@ def test_a2_a_hook_that_waits_for_its_all_reduce_loses_the_overlap_part(grade_pl
     assert "the hook waits for its all-reduce" in report.text()
 
 
+A2_WAIT = "        for b, flat, work in self.in_flight:\n            work.wait()\n"
+A2_FUTURE_WAITS = {
+    "the work's future": (A2_WAIT, "        for b, flat, work in self.in_flight:\n            work.get_future().wait()\n"),
+    "torch.futures.wait_all": (A2_WAIT, "        torch.futures.wait_all([w.get_future() for _, _, w in self.in_flight])\n"
+                                        "        for b, flat, work in self.in_flight:\n"),
+}
+
+
+@pytest.mark.parametrize("pair", A2_FUTURE_WAITS.values(), ids=list(A2_FUTURE_WAITS))
+def test_a2_waiting_through_the_works_future_is_a_wait(grade_planted, pair):
+    """DDP's communication hooks wait on ``work.get_future()``; before, such a wait went
+    unseen and a correct class lost the overlap part ("not waited for before the step")."""
+    report = grade(grade_planted, a2_ddp, pair)
+    assert report.score == report.max_score, report.text()
+
+
+def test_a2_a_future_never_waited_for_still_loses_the_overlap_part(grade_planted):
+    report = grade(grade_planted, a2_ddp, (A2_WAIT, "        for b, flat, work in self.in_flight:\n"
+                                                    "            work.get_future()\n"))
+    assert lost(report) == {a2_ddp.TITLES["overlap"]}, report.text()
+    assert "not waited for before the optimizer step" in report.text()
+
+
 def test_a2_a_class_that_does_nothing_scores_nothing(tmp_path):
     path = tmp_path / "empty.py"
     path.write_text("import contextlib\n\n\nclass BucketedDDP:\n    def __init__(self, model, bucket_bytes):\n"
