@@ -195,6 +195,39 @@ def _rel(got, want) -> float:
     return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
 
 
+#: How far (in the router's score, about 1 in size) a reported choice may fall below the
+#: grader's k-th best score: the same float32 products, computed in the rank, may round apart.
+ROUTING_SLACK = 1e-4
+
+
+def _judge_routing(case: dict, ids: list, n: int) -> str | None:
+    """Whether each rank's reported expert choices (``ids``: per rank, ``(TOKENS, TOP_K)``)
+    are the router's: the grader's own top-k of ``x W^T + bias`` for that rank's tokens, up to
+    :data:`ROUTING_SLACK` at a near tie. The routing is the grader's code, run inside the rank
+    before the student's; the reference follows what the ranks report, so a routing rewritten
+    from inside the rank (every token to its own rank's experts: nothing would travel) would
+    otherwise be graded against itself. None, or why not."""
+    import torch
+
+    with one_thread(), torch.no_grad():
+        for r in range(n):
+            x = case["x"][r * TOKENS:(r + 1) * TOKENS].float()
+            scores = (torch.nn.functional.linear(x, case["router"].float()) + case["bias"]).double().numpy()
+            chosen = ids[r]
+            if chosen.min(initial=0) < 0 or chosen.max(initial=0) >= NUM_EXPERTS:
+                return f"rank {r} reported expert ids outside 0..{NUM_EXPERTS - 1}: the routing was changed inside the rank"
+            kth = np.sort(scores, axis=1)[:, -TOP_K]
+            got = np.take_along_axis(scores, chosen, axis=1)
+            distinct = all(len(set(row)) == TOP_K for row in chosen.tolist())
+            if not distinct or np.any(got < kth[:, None] - ROUTING_SLACK):
+                t = int(np.argmax(np.any(got < kth[:, None] - ROUTING_SLACK, axis=1))) if distinct else 0
+                return (f"rank {r} reported expert choices the router did not make (token {t}: experts "
+                        f"{chosen[t].tolist()}, the router's top-{TOP_K} of x W^T + bias is "
+                        f"{np.argsort(-scores[t], kind='stable')[:TOP_K].tolist()}): the grader's routing was "
+                        "changed inside the rank")
+    return None
+
+
 def _token_a2a(counter) -> list:
     return [a for a in (counter or {}).get("all_to_all", []) if isinstance(a, dict) and a.get("floating")]
 
@@ -404,6 +437,11 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
             if ids is None:
                 for part in POINTS:
                     first[part] = first[part] or f"{label}: a rank reported no routing"
+                continue
+            forged = _judge_routing(cases[seed], ids, n)
+            if forged:
+                for part in POINTS:
+                    first[part] = first[part] or f"{label}: {forged}"
                 continue
             for m in ms:
                 if "arrivals" in m:

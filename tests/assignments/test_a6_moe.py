@@ -112,3 +112,84 @@ def test_every_known_mistake_is_named_by_some_feedback_the_grader_writes():
     text = inspect.getsource(a6_moe).replace('"\n', "").replace('                        "', "")
     for name, words in a6_moe.MISTAKES.items():
         assert words.strip() in text or words == " hung in ", name
+
+
+# Every token routed to its own rank's experts by rewriting the rank's router before it runs:
+# nothing has to travel, and a dispatch that copies locally (with two empty all-to-alls each
+# way) matched a reference built from the routing the ranks reported.
+LOCAL_ROUTER = '''import sys
+import torch
+import torch.distributed as dist
+
+
+def _local_route(x, W, top_k, selection_bias=None, round_robin=False, expert_ids=None):
+    n, r, E = dist.get_world_size(), dist.get_rank(), W.shape[0]
+    ids = (r * (E // n) + torch.arange(top_k) % (E // n)).expand(x.shape[0], top_k).contiguous()
+    g = torch.softmax(torch.nn.functional.linear(x, W), dim=-1).gather(1, ids)
+    return ids, g / g.sum(dim=1, keepdim=True)
+
+
+for name, module in list(sys.modules.items()):
+    if name.endswith(".moe") and hasattr(module, "route"):
+        module.route = _local_route
+
+
+class AllToAll(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, send, recv):
+        n = dist.get_world_size()
+        dist.all_to_all_single(x.new_empty(0, x.shape[1]), x.new_empty(0, x.shape[1]), [0] * n, [0] * n)
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        n = dist.get_world_size()
+        dist.all_to_all_single(grad.new_empty(0, grad.shape[1]), grad.new_empty(0, grad.shape[1]), [0] * n, [0] * n)
+        return grad, None, None
+
+
+def dispatch(x, expert_ids, num_experts):
+    k = expert_ids.shape[1]
+    return AllToAll.apply(x.repeat_interleave(k, 0), None, None), expert_ids.reshape(-1).clone(), (k, x.shape[0])
+
+
+def combine(expert_out, gates, plan):
+    k, tokens = plan
+    return (AllToAll.apply(expert_out, None, None) * gates.reshape(-1, 1)).view(tokens, k, -1).sum(1)
+'''
+
+
+@pytest.mark.slow
+def test_a_router_rewritten_inside_the_rank_scores_zero(tmp_path):
+    path = tmp_path / "a6.py"
+    path.write_text(LOCAL_ROUTER, encoding="utf-8")
+    report = a6_moe.grade_file(path, world_sizes=(2,), seeds=(0,), salt=3)
+    assert report.score == 0, report.text()
+    assert "expert choices the router did not make" in report.tests[0].feedback, report.text()
+
+
+def test_the_routing_check_accepts_the_routers_choice_and_a_near_tie_only():
+    import numpy as np
+    import torch
+
+    case = a6_moe.make_case(0, 5, 2)
+    ids = []
+    for r in range(2):
+        x = case["x"][r * a6_moe.TOKENS:(r + 1) * a6_moe.TOKENS]
+        scores = torch.nn.functional.linear(x, case["router"]) + case["bias"]
+        ids.append(torch.argsort(-scores, dim=1, stable=True)[:, :a6_moe.TOP_K].numpy())
+    assert a6_moe._judge_routing(case, ids, 2) is None
+    worst = [a.copy() for a in ids]
+    worst[1][3] = np.argsort((torch.nn.functional.linear(case["x"][a6_moe.TOKENS + 3], case["router"])
+                              + case["bias"]).numpy(), kind="stable")[:a6_moe.TOP_K]  # rank 1, token 3: its two worst
+    assert "rank 1 reported expert choices the router did not make (token 3" in a6_moe._judge_routing(case, worst, 2)
+    # A router whose scores are the bias alone: experts 0 and 1 first, expert 2 a rounding below 1.
+    bias = torch.zeros(a6_moe.NUM_EXPERTS)
+    bias[0], bias[1], bias[2] = 3.0, 2.0, 2.0 - a6_moe.ROUTING_SLACK / 10
+    flat = dict(case, router=torch.zeros_like(case["router"]), bias=bias)
+    chosen = np.tile([0, 1], (a6_moe.TOKENS, 1))
+    assert a6_moe._judge_routing(flat, [chosen, chosen], 2) is None
+    near = np.tile([2, 0], (a6_moe.TOKENS, 1))  # a near tie may go either way, in any order
+    assert a6_moe._judge_routing(flat, [chosen, near], 2) is None
+    for wrong in ([0, 3], [0, 0], [0, a6_moe.NUM_EXPERTS]):
+        assert "rank 0" in a6_moe._judge_routing(flat, [np.tile(wrong, (a6_moe.TOKENS, 1)), chosen], 2), wrong
