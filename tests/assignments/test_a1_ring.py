@@ -138,3 +138,53 @@ def test_self_check_works_from_a_checkout_the_ranks_cannot_read(tmp_path):
     assert "No module named 'labs'" not in out.stdout
     last = out.stdout.strip().splitlines()[-1].split()
     assert last[0] == "SCORE" and float(last[1]) == pytest.approx(10, abs=1e-9), out.stdout[-2000:]
+
+
+# Two half-buffers going round in opposite directions, each cut by tensor_split: a correct
+# ring whose chunks differ by an element at sizes like 3 x 37 (the halves do not divide by n).
+TWO_WAY_RING = '''import torch
+import torch.distributed as dist
+
+
+def _ring(flat, n, r, step):
+    chunks = list(torch.tensor_split(flat, n))
+    to, frm = (r + step) % n, (r - step) % n
+
+    def exchange(send, recv):
+        ops = [dist.P2POp(dist.isend, send.contiguous(), to), dist.P2POp(dist.irecv, recv, frm)]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+
+    for s in range(n - 1):
+        i = (r - step * (s + 1)) % n
+        incoming = torch.empty_like(chunks[i])
+        exchange(chunks[(r - step * s) % n], incoming)
+        chunks[i].add_(incoming)
+    for s in range(n - 1):
+        i = (r - step * s) % n
+        incoming = torch.empty_like(chunks[i])
+        exchange(chunks[(r + step * (1 - s)) % n], incoming)
+        chunks[i].copy_(incoming)
+
+
+def ring_all_reduce(tensor, op="sum"):
+    n, r = dist.get_world_size(), dist.get_rank()
+    flat = tensor.view(-1)
+    half = flat.numel() // 2
+    _ring(flat[:half], n, r, 1)
+    _ring(flat[half:], n, r, -1)
+    if op == "mean":
+        tensor.div_(n)
+    return tensor
+'''
+
+
+def test_a_two_way_ring_with_uneven_chunks_earns_the_traffic_points(tmp_path):
+    report = grade_source(tmp_path, TWO_WAY_RING, world_sizes=(3, 4), salt=2)
+    assert report.score == report.max_score, report.text()
+
+
+def test_the_traffic_allowance_is_less_than_one_chunk_at_every_graded_size():
+    for n in range(2, 9):
+        for size in a1_ring.divisible_sizes(n):
+            assert a1_ring.traffic_slack(n) < 4 * size / n
