@@ -125,7 +125,8 @@ class GroupResult:
     #: What each rank held, measured from outside (``/proc``) at the checkpoints that asked
     #: for it (``measure="memory"``): ``{"checkpoint", "case", "point", "held": {pid: bytes}}``,
     #: one entry per rank process (its resident anonymous and shared memory, with that of
-    #: the processes it started and the files in its private ``/tmp`` and ``/dev/shm``).
+    #: the processes it started, what their memfds and pipes hold, and the files in its
+    #: private ``/tmp`` and ``/dev/shm``).
     memory: list = field(default_factory=list)
     wire_complete: bool = True  # no packet was dropped before the grader read it
     unowned_bytes: int = 0  # bytes on connections no rank owned
@@ -690,9 +691,10 @@ def _rank_trees(root: int, depth: int) -> list[list[int]]:
 def _held(tree: list[int], private_tmp: bool) -> int:
     """Bytes a rank holds, read from outside: the resident anonymous and shared memory of its
     processes (``/proc/PID/status``: RssAnon, RssShmem; pages a process forked from it shares
-    count twice) and, with ``private_tmp`` (``namespaces`` mode: each rank has its own
+    count twice), what its open memfds and pipes hold (:func:`_held_by_descriptors`: memory
+    no mapping shows) and, with ``private_tmp`` (``namespaces`` mode: each rank has its own
     tmpfs), what the files in its ``/tmp`` and ``/dev/shm`` take."""
-    total = 0
+    total = _held_by_descriptors(tree)
     for pid in tree:
         try:
             with open(f"/proc/{pid}/status") as f:
@@ -711,6 +713,47 @@ def _held(tree: list[int], private_tmp: bool) -> int:
                 total += (fs.f_blocks - fs.f_bfree) * fs.f_frsize
         except (OSError, IndexError):
             continue
+    return total
+
+
+def _held_by_descriptors(tree: list[int]) -> int:
+    """Bytes held behind the open file descriptors of the processes ``tree``, each file once:
+    a memfd's allocated blocks, and the bytes waiting unread in a pipe (read from outside with
+    ``FIONREAD`` on the pipe opened afresh through ``/proc``: nothing is consumed). Neither
+    shows in a process's resident memory unless mapped, so state written to a memfd or left
+    in a pipe between steps would otherwise be held unseen. Descriptors the grader may not
+    inspect are skipped."""
+    import array
+    import termios
+
+    total, seen = 0, set()
+    for pid in tree:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            path = f"/proc/{pid}/fd/{fd}"
+            try:
+                target = os.readlink(path)
+                if not target.startswith(("/memfd:", "pipe:")):
+                    continue
+                st = os.stat(path)
+                if (st.st_dev, st.st_ino) in seen:
+                    continue
+                seen.add((st.st_dev, st.st_ino))
+                if target.startswith("/memfd:"):
+                    total += st.st_blocks * 512
+                    continue
+                reopened = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+                try:
+                    waiting = array.array("i", [0])
+                    fcntl.ioctl(reopened, termios.FIONREAD, waiting)
+                    total += max(0, waiting[0])
+                finally:
+                    os.close(reopened)
+            except OSError:
+                continue
     return total
 
 

@@ -114,3 +114,61 @@ def test_each_planted_mistake_loses_points_and_is_named(grade_planted, name):
     report = grade_planted(a3_zero, MASTER, (old, new), world_sizes=(2,), seeds=(0,))
     assert report.score <= report.max_score - lost, report.text()
     assert words in report.text(), report.text()
+
+
+# AdamW over every parameter (the gradients reduce-scattered and all-gathered, so the traffic
+# is ZeRO's), its moments kept between steps in a memfd, and two shard-sized decoys in the
+# object: the object walk sees a shard's state, and a memfd nobody maps held no resident memory.
+MEMFD_STATE = '''import os
+import numpy as np
+import torch
+import torch.distributed as dist
+
+
+class ShardedAdamW:
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, stage=2):
+        self.params = list(params)
+        self.lr, self.betas, self.eps, self.wd = lr, betas, eps, weight_decay
+        self.n = dist.get_world_size()
+        self.P = sum(p.numel() for p in self.params)
+        self.decoys = (torch.zeros(self.P // self.n), torch.zeros(self.P // self.n))
+        self.fd = os.memfd_create("state")
+        self.t = 0
+
+    def step(self):
+        g = torch.cat([p.grad.reshape(-1) for p in self.params])
+        shard = torch.empty(self.P // self.n)
+        dist.reduce_scatter_single(shard, g)
+        full = torch.empty(self.P)
+        dist.all_gather_single(full, shard.div_(self.n))
+        if self.t:
+            both = torch.from_numpy(np.frombuffer(os.pread(self.fd, 8 * self.P, 0), dtype=np.float32).copy())
+            m, v = both[:self.P], both[self.P:]
+        else:
+            m, v = torch.zeros(self.P), torch.zeros(self.P)
+        self.t += 1
+        b1, b2 = self.betas
+        w = torch.cat([p.detach().reshape(-1) for p in self.params]).mul_(1 - self.lr * self.wd)
+        m.mul_(b1).add_(full, alpha=1 - b1)
+        v.mul_(b2).addcmul_(full, full, value=1 - b2)
+        w.addcdiv_(m / (1 - b1 ** self.t), (v / (1 - b2 ** self.t)).sqrt().add_(self.eps), value=-self.lr)
+        os.pwrite(self.fd, torch.cat([m, v]).numpy().tobytes(), 0)
+        offset = 0
+        with torch.no_grad():
+            for p in self.params:
+                p.copy_(w[offset:offset + p.numel()].view_as(p))
+                offset += p.numel()
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+'''
+
+
+def test_a_full_state_kept_in_a_memfd_loses_the_state_part(tmp_path):
+    path = tmp_path / "a3.py"
+    path.write_text(MEMFD_STATE, encoding="utf-8")
+    report = a3_zero.grade_file(path, world_sizes=(2,), seeds=(0,), salt=5)
+    lost = {t.name for t in report.tests if not t.passed}
+    assert lost == {a3_zero.TITLES["state"]}, report.text()
+    assert "measured from outside the ranks" in report.text(), report.text()

@@ -201,3 +201,40 @@ def test_the_weaker_of_two_groups_walls_is_the_one_a_row_reports():
         for weak in ISOLATION_ORDER[k:]:
             assert weaker(strong, weak) == weaker(weak, strong) == weak
     assert weaker("namespaces", "something new") == "something new"  # unknown: taken as weakest
+
+
+HOLDER = r'''
+import fcntl, os, sys, time
+r, w = os.pipe()
+fcntl.fcntl(w, 1031, 1 << 20)  # F_SETPIPE_SZ
+memfd = os.memfd_create("state")
+if sys.argv[1] == "full":
+    os.write(w, b"x" * 900_000)
+    os.write(memfd, b"y" * 3_000_000)
+print("ready", flush=True)
+time.sleep(60)
+'''
+
+
+@pytest.mark.parametrize("what", ["full", "empty"])
+def test_what_a_process_keeps_in_a_memfd_or_a_pipe_counts_as_held(what):
+    """Neither shows in RssAnon or RssShmem (nothing is mapped): before, a rank could keep
+    AdamW's whole state in a memfd between steps and pass Assignment 3's memory probe."""
+    import subprocess
+    import sys
+
+    from sandbox.multirank import _held, _held_by_descriptors
+
+    child = subprocess.Popen([sys.executable, "-c", HOLDER, what], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout.readline() == b"ready\n"
+        counted = _held_by_descriptors([child.pid])
+        if what == "full":
+            assert 3_900_000 <= counted <= 3_900_000 + 2 * 4096, counted
+            assert _held([child.pid], private_tmp=False) >= counted
+        else:
+            assert counted == 0
+        assert _held_by_descriptors([child.pid]) == counted  # reading them took nothing out
+    finally:
+        child.kill()
+        child.wait()
