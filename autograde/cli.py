@@ -460,6 +460,12 @@ def finish(args, results, run, seed, started, single, journal_path) -> int:
             rows, args.canvas_assignment, args.canvas_per_exercise))
     if args.moodle_csv:
         reports.write_atomically(args.moodle_csv, lms.moodle_csv(rows))
+        unmatched = lms.moodle_unmatched(rows)
+        if unmatched:
+            shown = ", ".join(textsafe.printable(str(x)) for x in unmatched[:3]) + (", ..." if len(unmatched) > 3 else "")
+            print(f"autograde: {len(unmatched)} of {len(rows)} rows of {textsafe.printable(args.moodle_csv)} have no "
+                  f"Identifier ({shown}), and Moodle skips such rows without a word: grade the folder of Moodle's "
+                  "\"Download all submissions\", or give its grading worksheet as --roster", file=sys.stderr)
     if args.feedback:
         reports.write_feedback(args.feedback, results)
     if args.gradescope and results:

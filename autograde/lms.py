@@ -71,6 +71,19 @@ def canvas_csv(rows, assignment: str, per_exercise: bool = False) -> str:
     return buffer.getvalue()
 
 
+def moodle_identifier(report, student) -> str:
+    """The worksheet's ``Identifier`` of a row: the roster's, else ``Participant N`` from a
+    participant number, else empty (a row Moodle's importer skips without a word)."""
+    lms = student.lms if student is not None else {}
+    return lms.get("Identifier") or (f"Participant {report.student_id}" if report.student_id.isdigit() else "")
+
+
+def moodle_unmatched(rows) -> list:
+    """The students of ``rows`` whose worksheet row would have no ``Identifier``."""
+    return [student.name if student is not None and student.name else report.student_id or report.submission
+            for report, student in rows if not moodle_identifier(report, student)]
+
+
 def moodle_csv(rows, feedback: bool = True, now: str | None = None) -> str:
     """Moodle's grading worksheet, filled in (see this module's docstring). ``now``: the
     ``Last modified (grade)`` of a student the roster gives none for (by default the current
@@ -85,8 +98,7 @@ def moodle_csv(rows, feedback: bool = True, now: str | None = None) -> str:
         modified = lms.get(MOODLE_MODIFIED) or now
         # "-" (no grade yet) goes back as Moodle wrote it, not as the text "'-"
         modified = modified if modified == "-" else csv_cell(modified)
-        identifier = lms.get("Identifier") or (
-            f"Participant {report.student_id}" if report.student_id.isdigit() else "")
+        identifier = moodle_identifier(report, student)
         email = lms.get("Email address") or (report.student_id if "@" in report.student_id else "")
         comment = getattr(report, "status_text", "") if feedback else ""
         writer.writerow([csv_cell(x) for x in (

@@ -462,10 +462,11 @@ def class_report_html(reports, seed: int | None = None, pairs=None) -> str:
                    f"students. The feedback told them: {escape(_explain(top, WHY))}</p>")
     else:
         out.append('<p class="lead" id="most-common">No known misconception was recognised.</p>')
-    out.append('<h2>Scores per exercise</h2><div class="exercises">')
+    # over the students who submitted work, as the summary's mean (the rest are counted apart)
+    out.append('<h2>Scores per exercise</h2><p>Over the students who submitted work.</p><div class="exercises">')
     for exercise in EXERCISES:
         got = [next((e["score"] for e in r.exercises() if e["id"] == exercise.id), 0.0)
-               for r in reports]
+               for r in worked]
         if not got:
             continue
         full = sum(g == exercise.max_points for g in got)

@@ -114,3 +114,25 @@ def test_the_class_report_renders_in_chromium_and_names_the_most_common_mistake(
     assert counts["Exercise 3: returns gigabytes"] == "4"
     assert counts["Exercise 3: zero 16 bytes"] == "3"
     assert counts["Exercise 4: bandwidth gb"] == "2"
+
+
+def test_the_class_reports_exercise_means_count_the_students_the_summary_counts(tmp_path):
+    """The summary's mean is over the students who submitted work (the missing are counted
+    apart); each exercise's mean and full-marks count are over the same students, not over
+    a roster padded with zeros."""
+    import re
+
+    (tmp_path / "s1").mkdir()
+    (tmp_path / "s1" / "09-exercises.py").write_text(REFERENCE)
+    roster = tmp_path / "roster.csv"
+    roster.write_text("student_id,name,file\n1,Ada L,s1\n2,Alan T,nobody\n")
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["--roster", str(roster), "--seed", "3", "--timeout", "5",
+                     "--class-report", str(tmp_path / "class.html")]) == 0
+    page = (tmp_path / "class.html").read_text()
+    assert "1 submitted work (mean 100.0 of 100 points" in page
+    from grading import EXERCISES
+
+    for exercise in EXERCISES:
+        full = f"{exercise.max_points:g}"
+        assert re.search(rf"mean {exercise.max_points:.1f} / {full}; full marks: 1 of 1<", page), (exercise.id, page)

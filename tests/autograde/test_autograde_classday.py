@@ -405,6 +405,23 @@ def test_a_moodle_download_graded_without_its_worksheet_still_gives_a_file_moodl
     assert float(row["Grade"]) == pytest.approx(100, abs=1e-9)
 
 
+def test_a_moodle_file_with_rows_moodle_cannot_match_says_so_in_one_line(tmp_path):
+    """Per-student folders of the course's own form have no participant number: the
+    worksheet's rows get no Identifier, which Moodle's importer skips without a word. The
+    run says how many and what to give instead."""
+    (tmp_path / "class" / "alice").mkdir(parents=True)
+    (tmp_path / "class" / "alice" / "09-exercises.py").write_text(REFERENCE)
+    (tmp_path / "class" / "2002041").mkdir()
+    (tmp_path / "class" / "2002041" / "09-exercises.py").write_text(REFERENCE)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+        assert main([str(tmp_path / "class"), "--seed", str(SEED), "--timeout", "5",
+                     "--moodle-csv", str(tmp_path / "m.csv")]) == 0
+    said = [line for line in err.getvalue().splitlines() if "Identifier" in line]
+    assert len(said) == 1 and said[0].startswith("autograde: 1 of 2 rows") and "(alice)" in said[0], err.getvalue()
+    assert "--roster" in said[0]
+    assert sorted(r["Identifier"] for r in rows_of(tmp_path / "m.csv")) == ["", "Participant 2002041"]
+
+
 def test_a_roster_of_the_courses_own_form_keys_missing_students_apart(tmp_path):
     (tmp_path / "a.py").write_text(REFERENCE)
     (tmp_path / "roster.csv").write_text("student_id,name,file\n1,Ann,a.py\n2,Bo,none.py\n3,Cy,\n")
