@@ -40,7 +40,7 @@ def grade_submission(path, checks, *, timeout: float = 10.0, isolation: str = "a
     try:
         with Sandbox(path, timeout=timeout, isolation=isolation, memory_mb=memory_mb) as sandbox:
             report.isolation = sandbox.isolation
-            has_code = bool(sandbox.submission.units)
+            has_code = bool(sandbox.submission.units)  # (and set below: False where the file ran out of time)
             report.notes = list(sandbox.submission.notes)
             if sandbox.submission.problem:
                 report.problems.append(f"{textsafe.file_name(Path(path).name)}: "
@@ -65,6 +65,8 @@ def grade_submission(path, checks, *, timeout: float = 10.0, isolation: str = "a
                     report.problem_causes[problem] = inside
             if sandbox.gave_up:
                 report.problems.append(sandbox.gave_up)
+            # a regrade appends code to the file: where the file ran past its time, that would not run either
+            has_code = has_code and not sandbox.ran_out_of_time
     except Exception as exc:  # the sandbox could not be built, or worse: this file's row says so
         report.grader_errors.append(str(exc) if isinstance(exc, RuntimeError) else
                                     f"{type(exc).__name__}: {textsafe.printable(exc)}")

@@ -610,8 +610,35 @@ class Sandbox:
 
     @property
     def problems(self) -> list:
-        """Student-facing lines about units that did not run cleanly."""
-        return [r.describe() for r in self.unit_results.values() if r.status != "ok"]
+        """Student-facing lines about units that did not run cleanly. The units skipped
+        because the file as a whole ran past :attr:`load_budget` are one line (they are
+        everything from the first of them on; a notebook of slow cells would list hundreds)."""
+        late = sorted((r for r in self.unit_results.values() if r.status == "skipped" and r.message == self._late),
+                      key=lambda r: r.unit.index)
+        folded = {id(r) for r in late[1:]}
+        out = []
+        for r in self.unit_results.values():
+            if r.status == "ok" or id(r) in folded:
+                continue
+            if late and r is late[0]:
+                first, last = late[0].unit, late[-1].unit
+                more = (f" and the {len(late) - 1} statements after it, to {last.label},"
+                        if len(late) > 1 else "")
+                out.append(f"{first.label} (`{first.first_line}`){more} {'were' if more else 'was'} "
+                           f"skipped: {self._late}")
+                continue
+            out.append(r.describe())
+        return out
+
+    @property
+    def _late(self) -> str:
+        return f"the file as a whole ran for more than {self.load_budget:g} s"
+
+    @property
+    def ran_out_of_time(self) -> bool:
+        """Whether units were skipped because the file as a whole ran past :attr:`load_budget`
+        (then code appended to the file would not run either)."""
+        return any(r.status == "skipped" and r.message == self._late for r in self.unit_results.values())
 
     # ------------------------------------------------------------------ worker process
 
@@ -764,9 +791,7 @@ class Sandbox:
                         continue
                     if self._load_seconds > self.load_budget:
                         self.skipped.add(unit.index)
-                        self.unit_results.setdefault(unit.index, UnitResult(
-                            unit, "skipped", f"the file as a whole ran for more than "
-                                             f"{self.load_budget:g} s"))
+                        self.unit_results.setdefault(unit.index, UnitResult(unit, "skipped", self._late))
                         continue
                     if len(unit.source) > MAX_UNIT_CHARS:
                         self.skipped.add(unit.index)

@@ -577,6 +577,31 @@ def test_a_slow_file_as_a_whole_is_cut_off_and_says_so(tmp_path):
             sandbox.call("chinchilla_loss", 1e9, 1e10)
     assert err.value.kind == "missing"
     assert "as a whole ran for more than 1 s" in err.value.message
+    late = [p for p in sandbox.problems if "as a whole ran for more than 1 s" in p]
+    assert len(late) == 1 and "statements after it" in late[0], sandbox.problems  # one line, not one per statement
+
+
+def test_a_file_that_ran_out_of_time_is_not_run_again_for_a_regrade(tmp_path, monkeypatch, checks):
+    """Exercise 2's regrade appends a cell and runs the file again; where the file ran past
+    its time as a whole, the appended cell would be skipped too, and the second run would
+    only double the time the student waits (measured: 120 s instead of 60 for a notebook of
+    slow cells)."""
+    import autograde.grade as grade
+
+    started = []
+
+    class Short(Sandbox):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.load_budget = 1.0
+            started.append(self)
+
+    monkeypatch.setattr(grade, "Sandbox", Short)
+    path = tmp_path / "slow.py"
+    path.write_text("import time\n" + "time.sleep(0.4)\n" * 4 + REFERENCE.read_text())
+    report = grade_submission(path, checks, timeout=1.0)
+    assert report.score == 0 and len(started) == 1
+    assert sum("as a whole ran for more than 1 s" in p for p in report.problems) == 1
 
 
 def test_very_many_statements_are_run_in_groups_with_their_line_numbers(tmp_path):
