@@ -97,3 +97,43 @@ def test_h200_holds_the_70b_weights_alone_but_nothing_more():
     assert "in bf16, do not fit." not in text and "would fill it, with nothing left" in text
     # FSDP implements ZeRO-2 as well (SHARD_GRAD_OP) and hybrid sharding: full sharding is its default.
     assert "FSDP, PyTorch's implementation of ZeRO's fullest stage," not in text
+
+
+def test_zero2_reduces_every_micro_batch_in_prose_as_in_the_step_model():
+    # DeepSpeed issue 2252 (maintainer): stages 2 and 3 reduce the gradients after every
+    # backward pass, because each rank keeps only its partition. The step-time model (S8)
+    # already counts it (k = m for zero == 2); the prose said the DP rule held "unchanged".
+    assert "stage 2 every micro-batch" in (ROOT / "solutions" / "steptime.py").read_text(encoding="utf-8")
+    s05, s07 = _flat(_md("05-data-parallelism")), _flat(_md("07-fsdp"))
+    assert "and ZeRO-2 move the same bytes ({doc}`07-fsdp`), so the same rule holds for them" not in s05
+    assert "ZeRO-1 and ZeRO-2 send what plain data parallelism sends, so" not in s07
+    for text in (s05, s07):
+        assert "deepspeed2022zero2accumulation" in text
+
+
+def test_ring_latency_paragraph_says_nccl_also_runs_trees():
+    # NCCL src/graph/tuning.cc: tree latency 2 x ((ranks per node - 1) x intra + log2(nodes) x inter)
+    # against the ring's 2(n-1) steps; the tuner runs the algorithm its model predicts fastest.
+    text = _flat(_md("05-data-parallelism"))
+    assert "NCCL does not always run the ring" in text and "nvidia2024nccltuning" in text
+
+
+def test_model_parallelism_corrections():
+    text = _flat(_md("06-model-parallelism"))
+    # Megatron-Core's attention divides num_query_groups by the TP size too (GQA).
+    assert "the number of key-value heads as well" in text
+    # Zero-bubble schedules (Qi et al. 2024) also shrink the bubble, to nothing (section 12).
+    assert "Only interleaving, at $v$ times the pipeline communication, reduces the bubble" not in text
+    assert "{cite:t}`qi2023zerobubble`" in text
+    # The section's own count: TP alone divides most activations by t (521 GB -> 89 GB).
+    assert "and (with sequence parallelism) activations |" not in text
+    # Recomputing norms and activation functions costs elementwise FLOPs, no matrix products.
+    assert "add no FLOPs at all" not in text
+
+
+def test_muonclip_rescales_query_and_key_weights():
+    # Kimi K2 report (arXiv 2507.20534), MuonClip section: QK-Clip rescales W_q and W_k per head after
+    # the update when the head's max logit exceeds tau; the logits themselves are not clipped.
+    text = _flat(_md("07-fsdp"))
+    assert "Muon with a clip on the attention logits" not in text
+    assert "rescales a head's query and key weights" in text
