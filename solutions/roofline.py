@@ -93,7 +93,9 @@ def mfu_shares(shape: steptime.Shape, lay: steptime.Layout, st: steptime.StepTim
     * ``eta``: the matrix products' efficiency (S3), ``st.efficiency``;
     * ``balance``: hardware utilisation while computing, over ``eta``:
       ``HFU x step / (eta x compute time)`` (below one when the busiest stage computes more
-      than the average GPU, such as the stage that holds the output layer);
+      than the average GPU, such as the stage that holds the output layer, and when
+      communication overlapped with the computation takes some of the GPU's multiprocessors:
+      the compute time includes that loss, ``Calibration.contention`` x the hidden seconds);
     * ``busy``: ``compute time / step``;
     * ``model_share``: model FLOPs over hardware FLOPs (recomputation is not counted).
     """

@@ -84,7 +84,10 @@ def dp_min_tokens_per_gpu(peak_flops_per_s, mfu, link_bytes_per_s, num_gpus=None
                           bytes_per_element=2):
     """(D1), (D2): the tokens per GPU above which data parallelism is compute-bound.
 
-    ZeRO stages 0-2: tokens per GPU per optimizer step, ``2 (n-1)/n e F / (6 W)``.
+    ZeRO stages 0-2: tokens per GPU per optimizer step, ``2 (n-1)/n e F / (6 W)``; stage 2
+    only without gradient accumulation: it reduce-scatters the gradients after every
+    micro-batch (deepspeed2022zero2accumulation), so ``m`` micro-batches send ``(m+1) (n-1)/n``
+    of the gradients a step, as :func:`solutions.steptime.step_time` counts.
     Stage 3 (FSDP): tokens per GPU *per micro-batch*, ``3 (n-1)/n e F / (6 W)``.
     ``num_gpus`` is the data-parallel degree ``n`` (``None``: its large-``n`` limit)."""
     one_of("zero_stage", zero_stage, (0, 1, 2, 3))
