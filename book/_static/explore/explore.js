@@ -133,7 +133,9 @@
     ]);
 
     var rows = [["N", "N"], ["D", "D"], ["ratio", "D/N"], ["loss", "loss"]];
-    var head = el("tr", {}, [el("th", { text: "" })].concat(data.sets.map(function (s) {
+    /* The corner cell names the rows for a screen reader (a header cell must not be empty). */
+    function corner(text) { return el("th", { scope: "col" }, [el("span", { "class": "visually-hidden", text: text })]); }
+    var head = el("tr", {}, [corner("quantity")].concat(data.sets.map(function (s) {
       return el("th", { title: s.label }, [el("span", { "class": "swatch", style: "background:" + s.colour }), s["short"]]);
     })));
     var body = el("tbody");
@@ -276,13 +278,14 @@
     }))));
     var constTable = el("table", { "class": "explorer-constants" }, [
       el("caption", { text: "The constants of each fit, and the allocation exponent a = \u03b2/(\u03b1 + \u03b2) they give." }),
-      el("thead", {}, [head.cloneNode(true)]), cbody]);
+      el("thead", {}, [el("tr", {}, [corner("constant")].concat(Array.prototype.slice.call(head.children, 1).map(function (th) {
+        return th.cloneNode(true); })))]), cbody]);
 
     slider.addEventListener("input", update);
-    append(root, [controls, el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region", "aria-label": "Table (scrolls sideways)" }, [table]),
+    append(root, [controls, el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region", "aria-label": "Compute-optimal allocation of each fit (scrolls sideways)" }, [table]),
                   legend, el("p", { "class": "note", text: "Tokens per parameter D/N at the compute-optimal allocation, against the budget." }), chartBox,
                   valleyHead, valleyBox,
-                  el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region", "aria-label": "Table (scrolls sideways)" }, [constTable])]);
+                  el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region", "aria-label": "Constants of each fit (scrolls sideways)" }, [constTable])]);
     onWidthChange(chartBox, function () { draw(); update(); });
     onWidthChange(valleyBox, function () { drawValley(Number(slider.value)); });
   }
@@ -377,7 +380,7 @@
       barWrap, summaryLine,
     ]);
     var details = el("div", {}, [
-      el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region", "aria-label": "Table (scrolls sideways)" }, [el("table", {}, [tbody])]),
+      el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region", "aria-label": "Memory on the busiest GPU (scrolls sideways)" }, [el("table", {}, [tbody])]),
       convNote, precNote,
     ]);
 
@@ -543,7 +546,7 @@
     }
     var PHASE = ["F", "B", "W"];
     var phaseColour = [data.colours.forward, data.colours.backward, data.colours.weight_grad];
-    var results = el("div", {}, [legend, chartBox, el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region", "aria-label": "Table (scrolls sideways)" }, [el("table", {}, [tbody])])]);
+    var results = el("div", {}, [legend, chartBox, el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region", "aria-label": "Bubble and step figures (scrolls sideways)" }, [el("table", {}, [tbody])])]);
     var run = null, times = [], boxes = [];
 
     /* Each pass is five integers: stage, micro-batch, 2 x phase + chunk, start and end in 1/scale units. */
@@ -830,7 +833,7 @@
       el("span", {}, [el("span", { "class": "swatch", style: "background:" + c.backward }), "backward (B, 2 units)"]),
     ]);
     var results = el("div", {}, [legend, chartBox, el("div", { "class": "explorer-table-wrap", "tabindex": "0", "role": "region",
-                                                              "aria-label": "Table (scrolls sideways)" }, [el("table", {}, [tbody])])]);
+                                                              "aria-label": "Step figures (scrolls sideways)" }, [el("table", {}, [tbody])])]);
     var run = null, times = [], boxes = [], heldLine = null, marker = null, px = null;
 
     function events(r) {
