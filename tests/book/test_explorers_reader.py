@@ -1,4 +1,6 @@
-"""The explorers as a screen reader meets them: axe-core, with every impact (minor included).
+"""The explorers as their readers meet them, with a screen reader or on a narrow screen.
+
+axe-core, with every impact (minor included).
 
 The suite's page visits (tests/site_visits.py) run axe-core when a page has loaded, and keep
 only serious and critical violations; the planner's form is built later, when the reader
@@ -7,6 +9,9 @@ its form drawn, is opened at the phone's and the desktop's width, and axe-core c
 explorer itself (the theme around it is the site visits' business) for any violation: a table
 whose corner header cell is empty, or two scroll boxes a screen reader lists under the same
 name ("Table (scrolls sideways)" twice on the Chinchilla explorer), for instance.
+
+No figure in an explorer's tables is cut from its unit by a line break: the planner's "next
+fastest layouts" showed every step time as "3.833" over "s", at 1280 px as at 390 px.
 
 A page's own tables, written in Markdown or printed by a cell, are checked without a browser:
 no header cell of a built page may be empty.
@@ -52,6 +57,33 @@ def test_explorer_has_no_accessibility_violation(browser, server, path, width):
     # A scroll box's name says what it holds: a list of regions called "Table" tells nothing.
     assert labels and all(label and not label.startswith("Table") for label in labels), labels
     assert len(set(labels)) == len(labels), f"scroll boxes with the same name: {labels}"
+
+
+# Table cells holding one figure and its unit ("3.833 s", "16.30 GiB", "52.3 %") whose text
+# the browser lays out on more than one line.
+_FIGURES_ON_TWO_LINES_JS = """() => Array.from(document.querySelectorAll('.explorer td'))
+  .filter(td => td.offsetParent !== null && /^[-+]?[\\d.,]+\\s?(s|ms|%|GB|GiB|TB)$/.test(td.textContent.trim()))
+  .filter(td => { const r = document.createRange(); r.selectNodeContents(td);
+                  return new Set(Array.from(r.getClientRects()).map(b => Math.round(b.top))).size > 1; })
+  .map(td => td.textContent.trim())"""
+
+
+@pytest.mark.site
+@pytest.mark.parametrize("width", WIDTHS.values(), ids=WIDTHS.keys())
+@pytest.mark.parametrize("path", EXPLORERS)
+def test_no_figure_is_cut_from_its_unit(browser, server, path, width):
+    page = browser.new_page(viewport={"width": width, "height": 844})
+    try:
+        page.goto(server + path, wait_until="load")
+        page.locator(".explorer").first.scroll_into_view_if_needed()
+        page.wait_for_selector('.explorer[data-ready="true"]', timeout=20_000)
+        page.wait_for_function("() => !document.querySelector('.explorer[aria-busy]')", timeout=20_000)
+        cells = page.evaluate("() => document.querySelectorAll('.explorer td').length")
+        cut = page.evaluate(_FIGURES_ON_TWO_LINES_JS)
+    finally:
+        page.close()
+    assert cells > 0
+    assert not cut, f"{path} at {width}px: figures broken over two lines: {cut[:8]}"
 
 
 def empty_header_cells(html: str) -> list[str]:
