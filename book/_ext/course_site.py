@@ -58,6 +58,11 @@
    ``<wbr>`` between them. On a phone ``python -m labs.collectives --nproc N`` then wraps as
    ``python -m labs.`` / ``collectives --nproc N``, where a rule that let code break anywhere
    had cut it into ``labs.colle`` / ``ctives --`` / ``nproc N``. Copying the text is unchanged.
+12. Keep a table cell's figure on one line with its unit (:func:`_figures_keep_units`): a cell
+   that holds only a figure and a unit (``1,120.0 GB``, ``0.054 s``, ``2.12 GB/s``) has them
+   wrapped in a ``span.course-figure`` that does not wrap (``book/_static/course.css``), so a
+   narrow column never shows ``1,120.0`` over ``GB``, as section 6's table of layouts did
+   even at a desktop's width. The cell's text is unchanged.
 """
 from __future__ import annotations
 
@@ -319,6 +324,28 @@ def _code_breaks(app, pagename, templatename, context, doctree):
         context["body"] = _PRE_WORD.sub(_split_code_word, body)
 
 
+#: A table cell that is one figure and its unit (item 12), as Sphinx writes a cell: the text,
+#: maybe inside a paragraph.
+FIGURE_UNITS = ("GB/s", "GFLOP/s", "TFLOP/s", "GiB", "GB", "MiB", "MB", "TB", "TiB", "bytes",
+                "µs", "ms", "s", "min", "h", "days", "weeks", "years")
+_FIGURE_CELL = re.compile(
+    r"(<td\b[^>]*>\s*(?:<p>)?)"
+    r"([-+\u2212~\u2248]?\d[\d.,]*(?:\s|&nbsp;)+(?:" + "|".join(re.escape(u) for u in FIGURE_UNITS) + r"))"
+    r"(?=(?:</p>)?\s*</td>)")
+
+
+def figures_keep_units(body: str) -> str:
+    """``body`` with each table cell's lone figure and unit in a ``span.course-figure``."""
+    return _FIGURE_CELL.sub(lambda m: f'{m.group(1)}<span class="course-figure">{m.group(2)}</span>', body)
+
+
+def _figures_keep_units(app, pagename, templatename, context, doctree):
+    """Item 12 of the module's list: a figure and its unit stay on one line in a table."""
+    body = context.get("body")
+    if body and "<td" in body:
+        context["body"] = figures_keep_units(body)
+
+
 def _copy_mathjax(app, exception):
     if exception is not None or app.builder.format != "html":
         return
@@ -364,6 +391,7 @@ def setup(app):
     app.connect("html-page-context", _dedupe_scripts, priority=1)
     app.connect("html-page-context", _list_items, priority=2)
     app.connect("html-page-context", _code_breaks, priority=3)
+    app.connect("html-page-context", _figures_keep_units, priority=4)
     app.connect("build-finished", _copy_mathjax)
     app.connect("build-finished", _drop_icon_script)
     app.connect("build-finished", _student_sources)
