@@ -26,3 +26,13 @@ def test_the_introduction_maps_every_section():
     intro = (ROOT / "chapters" / "00-introduction.md").read_text(encoding="utf-8")
     missing = [s for s in sections if s != "00-introduction" and f"{{doc}}`{s}`" not in intro]
     assert sections and not missing, f"the introduction's map of the course leaves out {missing}"
+
+
+def test_no_bibliography_title_holds_a_tex_command():
+    """The bibliography page prints a title's TeX commands as text ("\\texttt megatron/core/...",
+    which also made the page scroll sideways on a phone): titles hold plain words and braces."""
+    titles = re.findall(r"^\s*(?:title|booktitle)\s*=\s*(.+)$", (ROOT / "book" / "references.bib").read_text(encoding="utf-8"),
+                        flags=re.M)
+    assert titles
+    commands = [t for t in titles if re.search(r"\\[A-Za-z]+", t)]
+    assert not commands, commands

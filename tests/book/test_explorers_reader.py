@@ -36,27 +36,15 @@ _AXE_ON_EXPLORERS = """async () => {
 }"""
 
 
-@pytest.mark.site
-@pytest.mark.parametrize("width", WIDTHS.values(), ids=WIDTHS.keys())
-@pytest.mark.parametrize("path", EXPLORERS)
-def test_explorer_has_no_accessibility_violation(browser, server, path, width):
+def _open_explorer(browser, server, path, width):
+    """A new page at ``width`` px with the explorer of ``path`` drawn (the planner's form loads
+    when it comes near, so the explorer is scrolled into view first)."""
     page = browser.new_page(viewport={"width": width, "height": 844})
-    try:
-        page.goto(server + path, wait_until="load")
-        explorer = page.locator(".explorer").first
-        explorer.scroll_into_view_if_needed()  # the planner's form loads when it comes near
-        page.wait_for_selector('.explorer[data-ready="true"]', timeout=20_000)
-        page.wait_for_function("() => !document.querySelector('.explorer[aria-busy]')", timeout=20_000)
-        page.add_script_tag(path=str(AXE))
-        violations = page.evaluate(_AXE_ON_EXPLORERS)
-        labels = page.evaluate("""() => Array.from(document.querySelectorAll('.explorer [role=region]'))
-            .map(r => r.getAttribute('aria-label'))""")
-    finally:
-        page.close()
-    assert not violations, f"{path} at {width}px:\n  " + "\n  ".join(violations)
-    # A scroll box's name says what it holds: a list of regions called "Table" tells nothing.
-    assert labels and all(label and not label.startswith("Table") for label in labels), labels
-    assert len(set(labels)) == len(labels), f"scroll boxes with the same name: {labels}"
+    page.goto(server + path, wait_until="load")
+    page.locator(".explorer").first.scroll_into_view_if_needed()
+    page.wait_for_selector('.explorer[data-ready="true"]', timeout=20_000)
+    page.wait_for_function("() => !document.querySelector('.explorer[aria-busy]')", timeout=20_000)
+    return page
 
 
 # Table cells holding one figure and its unit ("3.833 s", "16.30 GiB", "52.3 %") whose text
@@ -71,17 +59,23 @@ _FIGURES_ON_TWO_LINES_JS = """() => Array.from(document.querySelectorAll('.explo
 @pytest.mark.site
 @pytest.mark.parametrize("width", WIDTHS.values(), ids=WIDTHS.keys())
 @pytest.mark.parametrize("path", EXPLORERS)
-def test_no_figure_is_cut_from_its_unit(browser, server, path, width):
-    page = browser.new_page(viewport={"width": width, "height": 844})
+def test_explorer_reads_well(browser, server, path, width):
+    """axe-core finds nothing; each scroll box has a name of its own that says what it holds;
+    no figure in the explorer's tables is broken from its unit."""
+    page = _open_explorer(browser, server, path, width)
     try:
-        page.goto(server + path, wait_until="load")
-        page.locator(".explorer").first.scroll_into_view_if_needed()
-        page.wait_for_selector('.explorer[data-ready="true"]', timeout=20_000)
-        page.wait_for_function("() => !document.querySelector('.explorer[aria-busy]')", timeout=20_000)
+        page.add_script_tag(path=str(AXE))
+        violations = page.evaluate(_AXE_ON_EXPLORERS)
+        labels = page.evaluate("""() => Array.from(document.querySelectorAll('.explorer [role=region]'))
+            .map(r => r.getAttribute('aria-label'))""")
         cells = page.evaluate("() => document.querySelectorAll('.explorer td').length")
         cut = page.evaluate(_FIGURES_ON_TWO_LINES_JS)
     finally:
         page.close()
+    assert not violations, f"{path} at {width}px:\n  " + "\n  ".join(violations)
+    # A scroll box's name says what it holds: a list of regions called "Table" tells nothing.
+    assert labels and all(label and not label.startswith("Table") for label in labels), labels
+    assert len(set(labels)) == len(labels), f"scroll boxes with the same name: {labels}"
     assert cells > 0
     assert not cut, f"{path} at {width}px: figures broken over two lines: {cut[:8]}"
 
