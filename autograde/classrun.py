@@ -56,6 +56,26 @@ MOODLE_FILE = re.compile(r"^(?P<name>[^_]+)_(?P<pid>\d+)_assignsubmission_[a-z]+
 RESUBMISSION = re.compile(r"^(?P<stem>.*?)-(?P<n>\d{1,3})$")
 
 
+@dataclass(frozen=True)
+class FlatName:
+    """A file name an LMS wrote at the top of its download: the student's id and name, and
+    the name the student gave the file; ``canvas`` tells Canvas's (which numbers
+    resubmissions) from Moodle's."""
+    sid: str
+    name: str
+    file: str
+    canvas: bool
+
+
+def flat_name(name: str) -> FlatName | None:
+    """``name`` read as Canvas's or Moodle's flat download names a file, or None."""
+    canvas = CANVAS_FILE.match(name)
+    if canvas:
+        return FlatName(canvas.group("uid"), canvas.group("slug"), canvas.group("file"), True)
+    moodle = MOODLE_FILE.match(name)
+    return FlatName(moodle.group("pid"), moodle.group("name"), moodle.group("file"), False) if moodle else None
+
+
 def display(name: str) -> str:
     """A file or folder name as text that can be written anywhere: bytes that are not UTF-8
     (a Latin-1 name from an old zip) shown as ``\\xe9``, control characters escaped
@@ -171,11 +191,8 @@ def student_id_for(path: Path, folder: Path | None) -> str:
         if len(parts) > 1:
             moodle = MOODLE_FOLDER.match(display(parts[0]))
             return moodle.group("pid") if moodle else display(parts[0])
-    canvas = CANVAS_FILE.match(display(path.name))
-    if canvas:
-        return canvas.group("uid")
-    moodle = MOODLE_FILE.match(display(path.name))
-    return moodle.group("pid") if moodle else display(path.stem)
+    flat = flat_name(display(path.name))
+    return flat.sid if flat else display(path.stem)
 
 
 def students_in(folder: Path) -> dict:
@@ -210,25 +227,21 @@ def students_in(folder: Path) -> dict:
                 student.name = moodle.group("name")
             shown = "/".join(display(p) for p in parts)
         else:
-            canvas = CANVAS_FILE.match(display(path.name))
-            moodle = None if canvas else MOODLE_FILE.match(display(path.name))
-            shown = (canvas or moodle).group("file") if canvas or moodle else display(path.name)
-            if (canvas or moodle) and not student.name:
-                student.name = canvas.group("slug") if canvas else moodle.group("name")
+            flat = flat_name(display(path.name))
+            shown = flat.file if flat else display(path.name)
+            if flat and not student.name:
+                student.name = flat.name
         student.files.append((path, shown))
     return students
 
 
 def submitted_name(path: Path) -> str:
     """The name the student gave the file: without Canvas's prefix and resubmission number."""
-    name = display(Path(path).name)
-    canvas = CANVAS_FILE.match(name)
-    moodle = None if canvas else MOODLE_FILE.match(name)
-    if canvas or moodle:
-        name = (canvas or moodle).group("file")
+    flat = flat_name(display(Path(path).name))
+    name = flat.file if flat else display(Path(path).name)
     stem, dot, suffix = name.rpartition(".")
     again = RESUBMISSION.match(stem) if dot else None
-    return (again.group("stem") + "." + suffix) if again and canvas else name
+    return (again.group("stem") + "." + suffix) if again and flat and flat.canvas else name
 
 
 def _resubmission(path: Path) -> int:

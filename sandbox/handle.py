@@ -613,8 +613,7 @@ class Sandbox:
         """Student-facing lines about units that did not run cleanly. The units skipped
         because the file as a whole ran past :attr:`load_budget` are one line (they are
         everything from the first of them on; a notebook of slow cells would list hundreds)."""
-        late = sorted((r for r in self.unit_results.values() if r.status == "skipped" and r.message == self._late),
-                      key=lambda r: r.unit.index)
+        late = self._skipped_for_time()
         folded = {id(r) for r in late[1:]}
         out = []
         for r in self.unit_results.values():
@@ -634,11 +633,16 @@ class Sandbox:
     def _late(self) -> str:
         return f"the file as a whole ran for more than {self.load_budget:g} s"
 
+    def _skipped_for_time(self) -> list:
+        """The units skipped because the file as a whole ran past :attr:`load_budget`, in order."""
+        return sorted((r for r in self.unit_results.values() if r.status == "skipped" and r.message == self._late),
+                      key=lambda r: r.unit.index)
+
     @property
     def ran_out_of_time(self) -> bool:
-        """Whether units were skipped because the file as a whole ran past :attr:`load_budget`
-        (then code appended to the file would not run either)."""
-        return any(r.status == "skipped" and r.message == self._late for r in self.unit_results.values())
+        """Whether the file as a whole ran past :attr:`load_budget` (then code appended to it
+        would not run either)."""
+        return bool(self._skipped_for_time())
 
     # ------------------------------------------------------------------ worker process
 
