@@ -117,23 +117,32 @@ def student_text(report: SubmissionReport, include_hidden: bool = True) -> str:
 def _fix_first(report: SubmissionReport, results, problems) -> str | None:
     """What to fix first where something did not run: the first cell that did not run, unless
     its error was raised inside one of the exercise functions that fails a test (a plot cell
-    calling a broken ``chinchilla_loss``): then that test, the cause, naming the cell too."""
+    calling a broken ``chinchilla_loss``): then that test, the cause, naming the cell too.
+    Cells stopped by a stub that is still the hand-out's (``NotImplementedError``), or by an
+    exercise function that fails no test here (another exercise's, in a one-exercise
+    self-check), are passed over: the report says what is not implemented yet, and a student
+    working top to bottom is not sent to a later exercise before the one that lost points.
+    None when no cell that did not run is the thing to fix."""
     from grading.report import _short
 
     if not problems or all(r.passed for _, r in results):
         return None
-    raw = report.problems[0]
-    inside = report.problem_causes.get(raw)
-    failed = [(c, r) for c, r in results if not r.passed and c.function == inside]
-    if not failed:
-        return problems[0]
-    check, result = failed[0]
-    place = raw.split(" (`")[0].split(" raised")[0]  # "cell 2"
-    lines = result.feedback.splitlines() or [""]
-    why = [line for line in lines[1:] if line.startswith("Why:")]
-    return (f"{_short(report.part(check.exercise).title)}, {check.name}: "
-            + "\n  ".join(lines[:1] + why)
-            + f"\n  (The same error in `{inside}` stopped {place}: fix `{inside}` first.)")
+    graded = {e.function for e in EXERCISES} | {getattr(c, "function", None) for c, _ in results}
+    for raw, shown in zip(report.problems, problems):
+        inside = report.problem_causes.get(raw)
+        failed = [(c, r) for c, r in results if not r.passed and c.function == inside]
+        if failed and not all(r.not_implemented for _, r in failed):
+            check, result = next((c, r) for c, r in failed if not r.not_implemented)
+            place = raw.split(" (`")[0].split(" raised")[0]  # "cell 2"
+            lines = result.feedback.splitlines() or [""]
+            why = [line for line in lines[1:] if line.startswith("Why:")]
+            return (f"{_short(report.part(check.exercise).title)}, {check.name}: "
+                    + "\n  ".join(lines[:1] + why)
+                    + f"\n  (The same error in `{inside}` stopped {place}: fix `{inside}` first.)")
+        if failed or inside in graded or "raised NotImplementedError" in raw:
+            continue  # a stub not written yet, or a function whose own tests say what is wrong
+        return shown
+    return None
 
 
 #: What the sandbox lets submitted code import (sandbox.handle.ALLOWED_PACKAGES).

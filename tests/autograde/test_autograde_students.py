@@ -229,6 +229,46 @@ def test_one_why_per_mistake_and_fix_first_names_the_cause_not_the_cell_it_stopp
     assert len(pointers) >= 2 and set(pointers) == {"Why: the same mistake as under ex1_gpt3 above."}
 
 
+def _notebook(path, cells):
+    import json
+
+    path.write_text(json.dumps({"cells": [
+        {"cell_type": "code", "metadata": {}, "source": c, "outputs": [], "execution_count": None}
+        for c in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    return path
+
+
+def test_fix_first_is_not_a_later_exercise_stub_that_stopped_its_own_cell(tmp_path):
+    """Working top to bottom: Exercise 1 answered wrongly, Exercise 2 still the hand-out's stub,
+    and the cell after it stopped by that stub. Fix first names Exercise 1's failing test, in
+    the one-exercise self-check and in the whole report, not the cell Exercise 2's stub stopped
+    (the report says Exercise 2 is not implemented yet); that cell is still listed as not run."""
+    from autograde.reports import student_text
+
+    loss = "def chinchilla_loss(N, D):\n    return 1.69 + 406.0 / N**0.34 + 410.0 / (D / 1e9)**0.28\n"
+    stub = ("def compute_optimal(C, ratios=None):\n"
+            "    raise NotImplementedError('Implement `compute_optimal`: replace this line with your code.')\n")
+    table = "best = compute_optimal(5.88e23)\n"
+    path = _notebook(tmp_path / "nb.ipynb", [loss, stub, table])
+    for exercises in ({"ex1"}, {"ex1", "ex2"}):
+        report = grade_submission(path, only(exercises), timeout=5)
+        text = student_text(report)
+        assert report.problems and report.problems[0].startswith("cell 3"), report.problems
+        assert "Parts of your submission that did not run:\n  - cell 3" in text
+        fix = text.split("Fix first: ", 1)[1]
+        assert fix.startswith("Exercise 1, ex1_gpt3"), (exercises, fix)
+
+
+def test_fix_first_still_names_a_cell_that_failed_on_its_own(tmp_path):
+    """A cell that fails for its own reason (a name never defined) is still what to fix first."""
+    from autograde.reports import student_text
+
+    loss = "def chinchilla_loss(N, D):\n    return 1.69 + 406.0 / N**0.34 + 410.0 / (D / 1e9)**0.28\n"
+    path = _notebook(tmp_path / "nb.ipynb", [loss, "print(chinchila_loss(70e9, 1.4e12))\n"])
+    text = student_text(grade_submission(path, only({"ex1"}), timeout=5))
+    assert text.split("Fix first: ", 1)[1].startswith("cell 2"), text
+
+
 def test_an_untouched_stub_is_not_attempted_even_when_a_cell_did_not_run():
     from autograde.grade import SubmissionReport
     from autograde.reports import STUB_STATUS, status
