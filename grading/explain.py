@@ -31,6 +31,15 @@ WHY = {
     "ex1_d_term_grows": (
         "your data term grows with D: it matches B * D**beta (a positive exponent). "
         "The exponent is negative, -beta: write the term as B / D**beta."),
+    "ex1_tokens_in_billions": (
+        "your numbers match D counted in billions of tokens (300 for GPT-3's 300e9). The fit "
+        "takes plain counts: D is the number of tokens itself, as the tests pass it."),
+    "ex1_params_in_billions": (
+        "your numbers match N counted in billions of parameters (175 for GPT-3's 175e9). The "
+        "fit takes plain counts: N is the number of parameters itself, as the tests pass it."),
+    "ex1_both_in_billions": (
+        "your numbers match N and D both counted in billions (175 and 300 for GPT-3). The fit "
+        "takes plain counts of parameters and tokens, as the tests pass them."),
     # Exercise 2
     "ex2_returns_last_point": (
         "you returned the last point of the grid, not the best one: keep a candidate only when "

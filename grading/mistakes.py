@@ -58,6 +58,21 @@ def ex1_d_term_grows(N, D):
     return 1.69 + 406.0 / N**0.34 + 410.0 * D**0.28
 
 
+def ex1_tokens_in_billions(N, D):
+    """A unit slip: the token count in billions (300 for GPT-3's 300e9 tokens)."""
+    return 1.69 + 406.0 / N**0.34 + 410.0 / (D / 1e9)**0.28
+
+
+def ex1_params_in_billions(N, D):
+    """The same slip on the model size: N in billions of parameters."""
+    return 1.69 + 406.0 / (N / 1e9)**0.34 + 410.0 / D**0.28
+
+
+def ex1_both_in_billions(N, D):
+    """Both counts in billions, as tables of models print them."""
+    return 1.69 + 406.0 / (N / 1e9)**0.34 + 410.0 / (D / 1e9)**0.28
+
+
 def ex1_not_vectorised(N, D):
     return 1.69 + 406.0 / math.pow(N, 0.34) + 410.0 / math.pow(D, 0.28)
 
@@ -191,6 +206,12 @@ MISTAKES = [
     Mistake("ex1_n_term_grows", "chinchilla_loss", ex1_n_term_grows,
             frozenset(EX1_VALUES | EX1_PROPERTIES)),
     Mistake("ex1_d_term_grows", "chinchilla_loss", ex1_d_term_grows,
+            frozenset(EX1_VALUES | EX1_PROPERTIES)),
+    Mistake("ex1_tokens_in_billions", "chinchilla_loss", ex1_tokens_in_billions,
+            frozenset(EX1_VALUES | EX1_PROPERTIES)),
+    Mistake("ex1_params_in_billions", "chinchilla_loss", ex1_params_in_billions,
+            frozenset(EX1_VALUES | EX1_PROPERTIES)),
+    Mistake("ex1_both_in_billions", "chinchilla_loss", ex1_both_in_billions,
             frozenset(EX1_VALUES | EX1_PROPERTIES)),
 
     Mistake("ex2_returns_last_point", "compute_optimal", ex2_returns_last_point,

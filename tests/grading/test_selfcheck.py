@@ -66,6 +66,22 @@ def test_a_wrong_answer_is_explained(capsys):
     assert "exponents swapped" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("loss, unit", [
+    ("406.0 / N**0.34 + 410.0 / (D / 1e9)**0.28", "D counted in billions of tokens"),
+    ("406.0 / (N / 1e9)**0.34 + 410.0 / D**0.28", "N counted in billions of parameters"),
+    ("406.0 / (N / 1e9)**0.34 + 410.0 / (D / 1e9)**0.28", "N and D both counted in billions"),
+])
+def test_a_unit_slip_is_named_as_such(loss, unit, capsys):
+    """Model and token counts in billions (as tables print them) are named as a unit slip,
+    under the values that fail, not answered with the hint about the constants."""
+    cells = [f"def chinchilla_loss(N, D):\n    return 1.69 + {loss}\n"]
+    assert self_check("ex1", None, cells=cells) == 0
+    out = capsys.readouterr().out
+    gpt3 = out.split("ex1_gpt3", 1)[1].split("ex1_chinchilla", 1)[0]
+    assert f"Why: your numbers match {unit}" in gpt3
+    assert "Hint: use exactly E, A, B" not in out
+
+
 def test_an_unused_import_the_grader_lacks_costs_only_its_statement(capsys):
     """As in a .py file: the failed ``import scipy.optimize`` is one unit of its own, so the
     rest of its cell (and the exercise) still counts, here and in the grader alike."""
