@@ -119,6 +119,12 @@ def parse_args(argv):
         parser.error(f"--timeout must be a positive number of seconds, got {args.timeout}")
     if args.memory < 256:
         parser.error(f"--memory must be at least 256 (MB), got {args.memory}")
+    if args.similarity:
+        import importlib.util
+
+        if importlib.util.find_spec(f"{__package__}.similarity") is None:  # the student release
+            parser.error("--similarity: the copy check is not part of this copy of the course "
+                         "(the student release leaves it out)")
     return parser, args
 
 

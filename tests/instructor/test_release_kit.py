@@ -515,3 +515,23 @@ def test_before_assignment_1_a_lab_falls_back_to_the_built_in_all_reduce(kit):
                           cwd=kit, env=env, capture_output=True, text=True, timeout=60)
     lines = ring.stderr.strip().splitlines()
     assert ring.returncode == 2 and len(lines) == 1 and "not written yet" in lines[0], ring.stderr
+
+
+def test_the_kit_s_grader_refuses_the_copy_check_it_leaves_out_in_one_line(kit, tmp_path):
+    """``--similarity`` is in the kit's ``python -m autograde --help``, but the copy check
+    (``autograde/similarity.py``) is not in the kit: asking for it is one line and exit 2,
+    before anything is graded, not a traceback after the whole class has been graded."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    wrapper = ("import os, runpy, sys; sys.path[:] = [os.getcwd()] + [p for p in sys.path if "
+               f"os.path.realpath(p or '.') != {str(ROOT)!r}]; sys.argv = sys.argv[1:]; "
+               "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)")
+    assert not (kit / "autograde" / "similarity.py").exists()
+    for sid in ("ann", "bob"):
+        (tmp_path / "class" / sid).mkdir(parents=True)
+        shutil.copy(kit / NOTEBOOK, tmp_path / "class" / sid)
+    done = subprocess.run([sys.executable, "-c", wrapper, "autograde", str(tmp_path / "class"),
+                           "--class-report", str(tmp_path / "r.html"), "--similarity"],
+                          cwd=kit, env=env, capture_output=True, text=True, timeout=120)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "--similarity" in lines[0], done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == "" and not (tmp_path / "r.html").exists()
