@@ -119,6 +119,8 @@ def parse_args(argv):
         parser.error(f"--timeout must be a positive number of seconds, got {args.timeout}")
     if args.memory < 256:
         parser.error(f"--memory must be at least 256 (MB), got {args.memory}")
+    if args.similarity and not args.class_report:
+        parser.error("--similarity lists the likely copies in the class report: add --class-report HTML")
     if args.similarity:
         import importlib.util
 

@@ -253,12 +253,14 @@ def main() -> None:
     parser.add_argument("--class-report", action="store_true",
                         help="also write the class report (the grader's --class-report)")
     parser.add_argument("--similarity", action="store_true",
-                        help="also run the copy check, and print where each planted copy ranks")
+                        help="also run the copy check (with the class report), and print where each "
+                             "planted copy ranks")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         record: dict = {}
         make_class(Path(tmp), args.students, args.layout, record=record)
-        extra = (["--class-report", Path(tmp) / "report.html"] if args.class_report else []) + \
+        # the grader's --similarity needs --class-report (it lists the pairs there)
+        extra = (["--class-report", Path(tmp) / "report.html"] if args.class_report or args.similarity else []) + \
             (["--similarity"] if args.similarity else [])
         seconds, code = grade_class(Path(tmp), args.layout, args.jobs, 3, *extra)
         print(f"{args.students} students ({args.layout}), --jobs {args.jobs}"

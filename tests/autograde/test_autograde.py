@@ -536,6 +536,7 @@ def test_cli_grades_a_class_folder_and_exits_zero_whatever_the_scores(tmp_path):
     ([str(REFERENCE), "--timeout", "-1"], "--timeout"),
     ([str(REFERENCE), str(ROOT / "chapters" / "09-exercises.ipynb"), "--gradescope", "x.json"],
      "exactly one submission"),
+    ([str(REFERENCE), "--similarity"], "--class-report"),  # else nothing would show the pairs
 ])
 def test_cli_refuses_bad_arguments_with_a_clear_message(args, message):
     done = run_cli(*args)
