@@ -38,7 +38,11 @@ from .common import self_check as run_self_check
 
 NAME = "Assignment 1: ring all-reduce"
 FUNCTION = "ring_all_reduce"
-WORLD_SIZES = (2, 4)
+#: The world sizes graded: an odd one among them, so that a method that needs a power of two
+#: (recursive halving and doubling) does not pass for the ring the statement asks for.
+WORLD_SIZES = (2, 3, 4)
+#: The self-check's, to keep it quick: the even ones.
+SELF_CHECK_WORLD_SIZES = (2, 4)
 SEEDS = (0, 1, 2)
 #: Relative tolerance in units of float32's epsilon, times n (see the module docstring).
 TOLERANCE_ULPS = 4
@@ -273,10 +277,27 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
         for part in POINTS:
             verdicts[part].append(first[part])
     problems = {part: [v for v in verdicts[part] if v] for part in POINTS}
+    hint = _power_of_two_hint(world_sizes, verdicts)
+    for part in POINTS:  # said once, on the first problem
+        if hint and problems[part]:
+            problems[part][0] += hint
+            break
     finish_report(report, TITLES, POINTS, problems, missing, started)
     if cheats:  # every part is the ring: a ring that is not one, or that calls out, earns 0
         report.zero(cheats[0].split(": ", 1)[1])
     return report
+
+
+def _power_of_two_hint(world_sizes, verdicts) -> str:
+    """A note for a submission right at every world size that is a power of two and wrong only
+    at the others: its method pairs ranks by halving (recursive halving and doubling), which
+    the ring does not need."""
+    wrong = {n for i, n in enumerate(world_sizes) if any(v[i] for v in verdicts.values())}
+    right = [n for n in world_sizes if n not in wrong]
+    if not wrong or not right or any(n & (n - 1) == 0 for n in wrong) or any(n & (n - 1) for n in right):
+        return ""
+    return (f" (right at n={' and '.join(map(str, right))} only, powers of two: does your method pair "
+            "ranks by halving? A ring works for any number of ranks)")
 
 
 def traffic_slack(n: int) -> int:
@@ -340,7 +361,7 @@ def reference_submission(folder) -> Path:
     return path
 
 
-def self_check(function, world_sizes=WORLD_SIZES, seeds=SEEDS[:1]) -> float:
+def self_check(function, world_sizes=SELF_CHECK_WORLD_SIZES, seeds=SEEDS[:1]) -> float:
     """Run the grader on ``function`` (defined in this notebook) and print its report; the
     ranks are forked from this process, so they have the function. Returns the score.
 

@@ -744,7 +744,7 @@ def run_bundle(archive: Path, submission: Path, python: str = sys.executable) ->
 
 
 def main(argv=None) -> int:
-    parser = terse_argparse_errors(argparse.ArgumentParser(prog="python -m instructor.release",
+    parser = terse_argparse_errors(argparse.ArgumentParser(prog="python -m instructor",
                                      description=__doc__.splitlines()[0]))
     parser.add_argument("what", choices=("student", "gradescope"))
     parser.add_argument("--out", type=Path, required=True)

@@ -188,3 +188,59 @@ def test_the_traffic_allowance_is_less_than_one_chunk_at_every_graded_size():
     for n in range(2, 9):
         for size in a1_ring.divisible_sizes(n):
             assert a1_ring.traffic_slack(n) < 4 * size / n
+
+
+# Rabenseifner's all-reduce: reduce-scatter by recursive halving, all-gather by recursive
+# doubling. It sends 2 (n-1)/n of the buffer like a ring, but pairs rank r with r XOR 2^k,
+# so it only works when n is a power of two; the statement asks for any n from 2 to 8.
+HALVING_DOUBLING = '''import torch
+import torch.distributed as dist
+
+
+def _swap(send, recv, peer):
+    ops = [dist.P2POp(dist.isend, send.contiguous(), peer), dist.P2POp(dist.irecv, recv, peer)]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+
+
+def ring_all_reduce(tensor, op="sum"):
+    n, r = dist.get_world_size(), dist.get_rank()
+    flat = tensor.view(-1)
+    size = flat.numel()
+    buf = torch.zeros(-(-size // n) * n, dtype=flat.dtype)
+    buf[:size] = flat
+    lo, hi = 0, buf.numel()
+    mask = n // 2
+    while mask >= 1:
+        mid = (lo + hi) // 2
+        keep, give = ((mid, hi), (lo, mid)) if r & mask else ((lo, mid), (mid, hi))
+        incoming = torch.empty(keep[1] - keep[0], dtype=buf.dtype)
+        _swap(buf[give[0]:give[1]], incoming, r ^ mask)
+        buf[keep[0]:keep[1]] += incoming
+        lo, hi = keep
+        mask //= 2
+    mask = 1
+    while mask < n:
+        width = hi - lo
+        other = (lo - width, lo) if r & mask else (hi, hi + width)
+        incoming = torch.empty(width, dtype=buf.dtype)
+        _swap(buf[lo:hi], incoming, r ^ mask)
+        buf[other[0]:other[1]] = incoming
+        lo, hi = min(lo, other[0]), max(hi, other[1])
+        mask *= 2
+    flat.copy_(buf[:size])
+    if op == "mean":
+        tensor.div_(n)
+    return tensor
+'''
+
+
+def test_an_all_reduce_that_needs_a_power_of_two_ranks_loses_points_at_the_odd_world_size(tmp_path):
+    # right wherever n is a power of two: full marks at 2 and 4 ...
+    even = grade_source(tmp_path, HALVING_DOUBLING, world_sizes=(2, 4), salt=3)
+    assert even.score == even.max_score == 10, even.text()
+    # ... but the grader also runs an odd world size, where r XOR 1 has no partner
+    assert 3 in a1_ring.WORLD_SIZES
+    graded = grade_source(tmp_path, HALVING_DOUBLING, salt=3)
+    assert graded.score < graded.max_score, graded.text()
+    assert "n=3" in graded.text() and "powers of two" in graded.text(), graded.text()
