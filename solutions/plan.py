@@ -801,6 +801,9 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     if C is None:
         # 6 N D, with the parameters a token uses (a mixture of experts' active ones)
         C = float(scaling.training_flops(shape.active_params, D))
+        if not math.isfinite(C):
+            raise ValueError(f"tokens {D:.3g} at {shape.active_params:.3g} parameters is more training compute (6 N D) "
+                             "than a float holds; give fewer --tokens")
     optimal = {name: scaling.compute_optimal_closed_form(C, scaling.CONSTANT_SETS[name]) for name in
                dict.fromkeys((constants, *_PUBLISHED))}
     twenty = scaling.twenty_tokens_allocation(C)
@@ -880,6 +883,9 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
                                                                     micro_batch=micro_batch),
                                     offload_layers, schedule, virtual_stages, etp))
     st, lay = fitting[0] if fitting else others[0]
+    if not (math.isfinite(st.step_s) and st.tokens_per_s > 0):
+        raise ValueError(f"the predicted step time is {st.step_s:.3g} s, beyond what a float holds"
+                         + (f": --network-gbps {network * 8 / 1e9:.3g} is too slow" if network is not None else ""))
     unfit = len(others) + rejected.get("memory", 0)
     if fitting:
         reasons.append(f"the fastest of {_n(len(fitting), 'layout')} that fit{'s' if len(fitting) == 1 else ''} "
@@ -927,6 +933,10 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
     # a given MFU counts the FLOPs the predicted one counts (PaLM's: 6 N plus attention per token)
     days = (D * steptime.model_flops_per_token(shape) / (count * g.bf16_peak * used_mfu) / 86400 if mfu is not None
             else steptime.days_to_train(D, st.tokens_per_s))
+    if not 0 < days < math.inf:
+        raise ValueError(f"the days to train come to {days:.3g} ({D:.3g} tokens at {used_mfu:.3g} MFU), beyond what a float "
+                         "holds; give " + ("more" if days == 0 else "fewer") + " --tokens"
+                         + (" or another --mfu" if mfu is not None else ""))
     state = steptime.state_breakdown(shape, lay, convention, precision)
 
     advice = []
