@@ -758,7 +758,8 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
             raise ValueError(f"mlp {mlp!r}: the planner's mixtures of experts run SwiGLU MLPs, as every published "
                              "one in its table does; leave --mlp out")
     dispatch_given = ep_dispatch is not None
-    ep_dispatch = str(ep_dispatch or "deepep").lower()  # "HybridEP" or "DeepEP", as their authors write them
+    # "HybridEP" or "DeepEP", as their authors write them; '' is no name, not the default
+    ep_dispatch = "deepep" if ep_dispatch is None else str(ep_dispatch).lower()
     one_of("ep_dispatch", ep_dispatch, moe_step.DISPATCHERS)
     one_of("expert_kernels", expert_kernels, moe_step.EXPERT_KERNELS)
     steptime.check_attention_precision(g, attention_precision)

@@ -477,7 +477,9 @@ def parse_overlap(overlap) -> frozenset:
             return frozenset()
         if overlap == "all":
             return frozenset(OVERLAP_AXES)
-        overlap = [a.strip() for a in overlap.split(",") if a.strip()]
+        text, overlap = overlap, [a.strip() for a in overlap.split(",") if a.strip()]
+        if not overlap:  # '' (an unset shell variable, say) is not 'none': say so rather than plan without overlap
+            raise ValueError(f"overlap must be 'default', 'none', 'all' or axes among {list(OVERLAP_AXES)}, got {text!r}")
     axes = frozenset(overlap)
     if "default" in axes:
         axes = (axes - {"default"}) | DEFAULT_OVERLAP
