@@ -30,6 +30,7 @@ __all__ = [
     "tokens_for_loss",
     "lifetime_flops",
     "inference_aware_optimal",
+    "UNRESOLVED_EXCESS",
     "MUENNIGHOFF_R_D_STAR",
     "effective_data",
     "SCHEDULES",
@@ -70,6 +71,11 @@ def lifetime_flops(N, D, inference_tokens):
     return FLOPS_PER_PARAM_PER_TOKEN * N * D + INFERENCE_FLOPS_PER_PARAM_PER_TOKEN * N * T
 
 
+#: How close to the smallest model that can reach a loss (relatively) :func:`inference_aware_optimal`
+#: still answers: some 50 times the step its search resolves in log N there.
+UNRESOLVED_EXCESS = 1e-5
+
+
 def inference_aware_optimal(loss, inference_tokens, constants: ChinchillaConstants = HOFFMANN_ROUNDED):
     """The ``(N, D, flops)`` that reach ``loss`` with the fewest lifetime FLOPs
     when the model will then process ``inference_tokens`` tokens
@@ -101,10 +107,19 @@ def inference_aware_optimal(loss, inference_tokens, constants: ChinchillaConstan
     lo, hi = np.log(n_min) + 1e-9, np.log(n_min) + 12.0
     from scipy.optimize import minimize_scalar  # here: 0.45 s to import, needed by this alone
 
-    res = minimize_scalar(cost, bounds=(lo, hi), method="bounded", options={"xatol": 1e-10})
-    N = float(np.exp(res.x))
-    D = tokens_for_loss(N, loss, c)
-    return N, D, float(lifetime_flops(N, D, T))
+    with np.errstate(over="ignore", invalid="ignore"):  # a demand too large overflows: said below, once
+        res = minimize_scalar(cost, bounds=(lo, hi), method="bounded", options={"xatol": 1e-10})
+        N = float(np.exp(res.x))
+        D = tokens_for_loss(N, loss, c)
+        flops = float(lifetime_flops(N, D, T))
+    # Near n_min the search cannot tell models apart (its step in log N is some 1e-7 there): an
+    # optimum that close is the edge of what it resolves, not the optimum, and would stay put
+    # however much more inference is asked for.
+    if N / n_min - 1 < UNRESOLVED_EXCESS or not np.isfinite(flops):
+        raise ValueError(f"inference_tokens {T:.3g} is more than the search resolves at loss {loss:.3f}: the cheapest "
+                         f"model is then within {UNRESOLVED_EXCESS:.0e} of the smallest that can reach that loss at all "
+                         f"({n_min:.3g} parameters, on ever more tokens); give fewer inference tokens")
+    return N, D, flops
 
 
 #: Muennighoff et al. 2023, sec. 3.1: fitted "half-life" of repeated data,

@@ -2,11 +2,13 @@
 and each input the fuzzer found breaking it stays fixed."""
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from solutions import after_chinchilla, scaling
 from tests.solutions.plan_fuzz import argvs, check, run
 
 EXAMPLES = int(os.environ.get("PLAN_FUZZ_EXAMPLES", "60"))
@@ -34,6 +36,9 @@ def _error(*argv):
     (["--tokens", "5e-324"], "the days to train come to 0"),
     # a network too slow for a float: the line blamed an internal 'tokens_per_s'
     (["--count", "64", "--network-gbps", "5e-324"], "--network-gbps 4.94e-324 is too slow"),
+    # serving beyond what the over-training search resolves: warnings, 'inf FLOPs' and 'nan% less'
+    (["--inference-tokens", "1e300"], "inference_tokens 1e+300 is more than the search resolves"),
+    (["--inference-tokens", "1e40"], "give fewer inference tokens"),
     # an empty name was read as the default (DeepEP) or as no overlap at all
     (["--overlap", ""], "overlap must be 'default', 'none', 'all' or axes among"),
     (["--overlap", ","], "got ','"),
@@ -46,4 +51,22 @@ def test_inputs_the_fuzzer_found_are_one_line(argv, message):
     else:
         err = _error(*argv)
     assert message in err, err
+
+
+def test_the_cheapest_model_for_more_inference_keeps_training_longer_until_the_search_refuses():
+    """Before, past some 1e36 tokens served the answer stopped moving (the search's resolution
+    near the smallest model that reaches the loss): 1e58 tokens got 1e36's model and data."""
+    c = scaling.CONSTANT_SETS["epoch_2024"]
+    last_n, last_d = math.inf, 0.0
+    for exponent in range(20, 60):
+        try:
+            n, d, flops = after_chinchilla.inference_aware_optimal(2.068, 10.0 ** exponent, c)
+        except ValueError as exc:
+            assert "more than the search resolves" in str(exc)
+            break
+        assert n < last_n and d > last_d and math.isfinite(flops)
+        last_n, last_d = n, d
+    else:
+        pytest.fail("no demand was refused")
+    assert exponent < 40
 
