@@ -1157,9 +1157,14 @@ def _track_lines(plan: Plan) -> list:
 
 
 def _layout_json(lay: steptime.Layout) -> dict:
-    return {k: getattr(lay, k) for k in ("tp", "cp", "pp", "dp", "zero", "virtual_stages", "micro_batch",
-                                         "recompute", "schedule", "attention", "attention_precision", "ep", "etp",
-                                         "ep_dispatch", "expert_kernels", "offload_layers")}
+    """A layout's fields; a layout without a pipeline has no schedule (``None``), as its printout
+    says 'no pipeline' and the command line refuses ``--schedule`` with ``--pp 1``."""
+    out = {k: getattr(lay, k) for k in ("tp", "cp", "pp", "dp", "zero", "virtual_stages", "micro_batch",
+                                        "recompute", "schedule", "attention", "attention_precision", "ep", "etp",
+                                        "ep_dispatch", "expert_kernels", "offload_layers")}
+    if lay.pp == 1:
+        out["schedule"] = None
+    return out
 
 
 def plan_json(plan: Plan) -> dict:

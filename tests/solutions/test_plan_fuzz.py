@@ -2,6 +2,7 @@
 and each input the fuzzer found breaking it stays fixed."""
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -70,3 +71,23 @@ def test_the_cheapest_model_for_more_inference_keeps_training_longer_until_the_s
         pytest.fail("no demand was refused")
     assert exponent < 40
 
+
+def test_a_layout_without_a_pipeline_has_no_schedule_in_the_json_and_its_flags_plan_it_again():
+    """The JSON of a pp=1 plan said schedule '1f1b', while --schedule 1f1b --pp 1 is refused (a
+    schedule needs pipeline stages) and the printout says 'no pipeline'. Now it says null, and the
+    layout it reports, given back as flags, is accepted and planned the same."""
+    status, out, _, _ = run(["--model", "7e9", "--tokens", "1e12", "--count", "8", "--pp", "1", "--json"])
+    assert status == 0
+    data = json.loads(out)
+    lay = data["layout"]
+    assert lay["pp"] == 1 and lay["schedule"] is None
+    assert all(a["layout"]["schedule"] is None for a in data["alternatives"] if a["layout"]["pp"] == 1)
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in lay.items()
+             if v is not None and k in ("tp", "cp", "pp", "dp", "zero", "micro_batch", "recompute", "schedule",
+                                        "virtual_stages")]
+    status, again, err, _ = run(["--model", "7e9", "--tokens", "1e12", "--count", "8", *flags, "--json"])
+    assert status == 0, err
+    assert json.loads(again)["layout"] == lay
+    assert "needs pipeline stages" in _error("--count", "8", "--pp", "1", "--schedule", "1f1b")
+    piped = json.loads(run(["--model", "7e9", "--tokens", "1e12", "--count", "8", "--pp", "2", "--json"])[1])
+    assert piped["layout"]["schedule"] in ("1f1b", "interleaved")
