@@ -1229,13 +1229,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = terse_argparse_errors(argparse.ArgumentParser(
         prog=PROG, description="Plan a training run: allocation, layout, memory, predicted step time, "
                                "throughput, MFU and days, from solutions/."))
-    p.add_argument("--budget", type=float, help="compute budget in FLOPs (then the model is compute-optimal)")
+    p.add_argument("--budget", type=float, metavar="FLOPS",
+                   help="compute budget in FLOPs (then the model is compute-optimal)")
     p.add_argument("--model", type=count_with_suffix, help="parameters, e.g. 70e9 or 70B; the shape (--arch, else the nearest "
                                                "published one) takes this size, its depth or width and depth resized (its width "
                                                "alone with --layers)")
     p.add_argument("--tokens", type=count_with_suffix, help="training tokens, e.g. 1.4e12 or 1.4T")
     p.add_argument("--gpu", default="H100", help=f"one of {', '.join(hardware.PLANNABLE)} (or an alias)")
-    p.add_argument("--count", "--gpus", dest="count", type=int, default=8, help="number of GPUs")
+    p.add_argument("--count", "--gpus", dest="count", type=int, default=8, metavar="GPUS",
+                   help="number of GPUs (default: 8)")
     p.add_argument("--precision", default=None, help=f"training precision, one of {list(hardware.PRECISIONS)} "
                                                      "(default: bf16, fp16 on a GPU without it)")
     p.add_argument("--overlap", default="default",
@@ -1244,32 +1246,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mfu", type=float, help="override the predicted MFU in the time to train, of the BF16 peak: in (0, 1], or up to the "
                                                "precision's peak over the BF16 peak (2 for FP8)")
     for name, what in (("tp", "tensor-parallel"), ("cp", "context-parallel"), ("pp", "pipeline-parallel"),
-                       ("dp", "data-parallel"), ("ep", "expert-parallel (carved out of tp x cp x dp)")):
-        p.add_argument(f"--{name}", type=int, help=f"{what} degree (default: searched)")
-    p.add_argument("--etp", type=int, help="experts' tensor-parallel degree (default: 1, not searched)")
+                       ("dp", "data-parallel"), ("ep", "expert-parallel")):
+        unit = "STAGES" if name == "pp" else "GPUS"
+        p.add_argument(f"--{name}", type=int, metavar=unit,
+                       help=f"{what} degree, in {'stages' if name == 'pp' else 'GPUs'}" + (", carved out of tp x cp x dp" if name == "ep" else "")
+                            + " (default: searched)")
+    p.add_argument("--etp", type=int, metavar="GPUS",
+                   help="experts' tensor-parallel degree, in GPUs (default: 1, not searched)")
     p.add_argument("--zero", type=int, help="ZeRO stage 0-3 (default: searched)")
     p.add_argument("--virtual-stages", type=int, help="model chunks per pipeline stage (interleaved 1F1B)")
     p.add_argument("--schedule", help=f"pipeline schedule, one of {list(steptime.SCHEDULES)}")
     p.add_argument("--seq-len", type=int, help="tokens per sequence (default: the shape's)")
     p.add_argument("--global-batch", type=int, help="sequences per optimizer step")
     p.add_argument("--micro-batch", type=int, help="sequences per micro-batch")
-    p.add_argument("--layers", type=int, help="depth; with --model (or --budget) the width takes the size")
-    p.add_argument("--hidden", type=int, help="d_model")
-    p.add_argument("--heads", type=int)
+    p.add_argument("--layers", type=int, help="depth in transformer layers; with --model (or --budget) the width "
+                                              "takes the size")
+    p.add_argument("--hidden", type=int, help="width d_model, in features per token")
+    p.add_argument("--heads", type=int, help="attention (query) heads")
     p.add_argument("--kv-heads", type=int, help="key/value heads (grouped-query attention)")
-    p.add_argument("--head-dim", type=int, help="head size (default hidden / heads)")
-    p.add_argument("--ffn-hidden", type=int)
+    p.add_argument("--head-dim", type=int, help="head size in features (default hidden / heads)")
+    p.add_argument("--ffn-hidden", type=int, help="dense MLP width, in features")
     p.add_argument("--mlp", help="the dense MLP: gelu (two matrices, GPT's) or swiglu (three, Llama's); default: "
                                  "the published shape's, gelu for a shape of your own (with dropout, as GPT trained; "
                                  "swiglu without)")
-    p.add_argument("--vocab", type=int)
+    p.add_argument("--vocab", type=int, help="vocabulary size, in tokens")
     p.add_argument("--experts", type=int, help="routed experts per MoE layer")
     p.add_argument("--top-k", type=int, help="experts per token")
-    p.add_argument("--expert-ffn-hidden", type=int, help="each expert's MLP width")
+    p.add_argument("--expert-ffn-hidden", type=int, help="each expert's MLP width, in features")
     p.add_argument("--shared-experts", type=int, help="always-used experts per MoE layer")
     p.add_argument("--dense-layers", type=int, help="leading layers with a plain MLP")
     p.add_argument("--moe-layer-freq", type=int, help="one MoE layer every this many layers (after the dense ones)")
-    p.add_argument("--imbalance", type=float, help="busiest GPU's expert load over the mean (default 1)")
+    p.add_argument("--imbalance", type=float, help="busiest GPU's expert load over the mean, a ratio of at least 1 "
+                                                   "(default 1)")
     p.add_argument("--ep-dispatch", default=None, help=f"token dispatch, one of {list(moe_step.DISPATCHERS)} "
                                                        "(default deepep)")
     p.add_argument("--expert-kernels", default="grouped",

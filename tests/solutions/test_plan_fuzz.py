@@ -9,7 +9,8 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from solutions import after_chinchilla, scaling
+from solutions import after_chinchilla, plan, scaling
+from solutions._validate import count_with_suffix
 from tests.solutions.plan_fuzz import argvs, check, run
 
 EXAMPLES = int(os.environ.get("PLAN_FUZZ_EXAMPLES", "60"))
@@ -91,3 +92,19 @@ def test_a_layout_without_a_pipeline_has_no_schedule_in_the_json_and_its_flags_p
     assert "needs pipeline stages" in _error("--count", "8", "--pp", "1", "--schedule", "1f1b")
     piped = json.loads(run(["--model", "7e9", "--tokens", "1e12", "--count", "8", "--pp", "2", "--json"])[1])
     assert piped["layout"]["schedule"] in ("1f1b", "interleaved")
+
+
+#: Words that say what a number counts or measures, one of which every numeric flag's help names.
+UNITS = ("FLOPs", "parameters", "tokens", "GPUs", "stages", "sequences", "layers", "features", "heads", "experts",
+         "Gb/s", "ratio", "stage 0-3", "chunks", "MFU", "layer")
+
+
+def test_every_flag_says_what_it_takes_and_the_help_fits_80_columns(monkeypatch):
+    """--heads, --ffn-hidden and --vocab had no help at all, and --hidden read 'd_model'."""
+    monkeypatch.setenv("COLUMNS", "80")
+    parser = plan.build_parser()
+    for action in parser._actions:
+        assert action.help, action.option_strings
+        if action.type in (int, float) or action.type is count_with_suffix:
+            assert any(unit in action.help for unit in UNITS), (action.option_strings, action.help)
+    assert max(map(len, parser.format_help().splitlines())) <= 80
