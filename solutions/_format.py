@@ -3,6 +3,9 @@ the sizing notes and the labs' logs agree ("2 ranks", never "2 rank(s)")."""
 
 from __future__ import annotations
 
+import re
+import textwrap
+
 
 #: The suffixes of a count, largest first: trillion, billion, million, thousand (read back by
 #: :func:`solutions._validate.count_with_suffix`).
@@ -32,3 +35,31 @@ def gib(x: float) -> str:
 def plural(n: int, word: str, many: str | None = None) -> str:
     """``'1 layer'``, ``'2,048 layers'``."""
     return f"{n:,} {word if n == 1 else many or word + 's'}"
+
+
+#: Where a printout line's text starts after its label: ``'4. layout'`` then two or more spaces
+#: (the numbered lines), ``'why: '`` and ``'- '`` (the reasons and the other layouts' lines).
+_HANGING = re.compile(r"^(\s*\d+\.\s.*?\s{2,}|\s*why:\s|\s*-\s|\s*)")
+#: A figure and its unit, which a wrapped line keeps together (joined by :data:`_GLUE` meanwhile).
+_FIGURE_UNIT = re.compile(r"(\d) (s|ms|us|GiB|GB|MB|TB|GB/s|TFLOP/s|days|GPU-years|tokens|sequences)\b")
+_GLUE = "\x00"
+
+
+def wrap_lines(text: str, width: int) -> str:
+    """``text`` with every line longer than ``width`` columns broken at spaces, its next lines
+    indented to where its text starts after the label (a hanging indent), as a terminal of
+    ``width`` columns would otherwise break it mid-word at column 0. Words are never split, so
+    a word longer than the room left stays whole. Lines that fit are untouched."""
+    out = []
+    for line in text.splitlines():
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = len(_HANGING.match(line).group(1))
+        if indent > width // 2:  # too deep to leave room: indent by the line's own leading spaces
+            indent = len(line) - len(line.lstrip())
+        kept = _FIGURE_UNIT.sub(lambda m: m.group(1) + _GLUE + m.group(2), line)
+        out.extend(part.replace(_GLUE, " ") for part in textwrap.wrap(
+            kept, width, subsequent_indent=" " * (indent + 2 if indent < 8 else indent),
+            break_long_words=False, break_on_hyphens=False))
+    return "\n".join(out)

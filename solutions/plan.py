@@ -44,6 +44,7 @@ import argparse
 import json
 import math
 import re
+import shutil
 import statistics
 import sys
 from dataclasses import asdict, dataclass, field, replace
@@ -52,7 +53,7 @@ import numpy as np
 
 from . import (after_chinchilla, calibration, efficiency, facts, hardware, layer_time, memory, moe_step, precision, scaling,
                sizing, steptime)
-from ._format import count as count_words, gib as _gib, plural as _n, seconds as _time
+from ._format import count as count_words, gib as _gib, plural as _n, seconds as _time, wrap_lines
 from ._validate import count_with_suffix, nonnegative_integer, one_of, positive, positive_integer, terse_argparse_errors
 
 __all__ = [
@@ -1333,7 +1334,12 @@ def main(argv=None) -> int:
     except ValueError as exc:
         print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
-    print(json.dumps(plan_json(plan)) if args.json else format_plan(plan))
+    if args.json:
+        print(json.dumps(plan_json(plan)))
+    elif sys.stdout.isatty():  # a terminal: long lines broken with a hanging indent, not mid-word
+        print(wrap_lines(format_plan(plan), max(60, shutil.get_terminal_size().columns - 1)))
+    else:  # a file or a pipe: one line per item, for grep
+        print(format_plan(plan))
     return 0
 
 
