@@ -38,6 +38,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -102,7 +103,7 @@ def student_text(report: SubmissionReport, include_hidden: bool = True) -> str:
     problems = [explain_problem(p) for p in report.problems]
     if problems:
         lines.append("Parts of your submission that did not run:")
-        lines += [f"  - {p}" for p in problems]
+        lines += [f"  - {p}" for p in _stubs_in_one_line(problems)]
         lines.append("")
     if report.notes:
         lines += [f"Note: {n}." for n in report.notes]
@@ -112,6 +113,27 @@ def student_text(report: SubmissionReport, include_hidden: bool = True) -> str:
     if not include_hidden and any(c.hidden for c, _ in report.results):
         lines.append("Hidden tests are graded too; their results appear when grades are published.")
     return "\n".join(lines)
+
+
+#: A cell stopped by a hand-out stub: ``cell 14 (`...`) raised NotImplementedError: Implement `memory_per_gpu`: ...``.
+_STUB_STOPPED = re.compile(r"^cell (\d+) \(.*?\) raised NotImplementedError: Implement `(\w+)`")
+
+
+def _stubs_in_one_line(problems: list) -> list:
+    """``problems`` with the cells stopped by exercises not written yet (their hand-out stub's
+    ``NotImplementedError``) said in one line where there are two or more, so that a student
+    checking Exercise 1 does not read a line per later cell that calls Exercises 2 to 4."""
+    stopped = [(p, _STUB_STOPPED.match(p)) for p in problems]
+    stubbed = [m for _, m in stopped if m]
+    if len(stubbed) < 2:
+        return problems
+    cells = [m.group(1) for m in stubbed]
+    names = list(dict.fromkeys(f"`{m.group(2)}`" for m in stubbed))
+    line = (f"cells {', '.join(cells[:-1])} and {cells[-1]} call exercises not written yet "
+            f"({', '.join(names)}: still the hand-out's stub), so they stopped there")
+    first = next(i for i, (_, m) in enumerate(stopped) if m)
+    rest = [p for p, m in stopped if not m]
+    return rest[:first] + [line] + rest[first:]
 
 
 def _fix_first(report: SubmissionReport, results, problems) -> str | None:

@@ -324,3 +324,26 @@ def test_a_wrong_loss_does_not_hide_exercise_2s_own_mistake(tmp_path):
     assert WHY["ex2_forgets_the_6"] in ex2["ex2_returns_four_numbers"].feedback
     assert ex2["ex2_custom_ratios"].passed  # what was right stays right
     assert REGRADE_NOTE.rstrip(".") in report.notes  # said once, for the whole exercise
+
+
+def test_cells_stopped_by_exercises_not_written_yet_are_one_line_and_a_real_error_keeps_its_own(tmp_path):
+    """A student checking Exercise 1 with Exercises 2 and 3 still the hand-out's stubs: the cells
+    that call those stubs are said in one line (which cells, which functions), not a line each;
+    a cell that failed on its own error is still listed by itself."""
+    from autograde.reports import student_text
+
+    loss = "def chinchilla_loss(N, D):\n    return 1.69 + 406.0 / N**0.34 + 410.0 / D**0.28\n"
+    stub2 = ("def compute_optimal(C, ratios=None):\n"
+             "    raise NotImplementedError('Implement `compute_optimal`: replace this line with your code.')\n")
+    stub3 = ("def memory_per_gpu(params, gpus, zero_stage, bytes_per_param=12):\n"
+             "    raise NotImplementedError('Implement `memory_per_gpu`: replace this line with your code.')\n")
+    path = _notebook(tmp_path / "nb.ipynb", [loss, stub2, "a = compute_optimal(1e23)\n", "1 / 0\n", stub3,
+                                             "b = memory_per_gpu(7e9, 8, 1)\n", "c = compute_optimal(1e24)\n"])
+    report = grade_submission(path, only({"ex1"}), timeout=5)
+    assert len(report.problems) == 4, report.problems
+    text = student_text(report)
+    listed = text.split("Parts of your submission that did not run:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert len(listed) == 2, listed
+    assert listed[0].startswith("  - cells 3, 6 and 7 call exercises not written yet")
+    assert "`compute_optimal`, `memory_per_gpu`" in listed[0]
+    assert listed[1].startswith("  - cell 4") and "ZeroDivisionError" in listed[1]
