@@ -168,8 +168,13 @@ def _diagnose_mean(got, total, n, sums_ok: bool) -> str:
             "divide the reduced tensor (after the ring), not the inputs or a chunk of it")
 
 
-def _hang_hint(part, size, n, even_ok, uneven_ok) -> str:
-    """What a group that stopped at an uneven size may mean, from the other sizes' outcomes."""
+def _hang_hint(part, size, n, even_ok, uneven_ok, stopped="") -> str:
+    """What a group that stopped may mean, from the other sizes' outcomes: at an uneven size,
+    chunks that disagree in length; where nothing came out right and a rank hung waiting for a
+    message, the classic deadlock of a ring whose ranks all receive before they send."""
+    if not even_ok and not uneven_ok and " hung in recv" in stopped:
+        return ("; where every rank receives before it sends, nobody sends: a deadlock (the statement's "
+                "hint 'deadlocks': post each send with its receive)")
     if part != "uneven" or not even_ok:
         return ""
     if uneven_ok and size < n:
@@ -255,7 +260,7 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
             status, text, total = judged[c]
             where = f"n={n}, {_elements(size)}, op={op!r}"
             if status == "stopped":
-                text = f"{where}: not finished ({text}{_hang_hint(part, size, n, even_ok, uneven_ok)})"
+                text = f"{where}: not finished ({text}{_hang_hint(part, size, n, even_ok, uneven_ok, text)})"
             elif status == "error":
                 text = f"{where}: {text}"
             elif status == "wrong" and isinstance(text, tuple):

@@ -82,6 +82,8 @@ def test_each_planted_mistake_loses_points_and_is_named(tmp_path, name):
     assert words in report.text(), report.text()
     if name == "wrong chunk in the all-gather":  # no sum right: the bytes wait for one
         assert "counted once a sum comes out right" in report.text(), report.text()
+    if name == "deadlock: blocking receive first":  # named as such, with the statement's hint
+        assert "a deadlock (the statement's hint 'deadlocks'" in report.text(), report.text()
 
 
 def test_a_socket_to_the_outside_scores_zero(tmp_path):
