@@ -236,10 +236,11 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
                    virtual_stages=None, schedule=None, attention="flash", ep=None, etp=1, precision_name="bf16",
                    overlap=None, ep_dispatch="deepep", offload_layers=0, expert_kernels="grouped",
                    attention_precision="bf16", rejected=None):
-    """Every layout of ``count`` GPUs with the given degrees kept, predicted by
-    :func:`solutions.steptime.step_time`: ``(fitting, others)``, each a list of
-    ``(StepTime, Layout)``, ``fitting`` sorted by predicted step time, ``others`` (which do
-    not fit) by memory. For each layout the lightest recomputation that fits is kept (a
+    """Every layout of ``count`` GPUs with the given degrees kept: ``(fitting, others)``,
+    ``fitting`` a list of ``(StepTime, Layout)`` predicted by :func:`solutions.steptime.step_time`
+    and sorted by step time, ``others`` (which do not fit) a list of ``(bytes needed per GPU,
+    Layout)`` sorted by memory (:func:`solutions.steptime.memory_bytes`: a layout that does not
+    fit is not timed, which is most of the work of a search that memory limits). For each layout the lightest recomputation that fits is kept (a
     heavier one only costs time), unless the recomputation is given. A layout whose model state
     alone overflows is predicted only where it could need less memory than every layout tried
     before it, and then with its heaviest recomputation; the others count as ``'memory'``
@@ -328,15 +329,19 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
                                     if state > limit and (r != recs[-1] or state >= least):
                                         reject("memory")
                                         continue
+                                    # memory first: a layout that does not fit is not timed
+                                    needed = sum(steptime.memory_bytes(shape, lay, cluster, global_batch, convention,
+                                                                       precision_name))
+                                    if needed > limit:
+                                        others.append((needed, lay))
+                                        least = min(least, needed)
+                                        continue
                                     st = steptime.step_time(shape, lay, cluster, global_batch, convention,
                                                             precision_name=precision_name, overlap=overlap)
-                                    if st.fits:
-                                        fitting.append((st, lay))
-                                        break
-                                    others.append((st, lay))
-                                    least = min(least, st.memory_bytes)
+                                    fitting.append((st, lay))
+                                    break
     fitting.sort(key=lambda x: x[0].step_s)
-    others.sort(key=lambda x: x[0].memory_bytes)
+    others.sort(key=lambda x: x[0])
     return fitting, others
 
 
@@ -884,7 +889,11 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
         raise ValueError(_no_layout(count, gb, rejected, shape, dict(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep,
                                                                     micro_batch=micro_batch),
                                     offload_layers, schedule, virtual_stages, etp))
-    st, lay = fitting[0] if fitting else others[0]
+    if fitting:
+        st, lay = fitting[0]
+    else:  # the least hungry of the layouts that do not fit, timed now
+        lay = others[0][1]
+        st = steptime.step_time(shape, lay, cluster, gb, convention, precision_name=precision, overlap=ov)
     if not (math.isfinite(st.step_s) and st.tokens_per_s > 0):
         raise ValueError(f"the predicted step time is {st.step_s:.3g} s, beyond what a float holds"
                          + (f": --network-gbps {network * 8 / 1e9:.3g} is too slow" if network is not None else ""))
@@ -909,11 +918,11 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
         if len(losers) >= TOP:
             break
     if others:
-        o = others[0]
+        needed, o = others[0]
         losers.append(f"{_n(unfit, 'layout')} {'does' if unfit == 1 else 'do'} not fit in "
                       f"{g.usable_memory_bytes / 2**30:,.1f} GiB; the least "
-                      f"hungry, {_describe(o[1])}, needs {o[0].memory_bytes / 2**30:,.1f} GiB "
-                      f"({-o[0].margin_bytes / 2**30:,.2f} GiB over)")
+                      f"hungry, {_describe(o)}, needs {needed / 2**30:,.1f} GiB "
+                      f"({(needed - g.usable_memory_bytes) / 2**30:,.2f} GiB over)")
     rule = None
     if not shape.is_moe:
         try:

@@ -100,7 +100,7 @@ __all__ = [
     "RECOMPUTE", "check_recompute", "check_recompute_for", "SCHEDULES", "ATTENTION", "ATTENTION_PRECISIONS", "check_attention_precision", "OVERLAP_AXES", "DEFAULT_OVERLAP", "GPUS_PER_SERVER",
     "Shape", "shape_of", "gpt_params", "Layout", "Cluster", "Calibration", "CPUCalibration", "CALIBRATION",
     "model_flops_per_token", "hardware_flops_per_token", "pipeline_bubble_time", "activation_bytes",
-    "offload_bytes", "state_bytes", "state_breakdown", "StepTime", "step_time", "days_to_train", "parse_overlap", "cpu_cluster",
+    "offload_bytes", "state_bytes", "state_breakdown", "memory_bytes", "StepTime", "step_time", "days_to_train", "parse_overlap", "cpu_cluster",
     "calibrate_cpu", "cluster_of", "PUBLISHED_BOUNDS", "run_shape", "run_cluster", "run_layout", "published_tokens_per_s",
     "published_mfu", "predict_run",
 ]
@@ -731,6 +731,17 @@ def state_bytes(shape: Shape, lay: Layout, convention="zero_16", precision_name=
 # --------------------------------------------------------------------------
 
 
+def memory_bytes(shape: Shape, lay: Layout, cluster: Cluster, global_batch: int, convention="zero_16",
+                 precision_name="bf16") -> tuple[float, float]:
+    """``(model state, activations)`` in bytes on the busiest GPU, as :func:`step_time` counts
+    them (:func:`state_bytes`, :func:`activation_bytes`), without timing the step: what a layout
+    search needs to turn away a layout that does not fit."""
+    cpu = cluster.is_cpu
+    m = global_batch // (lay.dp * lay.micro_batch)
+    name = "bf16" if cpu else precision_name
+    return state_bytes(shape, lay, convention, name), activation_bytes(shape, lay, m, name)
+
+
 @dataclass(frozen=True)
 class StepTime:
     """Seconds per optimizer step and what they are made of (``breakdown_s``: ``compute``,
@@ -1066,8 +1077,7 @@ def step_time(shape: Shape, lay: Layout, cluster: Cluster, global_batch: int, co
     peak16 = gpu.bf16_peak if not cpu else gpu.peak_flops_per_s["fp32"]
     peak_p = gpu.peak(precision_name) if not cpu else peak16
     flops = model_flops_per_token(shape)
-    st_b = state_bytes(shape, lay, convention, "bf16" if cpu else precision_name)
-    act = activation_bytes(shape, lay, m, "bf16" if cpu else precision_name)
+    st_b, act = memory_bytes(shape, lay, cluster, global_batch, convention, precision_name)
     usable = gpu.usable_memory_bytes if not cpu else math.inf
     return StepTime(step, breakdown, nbytes, tps, tps * flops / (lay.gpus * peak16),
                     tps * hardware_flops_per_token(shape, lay.recompute) / (lay.gpus * peak16), m, st_b, act,
