@@ -1225,6 +1225,14 @@ def plan_json(plan: Plan) -> dict:
                          for s, l in plan.alternatives],
         "why_others_lose": list(plan.losers),
         "advice": list(plan.advice),
+        "compute_optimal": {name: {"params": N, "tokens": D, "tokens_per_param": r, "loss": L}
+                            for name, (N, D, r, L) in plan.optimal.items()},
+        # --inference-tokens: the over-trained model cheapest over training and serving
+        "overtrained": None if not plan.overtrained else {
+            "inference_tokens": plan.overtrained["tokens"], "params": plan.overtrained["N"],
+            "tokens": plan.overtrained["D"], "loss": plan.overtrained["loss"],
+            "lifetime_flops": plan.overtrained["lifetime"],
+            "compute_optimal_lifetime_flops": plan.overtrained["baseline"]},
         "published_runs_like_this": {"match": plan.track[0],
                                      "runs": [{"name": r.name, "set": label, "published_tokens_per_s_per_gpu": r.published,
                                                "predicted_tokens_per_s_per_gpu": r.predicted, "error": r.error}

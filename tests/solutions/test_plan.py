@@ -949,3 +949,25 @@ def test_hardware_utilisation_is_also_given_against_the_low_precision_peak():
     hfu_fp4 = p.step.hfu * p.step.mfu_precision / p.step.mfu
     assert 0 < hfu_fp4 < 1 and f"hardware FLOPs utilisation {p.step.hfu:.1%} of the BF16 peak, " \
                                 f"{hfu_fp4:.1%} of the NVFP4 peak" in line
+
+
+def test_the_json_carries_the_compute_optimal_table_and_the_overtrained_model(capsys):
+    """What the text prints under 'compute-optimal' and for --inference-tokens is in --json too:
+    the over-trained model reaches the compute-optimal loss, and its lifetime FLOPs are
+    6 N D of training plus 2 N per served token (Sardana et al.'s count), fewer than the
+    compute-optimal model's over the same lifetime."""
+    import json
+
+    assert plan.main(["--model", "7e9", "--tokens", "1e12", "--inference-tokens", "1e13", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    opt, over = out["compute_optimal"][out["constants"]], out["overtrained"]
+    assert over["inference_tokens"] == pytest.approx(1e13, rel=1e-12)
+    assert over["loss"] == pytest.approx(opt["loss"], rel=1e-12)
+    N, D, T = over["params"], over["tokens"], over["inference_tokens"]
+    assert over["lifetime_flops"] == pytest.approx(6 * N * D + 2 * N * T, rel=1e-9)
+    N0, D0 = opt["params"], opt["tokens"]
+    assert over["compute_optimal_lifetime_flops"] == pytest.approx(6 * N0 * D0 + 2 * N0 * T, rel=1e-9)
+    assert over["lifetime_flops"] < over["compute_optimal_lifetime_flops"] and N < N0
+    assert opt["tokens_per_param"] == pytest.approx(D0 / N0, rel=1e-9)
+    assert plan.main(["--model", "7e9", "--tokens", "1e12", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["overtrained"] is None
