@@ -1324,6 +1324,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: make_plan's names for the flags whose destination is spelt otherwise.
+_KWARG_FLAGS = {"expert_ffn": "--expert-ffn-hidden"}
+
+
+def _as_flags(message: str) -> str:
+    """An error of :func:`make_plan` with its two-word argument names written as the flags the
+    user typed (``global_batch`` -> ``--global-batch``, ``virtual_stages=5`` ->
+    ``--virtual-stages=5``); one-word names (tp, ep, gpu) read the same either way."""
+    flags = {a.dest: a.option_strings[0] for a in build_parser()._actions
+             if a.option_strings and "_" in a.dest}
+    flags.update(_KWARG_FLAGS)
+    pattern = r"(?<![\w-])(" + "|".join(sorted(map(re.escape, flags), key=len, reverse=True)) + r")(?!\w)"
+    return re.sub(pattern, lambda m: flags[m.group(1)], message)
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -1349,7 +1364,7 @@ def main(argv=None) -> int:
                          offload_layers=args.offload_layers, expert_kernels=args.expert_kernels,
                          attention_precision=args.attention_precision)
     except ValueError as exc:
-        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        print(f"{PROG}: error: {_as_flags(' '.join(str(exc).split()))}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(plan_json(plan)))

@@ -223,7 +223,7 @@ def test_json_for_a_budget():
      "pp must be at most the model's 32 layers"),
     (["--model", "8e9", "--tokens", "1e12", "--gpu", "V100", "--count", "64"], "for the labs only"),
     (["--model", "-7e9", "--tokens", "1e12"], "a value that starts with '-' written as --option=VALUE"),
-    (["--model", "7e9", "--tokens", "1e12", "--global-batch", "0"], "global_batch"),
+    (["--model", "7e9", "--tokens", "1e12", "--global-batch", "0"], "--global-batch must be a positive integer"),
     (["--model", "7e9", "--tokens", "1e12", "--count", "8", "--global-batch", "3", "--dp", "8"],
      "no layout of 8 GPUs divides the global batch of 3 sequences with dp=8; change --global-batch, --batch-tokens, "
      "--count or the degrees given"),
@@ -238,7 +238,7 @@ def test_json_for_a_budget():
     (["--arch", "DeepSeek-V3", "--tokens", "1e12", "--count", "2048", "--ep", "96"],
      "ep must divide the number of experts"),
     (["--model", "40e9", "--tokens", "1e12", "--experts", "8", "--top-k", "9", "--expert-ffn-hidden", "4096"],
-     "top_k must be at most the number of experts"),
+     "--top-k must be at most the number of experts"),
     (["--arch", "Mixtral 8x22B", "--tokens", "1e12", "--count", "64", "--ep", "8", "--tp", "1", "--pp", "1",
       "--dp", "8"], "tp x cp x pp x dp must equal count"),
     (["--arch", "DeepSeek-V3", "--tokens", "1e12", "--count", "512", "--ep", "64", "--tp", "1", "--pp", "16",
@@ -254,7 +254,7 @@ def test_json_for_a_budget():
     (["--model", "7e9", "--tokens", "1e12", "--global-batch", "512", "--batch-tokens", "1048576"],
      "give --global-batch or --batch-tokens, not both (got 512 sequences and 1,048,576 tokens)"),
     (["--arch", "gpt-oss-120b", "--tokens", "1e12", "--count", "8", "--imbalance", "100"],
-     "imbalance must be at most experts / top_k = 32 (the most a GPU can receive: every token choosing its experts), "
+     "imbalance must be at most experts / --top-k = 32 (the most a GPU can receive: every token choosing its experts), "
      "got 100.0"),
     # a search that finds nothing says which setting no layout could hold, and blames the batch only
     # where the batch was to blame
@@ -267,7 +267,7 @@ def test_json_for_a_budget():
     (["--model", "7e9", "--tokens", "1e12", "--count", "1024", "--tp", "1", "--cp", "1", "--dp", "1"],
      "no layout of 1,024 GPUs with tp=1, cp=1, dp=1 exists (a pipeline has at most one stage per layer, 27 here)"),
     (["--model", "7e9", "--tokens", "1e12", "--count", "16", "--virtual-stages", "5"],
-     "virtual_stages=5 divides the layers of no pipeline stage of a layout of 16 GPUs"),
+     "--virtual-stages=5 divides the layers of no pipeline stage of a layout of 16 GPUs"),
     (["--model", "7e9", "--tokens", "1e12", "--count", "8", "--pp", "8", "--global-batch", "12", "--schedule",
       "interleaved"], "no layout of 8 GPUs divides the global batch of 12 sequences with pp=8 into micro-batches whose "
                       "number per replica is a multiple of the pipeline stages"),
@@ -285,7 +285,7 @@ def test_json_for_a_budget():
     (["--model", "7e9", "--tokens", "1e12", "--count", "abc"], "invalid int value"),
     (["--model", "7e9", "--tokens", "1e12", "--zero", "4"], "zero must be one of"),
     (["--model", "7X", "--tokens", "1e12"], "argument --model: expected a number such as 70e9, 70B, 1.4T or 350M, got '7X'"),
-    (["--model", "7e9", "--tokens", "1e12", "--inference-tokens", "-5"], "inference_tokens must be a non-negative"),
+    (["--model", "7e9", "--tokens", "1e12", "--inference-tokens", "-5"], "--inference-tokens must be a non-negative"),
     # a size and a shape that cannot have it: one model's step would be priced against another's FLOPs
     (["--model", "671e9", "--tokens", "1e12", "--layers", "32", "--hidden", "4096", "--heads", "32"],
      "the shape given counts 6.66e+09 parameters at 32 layers, not the 6.71e+11 asked for (--model); leave --model "
@@ -709,7 +709,7 @@ def test_a_small_model_whose_embeddings_dominate_says_so():
 @pytest.mark.parametrize("flags, message", [
     (("--pp", "1", "--virtual-stages", "2"), "--virtual-stages 2 needs pipeline stages"),
     (("--pp", "1", "--schedule", "interleaved"), "--schedule interleaved needs pipeline stages"),
-    (("--pp", "4", "--virtual-stages", "3"), "virtual_stages must divide the 7 layers of each of the 4 pipeline stages"),
+    (("--pp", "4", "--virtual-stages", "3"), "--virtual-stages must divide the 7 layers of each of the 4 pipeline stages"),
 ])
 def test_pipeline_settings_without_a_pipeline_to_apply_to_are_one_line(flags, message):
     """Before, --pp 1 --virtual-stages 2 planned one chunk and reported 'virtual_stages=1 set by
@@ -732,7 +732,7 @@ def test_a_schedule_or_chunks_asked_for_searches_pipelines_only_and_pp1_prints_n
 
 @pytest.mark.parametrize("flags, message", [
     (("--etp", "2"), "etp 2 needs experts"),
-    (("--ep-dispatch", "hybridep"), "ep_dispatch 'hybridep' needs experts"),
+    (("--ep-dispatch", "hybridep"), "--ep-dispatch 'hybridep' needs experts"),
 ])
 def test_expert_flags_on_a_dense_model_are_one_line_not_ignored(flags, message):
     """Before, --etp 2 and --ep-dispatch on a dense model planned as if they had not been given."""

@@ -39,12 +39,12 @@ def _error(*argv):
     # a network too slow for a float: the line blamed an internal 'tokens_per_s'
     (["--count", "64", "--network-gbps", "5e-324"], "--network-gbps 4.94e-324 is too slow"),
     # serving beyond what the over-training search resolves: warnings, 'inf FLOPs' and 'nan% less'
-    (["--inference-tokens", "1e300"], "inference_tokens 1e+300 is more than the search resolves"),
+    (["--inference-tokens", "1e300"], "--inference-tokens 1e+300 is more than the search resolves"),
     (["--inference-tokens", "1e40"], "give fewer inference tokens"),
     # an empty name was read as the default (DeepEP) or as no overlap at all
     (["--overlap", ""], "overlap must be 'default', 'none', 'all' or axes among"),
     (["--overlap", ","], "got ','"),
-    (["--arch", "Mixtral 8x7B", "--ep-dispatch", ""], "ep_dispatch must be one of"),
+    (["--arch", "Mixtral 8x7B", "--ep-dispatch", ""], "--ep-dispatch must be one of"),
 ])
 def test_inputs_the_fuzzer_found_are_one_line(argv, message):
     if argv[:1] == ["--arch"]:  # a named design: no --model
