@@ -607,6 +607,20 @@ def test_the_scale_up_link_goes_by_its_own_name():
     assert "PCIe 3.0 (one GPU per domain) at 82% of 16 GB/s" in plan.format_plan(t4)
 
 
+def test_the_search_keeps_tensor_parallelism_inside_a_scale_up_domain():
+    """An H100 PCIe server joins its GPUs in NVLink-bridged pairs (a scale-up domain of 2): the
+    search tries TP1 and TP2 there, never TP4 or TP8 (their groups would span the PCIe pairs),
+    as make_plan refuses --tp 4 on it; on an HGX H100 (8 GPUs on NVLink) TP8 is tried."""
+    shape = steptime.shape_of(facts.ARCHITECTURES["Llama 3 8B"])
+    assert shape.heads % 8 == 0 and shape.kv % 8 == 0  # the heads allow TP8: only the domain rules it out
+    pcie = plan.cluster_for("H100 PCIe")
+    assert pcie.domain == 2
+    fitting, others = plan.search_layouts(shape, pcie, 8, 64)
+    assert fitting and {lay.tp for _, lay in fitting + others} == {1, 2}
+    fitting, others = plan.search_layouts(shape, plan.cluster_for("H100"), 8, 64)
+    assert {lay.tp for _, lay in fitting + others} == {1, 2, 4, 8}
+
+
 def test_one_head_is_a_head():
     p = plan.make_plan(layers=2, hidden=256, heads=2, kv_heads=1, tokens=1e12, gpu="H100", count=1)
     assert "2 heads x 128, 1 K/V head," in plan.format_plan(p)

@@ -10,7 +10,7 @@ import tomllib
 
 import pytest
 
-from solutions import calibration, communication, efficiency, facts, hardware, layer_time, moe_step, network
+from solutions import calibration, communication, efficiency, facts, hardware, layer_time, moe_step, network, precision
 from solutions import steptime as S
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -174,6 +174,41 @@ def test_ring_time_by_hand():
     assert tiny < network.NCCL_LATENCY_S["Simple"]["base"]
 
 
+def test_ring_steps_across_the_network_pay_the_network_latency():
+    """FSDP over 4 HGX servers: 32 ranks, 8 in each scale-up domain. A ring all-reduce takes
+    2 x 31 = 62 steps, of which 2 x (4 - 1) = 6 cross the network (NCCL's tuning model charges
+    them its network latency, the other 56 the NVLink one); an all-gather 31 steps, 3 across.
+    At 1 MB the LL protocol wins, so its latencies show in the time."""
+    link = network.link_for(32, 1, 8, 450e9, 50e9)
+    assert (link.kind, link.domains, link.bytes_per_s) == ("network", 4, 8 * 50e9)
+    size, eff = 1e6, 0.7
+    bw = 8 * 50e9 * eff
+    # seconds: Simple base 8.4 us, 3.4 us a step on NVLink, 9.6 us across; LL 3.6, 0.47 and 2.7 us
+    # at a quarter of the bandwidth
+    wire = 2 * 31 / 32 * size
+    simple = 8.4e-6 + 56 * 3.4e-6 + 6 * 9.6e-6 + wire / bw
+    ll = 3.6e-6 + 56 * 0.47e-6 + 6 * 2.7e-6 + wire / (0.25 * bw)
+    assert ll < simple
+    assert network.ring_time("all_reduce", size, 32, link, eff) == pytest.approx(ll, rel=1e-9)
+    wire = 31 / 32 * size
+    simple = 8.4e-6 + 28 * 3.4e-6 + 3 * 9.6e-6 + wire / bw
+    ll = 3.6e-6 + 28 * 0.47e-6 + 3 * 2.7e-6 + wire / (0.25 * bw)
+    assert network.ring_time("all_gather", size, 32, link, eff) == pytest.approx(min(simple, ll), rel=1e-9)
+
+
+def test_a_node_with_fewer_nics_than_gpus_shares_them():
+    """The network figure is one GPU's share of its node's NICs. An H100 PCIe server: 8 GPUs
+    and 4 NICs of 400 Gb/s (50 GB/s each way), 4 x 50 / 8 = 25 GB/s per GPU; an L4 server: 8 GPUs
+    behind one 100 Gb/s NIC, 12.5 / 8 = 1.5625 GB/s. An HGX H100 has a NIC per GPU: 50 GB/s."""
+    pcie, l4, sxm = (hardware.GPU_TABLE[n] for n in ("H100 PCIe", "L4", "H100 SXM"))
+    assert (pcie.gpus_per_node, pcie.nics_per_node, pcie.nic_bytes_per_s) == (8, 4, 50e9)
+    assert pcie.network_bytes_per_s == pytest.approx(25e9, rel=1e-12)
+    assert (l4.gpus_per_node, l4.nics_per_node, l4.nic_bytes_per_s) == (8, 1, 12.5e9)
+    assert l4.network_bytes_per_s == pytest.approx(1.5625e9, rel=1e-12)
+    assert sxm.network_bytes_per_s == pytest.approx(50e9, rel=1e-12)
+    assert S.cluster_of("H100 PCIe").network == pytest.approx(25e9, rel=1e-12)
+
+
 def test_nics_are_summed_over_a_groups_members_in_each_node():
     """A DP group of one GPU per server (TP8 inside) gets one NIC; FSDP over every GPU (eight
     members per server) gets all eight: the issue's 64%-slow FSDP 70B run."""
@@ -271,6 +306,38 @@ def test_precision_changes_peak_bytes_and_mfu():
         S.step_time(shape, lay, S.cluster_of("H100"), 256, precision_name="nvfp4")
 
 
+def test_fp8_gathers_the_zero_sharded_weights_in_one_byte():
+    """ZeRO-1 over 8 GPUs, per step: the BF16 gradients reduce-scattered (2 bytes a parameter)
+    and the updated weights all-gathered, in BF16 2 bytes a parameter, in FP8 1
+    (Megatron-Core's --fp8-param-gather); each ring moves 7/8 of its buffer per GPU."""
+    shape = S.shape_of(facts.ARCHITECTURES["Llama 3 8B"])
+    P = shape.n_params
+    lay = S.Layout(dp=8, zero=1)
+    bf, f8 = (S.step_time(shape, lay, S.cluster_of("H100"), 64, precision_name=p) for p in ("bf16", "fp8"))
+    assert bf.bytes["dp"] == pytest.approx((2 + 2) * P * 7 / 8, rel=1e-12)
+    assert f8.bytes["dp"] == pytest.approx((2 + 1) * P * 7 / 8, rel=1e-12)
+
+
+def test_the_busiest_gpus_experts_run_its_share_of_the_copies():
+    """A MoE layer's experts on the busiest GPU run ``imbalance`` times the mean copies. Mixtral
+    8x7B (top-2 of 8, SwiGLU experts 14,336 wide on a 4,096 model) with 4,096 tokens on one GPU
+    at EP8: forward 2 x 4,096 x 2 x imbalance x 3 x 4,096 x 14,336 FLOPs at the BF16 ceiling,
+    so at imbalance 1.5 half as much again as balanced; nothing else in the products changes."""
+    mixtral = S.shape_of(facts.MOE_ARCHITECTURES["Mixtral 8x7B"], seq_len=4096)
+    assert (mixtral.moe.experts, mixtral.moe.top_k, mixtral.hidden, mixtral.moe.expert_ffn) == (8, 2, 4096, 14336)
+    h100 = hardware.find_gpu("H100")
+    lay = S.Layout(dp=8, ep=8)
+    gemm = layer_time.COMPONENTS.index("gemm")
+
+    def forward_products(imbalance):
+        shape = replace(mixtral, moe=replace(mixtral.moe, imbalance=imbalance))
+        return layer_time.layer_terms(shape, lay, h100, precision.recipe("bf16"), moe_layer=True).a[gemm, 0]
+
+    experts = 2.0 * 4096 * 2 * 3 * 4096 * 14336 / h100.ceiling("bf16")
+    assert forward_products(1.5) - forward_products(1.0) == pytest.approx(0.5 * experts, rel=1e-9)
+    assert forward_products(2.0) - forward_products(1.0) == pytest.approx(experts, rel=1e-9)
+
+
 def test_fp8_stores_activations_in_one_byte():
     shape = S.shape_of(facts.ARCHITECTURES["Llama 3 70B"])
     lay = S.Layout(tp=1, pp=4, dp=16, schedule="interleaved", virtual_stages=5)
@@ -286,6 +353,20 @@ def test_memory_is_what_cuda_reports():
     for n in ("Llama 3 405B, 8,192 GPUs", "Llama 3 405B, 16,384 GPUs"):
         st = S.predict_run(RUNS[n])[0]
         assert st.fits and st.margin_bytes > 0
+
+
+def test_the_plan_keeps_a_gib_back_from_what_cuda_reports():
+    """CUDA reports 79.11 GiB on an H100 SXM; the planner keeps 1 GiB of it back (the CUDA
+    context, about 0.5 GiB on Hopper with lazy loading, and NCCL's buffers): 78.11 GiB usable,
+    and a step fits when its state and activations stay within those."""
+    h100 = hardware.GPU_TABLE["H100 SXM"]
+    assert hardware.ALLOCATOR_RESERVE_BYTES == 2**30
+    assert h100.usable_memory_bytes == pytest.approx(78.11 * 2**30, rel=1e-12)
+    shape = S.shape_of(facts.ARCHITECTURES["Llama 3 8B"])
+    st = S.step_time(shape, S.Layout(dp=8, zero=1), S.cluster_of("H100"), 64)
+    assert st.usable_bytes == pytest.approx(78.11 * 2**30, rel=1e-12)
+    assert st.margin_bytes == pytest.approx(78.11 * 2**30 - st.state_bytes - st.activation_bytes, rel=1e-12)
+    assert st.fits == (st.state_bytes + st.activation_bytes <= 78.11 * 2**30)
 
 
 def test_the_capacity_is_the_drivers_not_the_vendors_where_both_are_known():
