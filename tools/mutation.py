@@ -68,10 +68,14 @@ LAB_COLLECTIVES = ("tests/labs/test_labs.py", "-x", "-k", "collectives or ring")
 LAB_DDP = ("tests/labs/test_labs.py", "-x", "-k", "ddp and not killed")
 LAB_FSDP = ("tests/labs/test_labs.py", "-x", "-k", "fsdp")
 # The planner's step-time model (solutions/steptime.py and the modules it reads): its equations
-# by hand in test_steptime.py; the mixture-of-experts pieces also in their own files.
-STEPTIME = ("tests/solutions/test_steptime.py",)
+# by hand in test_steptime.py, the mixture-of-experts pieces also in their own files. Left out:
+# the re-derivation of the calibrated constants (and its leave-one-out), which fails on any change
+# to the model's output, a fix as much as a bug, and takes most of the file's time; a mutation
+# must be caught by a test of its mechanism, or by the published runs the model is held to.
+_NO_REFIT = ("-k", "not calibration_is_rederived and not leave_one_out")
+STEPTIME = ("tests/solutions/test_steptime.py", *_NO_REFIT)
 MOE_STEP = ("tests/solutions/test_steptime.py", "tests/solutions/test_solutions_moe_ep.py",
-            "tests/solutions/test_expert_tensor_parallel.py", "tests/solutions/test_eager_experts.py")
+            "tests/solutions/test_expert_tensor_parallel.py", "tests/solutions/test_eager_experts.py", *_NO_REFIT)
 PLAN = ("tests/solutions/test_plan.py",)
 
 M = Mutation
@@ -354,7 +358,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("stm-hw-missing-format-unchecked", "solutions/hardware.py",
       "if not self.supports(precision):",
       "if False:",
-      STEPTIME + ("tests/solutions/test_expert_kernels_and_fp8_attention.py",),
+      ("tests/solutions/test_expert_kernels_and_fp8_attention.py", *STEPTIME),
       "a precision the chip lacks (NVFP4 on an H100) is not refused in one line"),
     # -- solutions/precision.py ----------------------------------------------------------------
     M("stm-prec-fp8-weights-2-bytes", "solutions/precision.py",
@@ -373,7 +377,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("stm-eff-sp-norms-not-split", "solutions/efficiency.py",
       "per_gpu = sbh * (replicated / (t if sp else 1) + split / t) + scores / t",
       "per_gpu = sbh * (replicated + split / t) + scores / t",
-      STEPTIME + ("tests/solutions/test_solutions_beyond3d.py",),
+      ("tests/solutions/test_solutions_beyond3d.py", *STEPTIME),
       "sequence parallelism does not split the norms' inputs and the dropout masks"),
     # -- solutions/layer_time.py and the attention context ---------------------------------------
     M("stm-causal-full-context", "solutions/steptime.py",
@@ -383,7 +387,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("stm-lt-tp-not-dividing-ffn", "solutions/layer_time.py",
       "f = shape.ffn / tp",
       "f = shape.ffn",
-      STEPTIME + ("tests/solutions/test_expert_tensor_parallel.py",),
+      ("tests/solutions/test_expert_tensor_parallel.py", *STEPTIME),
       "TP does not divide the MLP products' width"),
     M("stm-lt-sp-elementwise-repeated", "solutions/layer_time.py",
       "rep = tp if sp else 1",
@@ -392,7 +396,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("stm-lt-fp8-attention-at-bf16", "solutions/layer_time.py",
       'c_attn = gpu.ceiling("fp8") if lay.attention_precision == "fp8" else c16',
       "c_attn = c16",
-      STEPTIME + ("tests/solutions/test_expert_kernels_and_fp8_attention.py",),
+      ("tests/solutions/test_expert_kernels_and_fp8_attention.py", *STEPTIME),
       "FP8 attention runs at the BF16 ceiling"),
     M("stm-lt-experts-ignore-imbalance", "solutions/layer_time.py",
       "copies = Tm * m.top_k * k_imb * lay.etp",
