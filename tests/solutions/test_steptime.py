@@ -565,6 +565,67 @@ def test_a_ceiling_says_whether_it_was_measured():
     assert b200.ceiling("nvfp4") == pytest.approx(b200.peak("nvfp4") * b200.ceiling("fp8") / b200.peak("fp8"))
 
 
+def test_node_limited_dispatch_by_hand():
+    """DeepSeek-V3 routes a token to experts on at most 4 nodes (report sec. 3.2.2). EP64 over 8
+    nodes of 8, top-8: unrestricted, a token reaches 7 x (1 - (7/8)^8) = 4.60 other nodes on
+    average; limited to 4 nodes, its own among them unless none of its 8 experts is local
+    (probability (7/8)^8), at most 3 + (7/8)^8 = 3.34. DeepEP sends one copy per remote node;
+    the copies for its other experts go over NVLink."""
+    T, h = 4096, 7168
+    free = moe_step.MoEConfig(256, 8, 2048)
+    limited = moe_step.MoEConfig(256, 8, 2048, node_limit=4)
+    per_copy = h * (1 + 2) * 2 * T  # FP8 dispatch, BF16 combine, forward and backward
+    miss = (7 / 8) ** 8
+    intra, inter = moe_step.dispatch_split(T, h, limited, 64, 8, 1, 2, "deepep")
+    assert inter == pytest.approx((3 + miss) * per_copy, rel=1e-12)
+    # every copy bound for another GPU goes somewhere: 8 x 63/64 per token in all
+    assert intra + inter == pytest.approx(8 * 63 / 64 * per_copy, rel=1e-12)
+    assert moe_step.dispatch_split(T, h, free, 64, 8, 1, 2, "deepep")[1] == pytest.approx(7 * (1 - miss) * per_copy,
+                                                                                        rel=1e-12)
+    # a limit no routing reaches changes nothing
+    assert moe_step.dispatch_split(T, h, replace(limited, node_limit=8), 64, 8, 1, 2, "deepep") == \
+        pytest.approx(moe_step.dispatch_split(T, h, free, 64, 8, 1, 2, "deepep"), rel=1e-12)
+
+
+def test_expert_state_is_split_over_ep_and_sharded_over_the_expert_data_parallel_ranks():
+    """Mixtral 8x7B on 64 GPUs, TP2 x PP2 x DP16 with EP8 folded into the 32 ranks of a stage,
+    ZeRO-1, 2 + 2 + 12 bytes a parameter. The dense part: split 2 x 2 ways, its optimizer state
+    sharded over the 16 DP ranks. The routed experts: split over PP2 x EP8 = 16, their optimizer
+    state sharded over the 32 / 8 = 4 expert-data-parallel ranks that hold the same experts."""
+    shape = S.shape_of(facts.MOE_ARCHITECTURES["Mixtral 8x7B"])
+    Pe = shape.expert_params
+    Pd = shape.n_params - Pe
+    (dense, d_deg), (experts, e_deg) = moe_step.state_shards(Pd, Pe, tp=2, pp=2, cp=1, dp=16, ep=8, etp=1)
+    assert (d_deg, e_deg) == (16, 4)
+    assert (dense, experts) == pytest.approx((Pd / 4, Pe / 16), rel=1e-12)
+    lay = S.Layout(tp=2, pp=2, dp=16, ep=8, zero=1)
+    parts = S.state_breakdown(shape, lay)
+    assert parts["weights"] == pytest.approx(2 * Pd / 4 + 2 * Pe / 16, rel=1e-12)
+    assert parts["grads"] == pytest.approx(2 * Pd / 4 + 2 * Pe / 16, rel=1e-12)
+    assert parts["optimizer"] == pytest.approx(12 * Pd / 4 / 16 + 12 * Pe / 16 / 4, rel=1e-12)
+    # ZeRO-3 shards the weights the same ways
+    z3 = S.state_breakdown(shape, replace(lay, zero=3))
+    assert z3["weights"] == pytest.approx(2 * Pd / 4 / 16 + 2 * Pe / 16 / 4, rel=1e-12)
+
+
+def test_overlap_hides_no_more_than_the_products_it_hides_behind():
+    """A model too narrow to hide its TP traffic: 2 layers of width 256 at TP8, 8 micro-batches.
+    Overlapped, each layer's collectives hide behind that layer's matrix products (forward and
+    backward, under the calibrated coefficients) and the rest is exposed; nothing is lost or
+    counted twice."""
+    shape = S.Shape(2, 256, 8, 1024, vocab=1024)
+    cl = S.cluster_of("H100")
+    lay = S.Layout(tp=8)
+    on, off = (S.step_time(shape, lay, cl, 8, overlap=o) for o in ("tp", "none"))
+    assert on.microbatches == 8 and off.hidden_s["tp"] == 0
+    t = layer_time.layer_terms(shape, lay, cl.gpu, precision.recipe("bf16"))
+    products = float(S.CALIBRATION.coefficients()[:2] @ t.a[:2].sum(axis=1))  # one layer, one micro-batch
+    comm = off.breakdown_s["tp"] / (2 * 8)
+    assert comm > products  # the case this test is about
+    assert on.hidden_s["tp"] == pytest.approx(2 * 8 * products, rel=1e-9)
+    assert on.breakdown_s["tp"] == pytest.approx(2 * 8 * (comm - products), rel=1e-9)
+
+
 def test_hybridep_counts_as_deepep():
     """NVIDIA's Hybrid-EP forwards a token once per remote domain, as DeepEP does."""
     cfg = moe_step.MoEConfig(256, 8, 2048)
