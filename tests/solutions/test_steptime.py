@@ -626,6 +626,88 @@ def test_overlap_hides_no_more_than_the_products_it_hides_behind():
     assert on.breakdown_s["tp"] == pytest.approx(2 * 8 * (comm - products), rel=1e-9)
 
 
+LLAMA70 = S.shape_of(facts.ARCHITECTURES["Llama 3 70B"])  # h 8,192, 64 heads (8 K/V) of 128, SwiGLU 28,672, 8,192 tokens
+
+
+def _layer(lay, gpu="H100", recipe="bf16"):
+    return layer_time.layer_terms(LLAMA70, lay, hardware.find_gpu(gpu), precision.recipe(recipe)).a
+
+
+def test_tensor_parallelism_divides_every_product_of_a_dense_layer():
+    """Llama 3 70B, one sequence of 8,192 tokens: forward, the QKV projection (8,192 in,
+    (64 + 2 x 8) x 128 out), the output projection (64 x 128 in) and the SwiGLU MLP (3 x 8,192 x
+    28,672), 2 T K N FLOPs each at the BF16 ceiling. TP8 splits heads, K/V heads and the MLP's
+    width 8 ways: an eighth on each GPU (sequence parallelism gathers all 8,192 tokens first)."""
+    assert (LLAMA70.hidden, LLAMA70.heads, LLAMA70.kv, LLAMA70.head_size, LLAMA70.ffn) == (8192, 64, 8, 128, 28672)
+    T, h = 8192, 8192
+    flops = 2 * T * (h * (64 + 2 * 8) * 128 + 64 * 128 * h + 3 * h * 28672)
+    gemm = layer_time.COMPONENTS.index("gemm")
+    ceiling = hardware.find_gpu("H100").ceiling("bf16")
+    assert _layer(S.Layout(tp=1))[gemm, 0] == pytest.approx(flops / ceiling, rel=1e-12)
+    assert _layer(S.Layout(tp=8))[gemm, 0] == pytest.approx(flops / 8 / ceiling, rel=1e-12)
+
+
+def test_nvfp4_leaves_a_share_of_the_products_in_bf16():
+    """NVIDIA's NVFP4 recipe keeps about 15% of the linear layers in BF16: on a B200 a layer's
+    products take 0.85 of their FLOPs at the FP4 ceiling and 0.15 at the BF16 one."""
+    b200 = hardware.find_gpu("B200")
+    gemm = layer_time.COMPONENTS.index("gemm")
+    bf16 = _layer(S.Layout(tp=1), "B200")[gemm, 0] * b200.ceiling("bf16")  # the layer's FLOPs
+    fp4 = _layer(S.Layout(tp=1), "B200", "nvfp4")[gemm, 0]
+    assert fp4 == pytest.approx(bf16 * (0.85 / b200.ceiling("nvfp4") + 0.15 / b200.ceiling("bf16")), rel=1e-12)
+
+
+def test_sequence_parallelism_splits_the_hidden_wide_elementwise_work():
+    """Without dropout a layer moves 8 + 12 bytes per token and unit of width outside the MLP
+    (norms, residuals): 20 x 8,192 x 8,192 bytes for a sequence. TP8 without sequence
+    parallelism repeats them on every GPU; with it each GPU moves an eighth. Nothing else of the
+    forward pass's elementwise bytes depends on it."""
+    assert not LLAMA70.dropout
+    h100 = hardware.find_gpu("H100")
+    ew = layer_time.COMPONENTS.index("elementwise")
+    repeated = _layer(S.Layout(tp=8, sequence_parallel=False))[ew, 0]
+    split = _layer(S.Layout(tp=8, sequence_parallel=True))[ew, 0]
+    assert repeated - split == pytest.approx(20 * 8192 * 8192 * (1 - 1 / 8) / h100.hbm_bytes_per_s, rel=1e-9)
+
+
+def test_full_recomputation_repeats_the_forward_passes_tp_collectives():
+    """TP8 with sequence parallelism moves 8 b s h (t - 1)/t elements per layer (two all-gathers
+    and two reduce-scatters forward, as many backward), 2 bytes each: 8 x 8,192 x 8,192 x 7/8 x 2
+    per sequence and layer. Full recomputation runs the forward pass again, its four collectives
+    with it: 1.5 times the traffic and the time."""
+    cl = S.cluster_of("H100")
+    none, full = (S.step_time(LLAMA70, S.Layout(tp=8, dp=8, recompute=r), cl, 64) for r in ("none", "full"))
+    per_layer = 8 * 8192 * 8192 * 7 / 8 * 2
+    assert none.bytes["tp"] == pytest.approx(per_layer * 80 * 8, rel=1e-12)  # 80 layers, 8 micro-batches
+    assert full.bytes["tp"] == pytest.approx(1.5 * per_layer * 80 * 8, rel=1e-12)
+    assert full.comm_s["tp"] == pytest.approx(1.5 * none.comm_s["tp"], rel=1e-12)
+
+
+@pytest.mark.parametrize("v", [1, 2])
+def test_pipeline_sends_on_the_critical_path_by_hand(v):
+    """TP8 x PP4 on HGX H100s, 8 micro-batches of one 8,192-token sequence, nothing overlapped:
+    each send is the stage's 8,192 x 8,192 x 2 / 8 bytes of activations (or gradients), over one
+    NIC per GPU (50 GB/s at the network's calibrated efficiency) plus NCCL's 8.4 us; the fill and
+    the drain cross 2 v (p - 1) boundaries, and the steady state sends 2 v m more."""
+    cl = S.cluster_of("H100")
+    lay = S.Layout(tp=8, pp=4, schedule="interleaved" if v > 1 else "1f1b", virtual_stages=v)
+    st = S.step_time(LLAMA70, lay, cl, 8, overlap="none")
+    assert st.microbatches == 8 and st.links["pp"] == "network"
+    one = 8192 * 8192 * 2 / 8 / (50e9 * S.CALIBRATION.network) + 8.4e-6
+    assert st.breakdown_s["pp"] == pytest.approx((2 * v * 3 + 2 * v * 8) * one, rel=1e-9)
+
+
+def test_1f1b_holds_as_many_micro_batches_as_stages_and_gpipe_all():
+    """PP4, 20 layers a stage: the first stage of a 1F1B pipeline holds min(p, m) micro-batches'
+    activations (2 of 2, 4 of 4 or of 16), GPipe's all m."""
+    act = {(sch, m): S.activation_bytes(LLAMA70, S.Layout(tp=8, pp=4, schedule=sch), m)
+           for sch in ("1f1b", "gpipe") for m in (2, 4, 16)}
+    assert act["1f1b", 4] == pytest.approx(2 * act["1f1b", 2], rel=1e-12)
+    assert act["1f1b", 16] == pytest.approx(act["1f1b", 4], rel=1e-12)
+    assert act["gpipe", 16] == pytest.approx(8 * act["gpipe", 2], rel=1e-12)
+    assert act["gpipe", 2] == pytest.approx(act["1f1b", 2], rel=1e-12)
+
+
 def test_hybridep_counts_as_deepep():
     """NVIDIA's Hybrid-EP forwards a token once per remote domain, as DeepEP does."""
     cfg = moe_step.MoEConfig(256, 8, 2048)
