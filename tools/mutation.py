@@ -1,6 +1,7 @@
 """Mutation testing: how many single-bug versions of the course's code does the suite catch?
 
-    python tools/mutation.py            # plant every mutation, print a table (about 10 min on 2 cores)
+    python tools/mutation.py            # plant every mutation, print a table (about 10 min on 2 cores,
+                                        # and 4 more for the step-time model's, -k stm-)
     python tools/mutation.py --list     # the mutations, without running anything
     python tools/mutation.py -k zero    # only the mutations whose id contains "zero"
     python tools/mutation.py --json mutation.json --jobs 2
