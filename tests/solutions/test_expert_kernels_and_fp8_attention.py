@@ -160,8 +160,8 @@ def test_the_plan_says_what_the_work_per_expert_costs():
 
 
 @pytest.mark.parametrize("args, message", [
-    (("--expert-kernels", "cutlass"), "expert_kernels must be one of ('grouped', 'fused'), got 'cutlass'"),
-    (("--attention-precision", "fp4"), "attention_precision must be one of ('bf16', 'fp8'), got 'fp4'"),
+    (("--expert-kernels", "cutlass"), "--expert-kernels must be one of ('grouped', 'fused'), got 'cutlass'"),
+    (("--attention-precision", "fp4"), "--attention-precision must be one of ('bf16', 'fp8'), got 'fp4'"),
     (("--attention-precision", "fp8", "--attention", "standard"), "needs attention='flash'"),
 ])
 def test_the_planner_refuses_bad_switches_in_one_line(args, message):
@@ -174,14 +174,14 @@ def test_fused_experts_on_a_dense_model_is_one_line():
     out = subprocess.run([sys.executable, "-m", "solutions.plan", "--model", "7e9", "--tokens", "1e11",
                           "--expert-kernels", "fused"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stdout == "" and len(out.stderr.strip().splitlines()) == 1
-    assert "expert_kernels 'fused' needs experts" in out.stderr
+    assert "--expert-kernels 'fused' needs experts" in out.stderr
 
 
 def test_fp8_attention_on_a_gpu_without_fp8_is_one_line():
     out = subprocess.run([sys.executable, "-m", "solutions.plan", "--model", "7e9", "--tokens", "1e11", "--gpu", "A100",
                           "--attention-precision", "fp8"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
-    assert "attention_precision fp8: precision fp8 is not available on the A100" in out.stderr
+    assert "--attention-precision fp8: precision fp8 is not available on the A100" in out.stderr
 
 
 def test_the_kernel_choices_are_one_list():
