@@ -56,6 +56,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .moe_step import busiest
+
 __all__ = ["COMPONENTS", "RECOMPUTE", "RECOMPUTE_MODULES", "recompute_modules", "Terms", "gemm_terms", "flash_terms", "layer_terms",
            "output_terms", "coefficients", "eager_expert_bytes"]
 
@@ -247,7 +249,7 @@ def layer_terms(shape, lay, gpu, recipe, moe_layer=False, imbalance=None) -> Ter
     act = 6.0 if shape.mlp == "swiglu" else 4.0
     if moe_layer:
         m = shape.moe
-        k_imb = m.imbalance if imbalance is None else imbalance
+        k_imb = busiest(m, lay.ep) if imbalance is None else imbalance
         Tm = T / tp  # the sequence-parallel shard each GPU dispatches
         local = m.experts // lay.ep
         # the copies this GPU's experts run: its ETP group gathers its members' copies, and each

@@ -31,7 +31,7 @@ from . import moe
 from ._validate import positive, positive_integer
 
 __all__ = ["MoEConfig", "Counts", "moe_layer_count", "transformer_params", "check_expert_layout",
-           "expert_gemms", "all_to_all_bytes", "DISPATCHERS", "EXPERT_KERNELS", "dispatch_split", "state_shards"]
+           "expert_gemms", "all_to_all_bytes", "busiest", "DISPATCHERS", "EXPERT_KERNELS", "dispatch_split", "state_shards"]
 
 #: How token copies reach the experts: ``'alltoall'``, one copy per chosen expert on another
 #: GPU (Megatron-Core's default dispatcher); ``'deepep'``, one copy per remote scale-up
@@ -55,7 +55,8 @@ class MoEConfig:
     ``expert_ffn`` (SwiGLU), ``top_k`` used per token, ``shared_experts`` always used, the
     first ``dense_layers`` layers with a plain MLP and, after them, one MoE layer every
     ``layer_freq`` layers (Llama 4 Maverick alternates: 2). ``imbalance`` is the busiest
-    GPU's share of the expert work over the mean (1: balanced). ``expert_bias``: the
+    GPU's share of the expert work over the mean (1: balanced), capped by what the layout's
+    EP degree allows (:func:`busiest`). ``expert_bias``: the
     experts' products carry biases; ``clamped_glu``: their GLU clamps both halves first
     (gpt-oss); Megatron-Core's grouped experts run both as passes of their own
     (:func:`solutions.layer_time.layer_terms`)."""
@@ -88,6 +89,15 @@ class MoEConfig:
         if self.imbalance > self.experts / self.top_k:
             raise ValueError(f"imbalance must be at most experts / top_k = {self.experts / self.top_k:g} (the most a GPU can "
                              f"receive: every token choosing its experts), got {self.imbalance!r}")
+
+
+def busiest(cfg: MoEConfig, ep: int) -> float:
+    """The imbalance the busiest GPU of an expert-parallel group of ``ep`` ranks can have: a
+    token's ``k`` copies go to ``k`` different experts, so at most ``min(k, E / ep)`` of them
+    land on one GPU against ``k / ep`` on average, and ``cfg.imbalance`` is capped at
+    ``min(k, E / ep) ep / k``: 1 at EP 1, where every GPU runs its own tokens' copies whatever
+    the routing, ``E / k`` at one expert per GPU."""
+    return min(cfg.imbalance, min(cfg.top_k, cfg.experts / ep) * ep / cfg.top_k)
 
 
 def moe_layer_count(layers: int, cfg: MoEConfig) -> int:
@@ -172,7 +182,7 @@ def expert_gemms(tokens, hidden, cfg: MoEConfig, ep: int, etp: int = 1):
     copies between them, each expert's up-projection (gate and up, ``2 f / ETP`` wide) and
     down-projection."""
     local = cfg.experts // ep
-    rows = tokens * cfg.top_k * cfg.imbalance / local
+    rows = tokens * cfg.top_k * busiest(cfg, ep) / local
     f = cfg.expert_ffn / etp
     return [(rows, hidden, 2 * f, local), (rows, f, hidden, local)]
 
@@ -184,7 +194,7 @@ def all_to_all_bytes(tokens, hidden, cfg: MoEConfig, ep: int, dispatch_bytes=2.0
         return 0.0
     per = moe.expert_parallel_bytes_per_layer(tokens, hidden, cfg.top_k, ep, bytes_per_element=combine_bytes,
                                               dispatch_bytes_per_element=dispatch_bytes)
-    return float(per) * cfg.imbalance
+    return float(per) * busiest(cfg, ep)
 
 
 def dispatch_split(tokens, hidden, cfg: MoEConfig, ep: int, local: int, dispatch_bytes=2.0, combine_bytes=2.0,
@@ -204,7 +214,7 @@ def dispatch_split(tokens, hidden, cfg: MoEConfig, ep: int, local: int, dispatch
         raise ValueError(f"ep_dispatch must be one of {list(DISPATCHERS)}, got {dispatcher!r}")
     local = max(1, min(ep, local))
     k = cfg.top_k
-    per_copy = hidden * (dispatch_bytes + combine_bytes) * 2 * tokens * cfg.imbalance  # forward and backward
+    per_copy = hidden * (dispatch_bytes + combine_bytes) * 2 * tokens * busiest(cfg, ep)  # forward and backward
     remote = k * (ep - local) / ep
     near = k * (local - 1) / ep
     if dispatcher == "alltoall" or local == ep:

@@ -1019,6 +1019,9 @@ def moe_words(plan: Plan) -> str:
     return (f"{sh.moe_layers} MoE layers of {m.experts} experts ({m.expert_ffn:,} wide), top-{m.top_k}"
             + (f" + {m.shared_experts} shared" if m.shared_experts else "")
             + (f", imbalance x{m.imbalance:g}" if m.imbalance != 1 else "")
+            + (f" (x{moe_step.busiest(m, lay.ep):.3g} at EP{lay.ep}, the most it allows: a GPU receives at most "
+               f"min(top-k, experts / EP) of a token's {m.top_k} copies)"
+               if moe_step.busiest(m, lay.ep) < m.imbalance else "")
             + f", {lay.expert_kernels} expert kernels"
             + (f" ({' and '.join(eager)} in passes of their own)" if eager and lay.expert_kernels == "grouped" else ""))
 

@@ -619,7 +619,7 @@ def activation_bytes(shape: Shape, lay: Layout, m: int, precision_name: str = "b
 def _activation_key(lay: Layout) -> tuple:
     """What a layer's stored activations depend on (the cache key of :func:`_activation_per_layer`)."""
     return (lay.tp, lay.cp, lay.micro_batch, lay.recompute, lay.attention, lay.sequence_parallel, lay.etp,
-            lay.expert_kernels)
+            lay.expert_kernels, lay.ep)
 
 
 def offload_bytes(shape: Shape, lay: Layout, precision_name: str = "bf16") -> float:
@@ -637,7 +637,8 @@ def offload_bytes(shape: Shape, lay: Layout, precision_name: str = "bf16") -> fl
 @lru_cache(maxsize=8192)
 def _activation_per_layer(shape: Shape, key: tuple, precision_name: str) -> tuple:
     """``(bytes per layer and micro-batch in flight, bytes once)`` of :func:`activation_bytes`."""
-    tp, cp, b, recompute, attention, sp, etp, kernels = key
+    tp, cp, b, recompute, attention, sp, etp, kernels, ep = key
+    imb = moe_step.busiest(shape.moe, ep) if shape.moe is not None else 1.0
     lay = Layout(tp=tp, cp=cp, micro_batch=b, recompute=recompute, attention=attention, sequence_parallel=sp)
     rec = precision.recipe(precision_name) if precision_name in precision.RECIPES else precision.RECIPES["bf16"]
     low = 0.0 if rec.name in ("bf16", "fp16") else (2.0 - rec.gemm_bytes) * (1.0 - rec.bf16_share)
@@ -647,10 +648,10 @@ def _activation_per_layer(shape: Shape, key: tuple, precision_name: str) -> tupl
     def mlp_widths(moe_layer):
         if moe_layer:
             cfg = shape.moe
-            acts = cfg.top_k * cfg.expert_ffn * cfg.imbalance + cfg.shared_experts * cfg.expert_ffn
+            acts = cfg.top_k * cfg.expert_ffn * imb + cfg.shared_experts * cfg.expert_ffn
             # an ETP group's members each keep every copy the group gathered (ETP times their own),
             # and 1/ETP of each copy's expert activations
-            return acts, cfg.top_k * shape.hidden * cfg.imbalance * etp
+            return acts, cfg.top_k * shape.hidden * imb * etp
         return shape.ffn, 0.0
 
     def full_layer(attention, moe_layer):
@@ -677,7 +678,7 @@ def _activation_per_layer(shape: Shape, key: tuple, precision_name: str) -> tupl
             x -= 4.0 * shape.heads * shape.seq_len * lay.micro_batch / split  # no LSE either
         elif lay.recompute == "selective":
             x -= (2.0 - low) * (2 * shape.hidden + ffn) * tokens / split
-        routed = shape.moe.top_k * shape.moe.expert_ffn * shape.moe.imbalance if moe_layer else 0.0
+        routed = shape.moe.top_k * shape.moe.expert_ffn * imb if moe_layer else 0.0
         if mods:  # named modules: the norms' outputs, the activation's input (MLA's up-projected Q, K, V not modelled)
             dropped = (2 * shape.hidden if "layernorm" in mods else 0.0) \
                 + (routed if moe_layer and "moe_act" in mods else 0.0) \
@@ -1042,7 +1043,7 @@ def step_time(shape: Shape, lay: Layout, cluster: Cluster, global_batch: int, co
             links["ep"] = "nvlink" if not inter else "network"
         messages["ep"] = 4 * (lay.ep - 1) * moe_here * m
         if lay.etp > 1:  # the ETP group's gathers of the copies and reduce-scatters of the outputs
-            gathered = tokens * shape.moe.top_k * shape.moe.imbalance * lay.etp * h * nb
+            gathered = tokens * shape.moe.top_k * moe_step.busiest(shape.moe, lay.ep) * lay.etp * h * nb
             ag, etp_link, steps_ag = _collective(cluster, "all_gather", gathered, lay.etp, 1, net)
             rs, _, steps_rs = _collective(cluster, "reduce_scatter", gathered, lay.etp, 1, net)
             t_layer += 2 * (ag + rs)

@@ -187,3 +187,25 @@ def test_the_lab_notebook_glues_the_lab_bytes():
     assert g["l08_balanced_bytes"] == f"{4 * 64 * 2 * 32 / 2 * 4:,.0f}" == g["l08_sent_balanced"]
     assert g["l08_skew_rank0"] == f"{2 * 64 * 2 * 32 * 4:,}"
     assert g["l08_all_ok"] == "all pass"
+
+
+def test_the_imbalance_is_capped_by_what_the_ep_degree_allows():
+    """A token's k copies go to k different experts, so one GPU of an EP group of e ranks gets at
+    most min(k, E/e) of them against k/e on average: Mixtral (E = 8, k = 2) can be skewed at
+    most x1 at EP1 (every GPU runs its own tokens' copies), x2 at EP2 (min(2, 4) x 2 / 2) and
+    x4 = E/k at EP8; an imbalance asked for beyond that is what the layout allows."""
+    from solutions import moe_step, plan
+
+    cfg = moe_step.MoEConfig(experts=8, top_k=2, expert_ffn=14336, imbalance=3.0)
+    assert [moe_step.busiest(cfg, e) for e in (1, 2, 4, 8)] == pytest.approx([1.0, 2.0, 3.0, 3.0], rel=1e-12)
+    assert moe_step.busiest(moe_step.MoEConfig(8, 2, 14336, imbalance=4.0), 8) == pytest.approx(4.0, rel=1e-12)
+
+    def step(ep, imbalance):
+        return plan.make_plan(arch="Mixtral 8x7B", tokens=1e12, gpu="H100", count=8, tp=1, pp=1, ep=ep,
+                              imbalance=imbalance).step
+
+    assert step(1, 3.0).step_s == pytest.approx(step(1, 1.0).step_s, rel=1e-12)
+    assert step(1, 3.0).memory_bytes == pytest.approx(step(1, 1.0).memory_bytes, rel=1e-12)
+    assert step(2, 3.0).step_s == pytest.approx(step(2, 2.0).step_s, rel=1e-12)
+    assert step(2, 2.0).step_s > step(2, 1.0).step_s
+    assert step(8, 3.0).step_s > step(8, 2.0).step_s  # EP8 allows x3
