@@ -111,19 +111,13 @@ def ring_time(op: str, size_bytes: float, n: int, link: Link, network_efficiency
     return best
 
 
-def all_to_all_time(bytes_out: float, ep: int, members_per_domain: int, nvlink: float, network: float,
+def all_to_all_time(intra_bytes: float, inter_bytes: float, nvlink: float, network: float,
                     network_efficiency: float) -> float:
-    """Seconds of one all-to-all in which each of ``ep`` ranks sends ``bytes_out`` spread evenly
-    over the others: the share bound for ranks in its own scale-up domain
-    (``members_per_domain - 1`` of the ``ep - 1``) goes over NVLink, the rest over its NIC, both
-    at once; plus one message latency (NCCL's Simple base and a hop, all peers posted together)."""
-    ep = positive_integer("ep", ep)
-    if ep == 1 or bytes_out <= 0:
-        return 0.0
-    local = min(ep, positive_integer("members_per_domain", members_per_domain))
-    intra = bytes_out * (local - 1) / (ep - 1)
-    inter = bytes_out - intra
-    t_intra = intra / (nvlink * NVLINK_EFFICIENCY)
-    t_inter = inter / (network * positive("network_efficiency", network_efficiency)) if inter else 0.0
+    """Seconds of one all-to-all in which a GPU sends ``intra_bytes`` to the ranks of its own
+    scale-up domain, over NVLink at :data:`NVLINK_EFFICIENCY`, and ``inter_bytes`` to ranks
+    beyond it, over its NIC at ``network_efficiency``, both at once; plus one message latency
+    (NCCL's Simple base and a hop, every peer posted together)."""
+    t_intra = intra_bytes / (nvlink * NVLINK_EFFICIENCY)
+    t_inter = inter_bytes / (network * positive("network_efficiency", network_efficiency)) if inter_bytes else 0.0
     lat = NCCL_LATENCY_S["Simple"]
-    return max(t_intra, t_inter) + lat["base"] + (lat["network"] if inter else lat["nvlink"])
+    return max(t_intra, t_inter) + lat["base"] + (lat["network"] if inter_bytes else lat["nvlink"])

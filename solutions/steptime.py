@@ -54,7 +54,7 @@ with ``ep`` (and ``etp``) folded into ``tp x cp x dp``, ``v`` model chunks per s
      ranks instead (:func:`solutions.moe_step.state_shards`).
 (S9) **Expert parallelism**: four all-to-alls per MoE layer and micro-batch (dispatch and
      combine, forward and backward) of the token copies that leave the GPU, over NVLink
-     inside a scale-up domain and the NICs beyond it (:func:`solutions.network.all_to_all_time`),
+     inside a scale-up domain and the NICs beyond it, both at once (:func:`solutions.network.all_to_all_time`),
      scaled by the load imbalance; exposed unless ``'ep'`` is in ``overlap`` (DualPipe-style
      overlap hides it behind the layer's compute). With the experts' tensor parallelism
      (ETP > 1), each ETP group all-gathers the copies its members received before the experts
@@ -1036,10 +1036,8 @@ def step_time(shape: Shape, lay: Layout, cluster: Cluster, global_batch: int, co
             local = min(lay.ep, max(1, cluster.domain // lay.etp))
             intra, inter = moe_step.dispatch_split(tokens, h, shape.moe, lay.ep, local, dispatch, nb, lay.ep_dispatch)
             per_layer = intra + inter
-            t_net = inter / (cluster.network * net) if inter else 0.0
-            lat = network.NCCL_LATENCY_S["Simple"]
-            t_layer = max(intra / (cluster.nvlink * network.NVLINK_EFFICIENCY), t_net) \
-                + 4 * (lat["base"] + (lat["network"] if inter else lat["nvlink"]))
+            # four all-to-alls (dispatch and combine, forward and backward), a quarter of the bytes each
+            t_layer = 4 * network.all_to_all_time(intra / 4, inter / 4, cluster.nvlink, cluster.network, net)
             links["ep"] = "nvlink" if not inter else "network"
         messages["ep"] = 4 * (lay.ep - 1) * moe_here * m
         if lay.etp > 1:  # the ETP group's gathers of the copies and reduce-scatters of the outputs

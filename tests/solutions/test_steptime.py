@@ -732,3 +732,18 @@ def test_a_sliding_window_by_hand():
     assert same.step_s == pytest.approx(S.predict_run(run)[0].step_s, rel=1e-12)
     full, _ = S.predict_run(run, shape=replace(shape, sliding_window=None))
     assert full.step_s > same.step_s
+
+
+def test_one_all_to_all_by_hand():
+    """An all-to-all whose GPU sends 45 MB inside its NVLink domain and 5 MB over its NIC: the two
+    go at once, so the slower sets the time, plus NCCL's Simple base latency and one network hop.
+    NVLink 450 GB/s at NVLINK_EFFICIENCY, a 50 GB/s NIC at 0.5 of it (25 GB/s: 0.2 ms)."""
+    from solutions import network
+
+    lat = network.NCCL_LATENCY_S["Simple"]
+    t_nvl = 45e6 / (450e9 * network.NVLINK_EFFICIENCY)
+    got = network.all_to_all_time(45e6, 5e6, 450e9, 50e9, 0.5)
+    assert got == pytest.approx(max(t_nvl, 5e6 / 25e9) + lat["base"] + lat["network"], rel=1e-12)
+    # nothing beyond the domain: NVLink alone, and an NVLink hop's latency
+    assert network.all_to_all_time(45e6, 0.0, 450e9, 50e9, 0.5) == pytest.approx(
+        t_nvl + lat["base"] + lat["nvlink"], rel=1e-12)
