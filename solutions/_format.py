@@ -46,20 +46,25 @@ _GLUE = "\x00"
 
 
 def wrap_lines(text: str, width: int) -> str:
-    """``text`` with every line longer than ``width`` columns broken at spaces, its next lines
-    indented to where its text starts after the label (a hanging indent), as a terminal of
-    ``width`` columns would otherwise break it mid-word at column 0. Words are never split, so
-    a word longer than the room left stays whole. Lines that fit are untouched."""
+    """``text`` with every line longer than ``width`` columns broken at spaces, as a terminal of
+    ``width`` columns would otherwise break it mid-word at column 0. The next lines of an item
+    hang under where its text starts after the label (``'4. layout   '``, ``'why: '``,
+    ``'- '``); a line without such a label, or whose label leaves less than half the width,
+    continues two columns in from its own indent. Words are never split, so a word longer than
+    the room left stays whole, and the leading spaces of a line are kept. Lines that fit, and
+    any text under 20 columns wide, are untouched."""
+    if width < 20:
+        return text
     out = []
     for line in text.splitlines():
         if len(line) <= width:
             out.append(line)
             continue
-        indent = len(_HANGING.match(line).group(1))
-        if indent > width // 2:  # too deep to leave room: indent by the line's own leading spaces
-            indent = len(line) - len(line.lstrip())
-        kept = _FIGURE_UNIT.sub(lambda m: m.group(1) + _GLUE + m.group(2), line)
+        lead = len(line) - len(line.lstrip())
+        label = _HANGING.match(line).group(1)
+        indent = len(label) if label.strip() and len(label) <= width // 2 else lead + 2
+        kept = _FIGURE_UNIT.sub(lambda m: m.group(1) + _GLUE + m.group(2), line.lstrip())
         out.extend(part.replace(_GLUE, " ") for part in textwrap.wrap(
-            kept, width, subsequent_indent=" " * (indent + 2 if indent < 8 else indent),
+            kept, width, initial_indent=" " * lead, subsequent_indent=" " * indent,
             break_long_words=False, break_on_hyphens=False))
     return "\n".join(out)

@@ -784,7 +784,15 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
 
     if budget is not None:
         C = float(positive("budget", budget))
-        N, D = scaling.compute_optimal_closed_form(C, scaling.CONSTANT_SETS[constants])[:2]
+        with np.errstate(all="ignore"):  # a budget too small to split underflows: said below, once
+            try:
+                N, D = scaling.compute_optimal_closed_form(C, scaling.CONSTANT_SETS[constants])[:2]
+            except ValueError:  # the split underflowed to no model at all
+                N = D = 0.0
+        if not (N >= 1 and D >= 1 and math.isfinite(N * D)):
+            raise ValueError(f"budget {C:.3g} FLOPs is too small to split into a model and its tokens (the "
+                             f"compute-optimal model would have {N:.3g} parameters on {D:.3g} tokens); give a larger "
+                             "--budget")
     else:
         D = float(positive("tokens", tokens))
         if model is not None:
@@ -1339,7 +1347,10 @@ def _as_flags(message: str) -> str:
              if a.option_strings and "_" in a.dest}
     flags.update(_KWARG_FLAGS)
     pattern = r"(?<![\w-])(" + "|".join(sorted(map(re.escape, flags), key=len, reverse=True)) + r")(?!\w)"
-    return re.sub(pattern, lambda m: flags[m.group(1)], message)
+    # what the user typed comes back quoted ('top_k' as a --gpu): only the text around it is ours
+    parts = re.split(r"('[^']*'|\"[^\"]*\")", message)
+    return "".join(part if i % 2 else re.sub(pattern, lambda m: flags[m.group(1)], part)
+                   for i, part in enumerate(parts))
 
 
 def main(argv=None) -> int:

@@ -108,3 +108,17 @@ def test_every_flag_says_what_it_takes_and_the_help_fits_80_columns(monkeypatch)
         if action.type in (int, float) or action.type is count_with_suffix:
             assert any(unit in action.help for unit in UNITS), (action.option_strings, action.help)
     assert max(map(len, parser.format_help().splitlines())) <= 80
+
+
+def test_a_budget_too_small_to_split_is_one_line_naming_the_budget():
+    # the split underflowed: a numpy warning and then an error about an internal 'N'
+    status, out, err, _ = run(["--budget", "5e-324"])
+    assert status == 2 and out == "" and err.count("\n") == 1 and "Warning" not in err, err
+    assert "budget 4.94e-324 FLOPs is too small to split" in err and "--budget" in err
+
+
+def test_what_the_user_typed_comes_back_as_typed_not_as_a_flag():
+    # '--gpu top_k' is a GPU name the user typed; the message's own words still name flags
+    err = _error("--gpu", "top_k")
+    assert "got 'top_k'" in err and "--top-k" not in err, err
+    assert "--global-batch must be" in _error("--global-batch", "0")

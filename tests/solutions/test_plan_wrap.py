@@ -51,3 +51,12 @@ def test_a_line_that_fits_is_untouched_and_a_long_word_is_never_split():
     assert _format.wrap_lines("== memory per GPU", 40) == "== memory per GPU"
     word = "x" * 50
     assert word in _format.wrap_lines(f"   - {word} and more words after it", 30).split()
+
+
+def test_a_bullet_continues_under_its_text_and_a_narrow_width_leaves_text_alone():
+    line = "   - TP4 x CP1 x PP2 x DP128, ZeRO-1, micro-batch 4, selective recomputation, interleaved v=8: 11.91 s"
+    first, *rest = _format.wrap_lines(line, 50).splitlines()
+    assert first.startswith("   - TP4") and rest and all(r.startswith(" " * 5) and r[5] != " " for r in rest)
+    assert _format.wrap_lines(line, 0) == line  # no room to wrap in: as it was
+    deep = "   " + "y" * 30 + " z"
+    assert _format.wrap_lines(deep, 25).splitlines()[0] == deep.split(" z")[0]  # its own indent kept
