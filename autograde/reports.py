@@ -115,8 +115,9 @@ def student_text(report: SubmissionReport, include_hidden: bool = True) -> str:
     return "\n".join(lines)
 
 
-#: A cell stopped by a hand-out stub: ``cell 14 (`...`) raised NotImplementedError: Implement `memory_per_gpu`: ...``.
-_STUB_STOPPED = re.compile(r"^cell (\d+) \(.*?\) raised NotImplementedError: Implement `(\w+)`")
+#: A cell (a line of a .py file) stopped by a hand-out stub:
+#: ``cell 14 (`...`) raised NotImplementedError: Implement `memory_per_gpu`: ...``.
+_STUB_STOPPED = re.compile(r"^(cell|line) (\d+) \(.*?\) raised NotImplementedError: Implement `(\w+)`")
 
 
 def _stubs_in_one_line(problems: list) -> list:
@@ -127,9 +128,11 @@ def _stubs_in_one_line(problems: list) -> list:
     stubbed = [m for _, m in stopped if m]
     if len(stubbed) < 2:
         return problems
-    cells = [m.group(1) for m in stubbed]
-    names = list(dict.fromkeys(f"`{m.group(2)}`" for m in stubbed))
-    line = (f"cells {', '.join(cells[:-1])} and {cells[-1]} call exercises not written yet "
+    cells = [m.group(2) for m in stubbed]
+    names = list(dict.fromkeys(f"`{m.group(3)}`" for m in stubbed))
+    unit = "cells" if all(m.group(1) == "cell" for m in stubbed) else "lines"  # a notebook, or a .py file
+    what = "exercises" if len(names) > 1 else "an exercise"
+    line = (f"{unit} {', '.join(cells[:-1])} and {cells[-1]} call {what} not written yet "
             f"({', '.join(names)}: still the hand-out's stub), so they stopped there")
     first = next(i for i, (_, m) in enumerate(stopped) if m)
     rest = [p for p, m in stopped if not m]

@@ -347,3 +347,18 @@ def test_cells_stopped_by_exercises_not_written_yet_are_one_line_and_a_real_erro
     assert listed[0].startswith("  - cells 3, 6 and 7 call exercises not written yet")
     assert "`compute_optimal`, `memory_per_gpu`" in listed[0]
     assert listed[1].startswith("  - cell 4") and "ZeroDivisionError" in listed[1]
+
+
+def test_a_py_file_s_lines_stopped_by_a_stub_are_one_line_too(tmp_path):
+    from autograde.reports import student_text
+
+    path = tmp_path / "answer.py"
+    path.write_text("def chinchilla_loss(N, D):\n    return 1.69 + 406.0 / N**0.34 + 410.0 / D**0.28\n\n\n"
+                    "def compute_optimal(C, ratios=None):\n"
+                    "    raise NotImplementedError('Implement `compute_optimal`: replace this line with your code.')\n\n\n"
+                    "a = compute_optimal(1e23)\nb = compute_optimal(1e24)\n", encoding="utf-8")
+    report = grade_submission(path, only({"ex1"}), timeout=5)
+    assert len(report.problems) == 2, report.problems
+    listed = student_text(report).split("did not run:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert listed == ["  - lines 9 and 10 call an exercise not written yet (`compute_optimal`: still the "
+                      "hand-out's stub), so they stopped there"], listed
