@@ -97,6 +97,7 @@ def busiest(cfg: MoEConfig, ep: int) -> float:
     land on one GPU against ``k / ep`` on average, and ``cfg.imbalance`` is capped at
     ``min(k, E / ep) ep / k``: 1 at EP 1, where every GPU runs its own tokens' copies whatever
     the routing, ``E / k`` at one expert per GPU."""
+    ep = positive_integer("ep", ep)
     return min(cfg.imbalance, min(cfg.top_k, cfg.experts / ep) * ep / cfg.top_k)
 
 
@@ -179,7 +180,7 @@ def check_expert_layout(cfg: MoEConfig, ep: int, etp: int, tp: int, cp: int, dp:
 def expert_gemms(tokens, hidden, cfg: MoEConfig, ep: int, etp: int = 1):
     """The forward matrix products one GPU runs for the routed experts of one MoE layer, as
     ``(M, K, N, count)``: its ``E / EP`` experts receive ``tokens x k x imbalance`` token
-    copies between them, each expert's up-projection (gate and up, ``2 f / ETP`` wide) and
+    copies between them (the imbalance as the EP degree caps it, :func:`busiest`), each expert's up-projection (gate and up, ``2 f / ETP`` wide) and
     down-projection."""
     local = cfg.experts // ep
     rows = tokens * cfg.top_k * busiest(cfg, ep) / local
@@ -189,7 +190,8 @@ def expert_gemms(tokens, hidden, cfg: MoEConfig, ep: int, etp: int = 1):
 
 def all_to_all_bytes(tokens, hidden, cfg: MoEConfig, ep: int, dispatch_bytes=2.0, combine_bytes=2.0):
     """Bytes one GPU sends per MoE layer and micro-batch (forward and backward) for its
-    ``tokens``: :func:`solutions.moe.expert_parallel_bytes_per_layer`, times the imbalance."""
+    ``tokens``: :func:`solutions.moe.expert_parallel_bytes_per_layer`, times the imbalance
+    (as the EP degree caps it, :func:`busiest`)."""
     if ep == 1:
         return 0.0
     per = moe.expert_parallel_bytes_per_layer(tokens, hidden, cfg.top_k, ep, bytes_per_element=combine_bytes,
@@ -206,7 +208,8 @@ def dispatch_split(tokens, hidden, cfg: MoEConfig, ep: int, local: int, dispatch
     for the ``ep - local`` ranks beyond the domain. ``'deepep'`` (and ``'hybridep'``) sends a token once to each
     remote domain holding one of its experts: ``(D - 1)(1 - (1 - 1/D)^k)`` domains on average
     for ``D = ep / local`` domains (at most ``node_limit`` when routing is node-limited), and
-    the copies for its other experts go over NVLink, on either side. Times the imbalance."""
+    the copies for its other experts go over NVLink, on either side. Times the imbalance (as
+    the EP degree caps it, :func:`busiest`)."""
     ep = positive_integer("ep", ep)
     if ep == 1:
         return 0.0, 0.0

@@ -117,7 +117,11 @@ def all_to_all_time(intra_bytes: float, inter_bytes: float, nvlink: float, netwo
     scale-up domain, over NVLink at :data:`NVLINK_EFFICIENCY`, and ``inter_bytes`` to ranks
     beyond it, over its NIC at ``network_efficiency``, both at once; plus one message latency
     (NCCL's Simple base and a hop, every peer posted together)."""
-    t_intra = intra_bytes / (nvlink * NVLINK_EFFICIENCY)
-    t_inter = inter_bytes / (network * positive("network_efficiency", network_efficiency)) if inter_bytes else 0.0
+    for name, value in (("intra_bytes", intra_bytes), ("inter_bytes", inter_bytes)):
+        if not (value >= 0 and math.isfinite(value)):
+            raise ValueError(f"{name} must be a non-negative finite number of bytes, got {value!r}")
+    t_intra = intra_bytes / (positive("nvlink", nvlink) * NVLINK_EFFICIENCY)
+    t_inter = inter_bytes / (positive("network", network) * positive("network_efficiency", network_efficiency)) \
+        if inter_bytes else 0.0
     lat = NCCL_LATENCY_S["Simple"]
     return max(t_intra, t_inter) + lat["base"] + (lat["network"] if inter_bytes else lat["nvlink"])

@@ -747,3 +747,21 @@ def test_one_all_to_all_by_hand():
     # nothing beyond the domain: NVLink alone, and an NVLink hop's latency
     assert network.all_to_all_time(45e6, 0.0, 450e9, 50e9, 0.5) == pytest.approx(
         t_nvl + lat["base"] + lat["nvlink"], rel=1e-12)
+
+
+@pytest.mark.parametrize("args", [(-5e6, 0.0, 450e9, 50e9, 0.5), (0.0, float("nan"), 450e9, 50e9, 0.5),
+                                  (1e6, 0.0, 0.0, 50e9, 0.5), (0.0, 1e6, 450e9, 50e9, 0.0)])
+def test_an_all_to_all_of_impossible_sizes_or_links_is_one_line(args):
+    from solutions import network
+
+    with pytest.raises(ValueError, match="must be"):
+        network.all_to_all_time(*args)
+
+
+def test_the_busiest_gpu_needs_an_ep_degree():
+    from solutions import moe_step
+
+    cfg = moe_step.MoEConfig(experts=8, top_k=2, expert_ffn=14336, imbalance=3.0)
+    for ep in (0, -2):
+        with pytest.raises(ValueError, match="ep must be a positive integer"):
+            moe_step.busiest(cfg, ep)
