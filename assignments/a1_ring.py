@@ -63,6 +63,8 @@ MISTAKES = {
     "wrong chunk sent or received at a step": "check which chunk each step sends",
     "result returned but not reduced in place": "leaves the tensor unchanged: reduce in place",
     "a deadlock (a rank hung in a blocking call)": " hung in ",
+    "a method that needs a power of two ranks (halving and doubling)": "powers of two: does your method pair",
+    "a send or receive to a rank that does not exist": "which does not exist: the ranks are",
     "a built-in collective instead of send/recv": "the ring must be built from send/recv",
 }
 
