@@ -329,9 +329,9 @@ def search_layouts(shape: steptime.Shape, cluster: steptime.Cluster, count, glob
                                     if state > limit and (r != recs[-1] or state >= least):
                                         reject("memory")
                                         continue
-                                    # memory first: a layout that does not fit is not timed
-                                    needed = sum(steptime.memory_bytes(shape, lay, cluster, global_batch, convention,
-                                                                       precision_name))
+                                    # memory first: a layout that does not fit is not timed (the state
+                                    # does not depend on the micro-batch, schedule or recomputation)
+                                    needed = state + steptime.activation_bytes(shape, lay, m, precision_name)
                                     if needed > limit:
                                         others.append((needed, lay))
                                         least = min(least, needed)
