@@ -10,5 +10,5 @@ layout: who submitted what, which file is graded, one row each, the journal), :m
 :mod:`.lms` (Canvas and Moodle import files), :mod:`.gradescope` (Gradescope's entry point),
 :mod:`.selfcheck` (a notebook's check cells), :mod:`.similarity` (copied code in a class).
 The engine they drive is :mod:`sandbox`; the checks come from :mod:`grading` and
-:mod:`assignments`. See ``book/instructors.md``.
+:mod:`assignments`. The instructors' guide (the course site's "For instructors") says how to use them.
 """

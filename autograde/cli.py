@@ -515,5 +515,6 @@ def print_results(args, results, seed, started) -> None:
               "this on Gradescope).", file=sys.stderr)
     if results and results[0].isolation == "rlimits":
         print("Warning: this system allows no namespaces and the grader is not root, so "
-              "student code ran with resource limits only (see book/instructors.md).",
+              "student code ran with resource limits only (the instructors' guide, \"The sandbox\", "
+              "says what that leaves open).",
               file=sys.stderr)

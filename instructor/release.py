@@ -59,7 +59,8 @@ STUDENT_EXCLUDED = (
     "instructor/",  # the release, the Gradescope bundle, the student notebook tool
     "autograde/similarity.py",  # the class report's copy check (copydetect)
     "autograde/gradescope.py", "grading/",  # its public checks come back (grading.STUDENT_RELEASE_FILES)
-    "tools/", "book/_ext/", "book/_static/", "pyproject.toml", "environment.yml",
+    "tools/", "book/_ext/", "book/_static/", "_config.yml", "book/_toc.yml",  # the book's build
+    "pyproject.toml", "environment.yml",
     "requirements.in", "requirements.txt",
     "chapters/09-exercises.", "README.md", "CONTRIBUTING.md",
 ) + tuple(master[: -len(".md")] + "." for _, master in ASSIGNMENTS.values())

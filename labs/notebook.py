@@ -151,7 +151,7 @@ def style() -> None:
 
 def reference_runs(lab: str, folder=None) -> list[tuple[str, dict]]:
     """``(device, run)`` for every run of ``lab`` in the GPU-check summaries committed under
-    ``labs/reference/`` (``make gpu-check`` writes them); empty when none was recorded."""
+    ``labs/reference/`` (``python -m labs.gpu_check`` writes them); empty when none was recorded."""
     import json
 
     folder = Path(folder) if folder is not None else REFERENCE_DIR
@@ -169,7 +169,7 @@ def show_reference(lab: str, folder=None) -> None:
     runs = reference_runs(lab, folder)
     if not runs:
         print("No GPU run of this lab has been recorded yet (labs/reference/ holds no summary). "
-              "On a machine with a GPU, `make gpu-check` measures it.")
+              "On a machine with a GPU, `python -m labs.gpu_check` measures it.")
         return
     for device, run in runs:
         ok = sum(c["ok"] for c in run["checks"])

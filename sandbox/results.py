@@ -101,7 +101,7 @@ class SubmissionReport:
         return found or Part(part_id, part_id, part_id, 0.0)
 
     def exercises(self) -> list:
-        """The report's ``exercises`` list, a part each (schema in ``book/instructors.md``)."""
+        """The report's ``exercises`` list, a part each (schema in the instructors' guide, "The JSON report")."""
         out = []
         ids = [p.id for p in self.parts]
         ids += [c.exercise for c, _ in self.results if c.exercise not in ids]

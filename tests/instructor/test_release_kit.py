@@ -290,6 +290,32 @@ def test_the_kit_readme_s_assignment_command_names_a_real_assignment_and_noteboo
         assert Path(ASSIGNMENTS[assignment][1]).stem == Path(notebook).stem
 
 
+def _make_targets() -> list[str]:
+    """The master Makefile's targets (its ``.PHONY`` line)."""
+    line = next(line for line in (ROOT / "Makefile").read_text().splitlines() if line.startswith(".PHONY:"))
+    return line.split(":", 1)[1].split()
+
+
+def test_the_kit_sends_no_one_to_a_make_target_or_a_page_it_leaves_out(kit):
+    """The kit has no Makefile, no book build and no instructors' guide: nothing in it may tell
+    a student to run ``make gpu-check`` or to read ``book/instructors.md``."""
+    targets = _make_targets()
+    assert "gpu-check" in targets and "book" in targets  # the parse found the real list
+    make = re.compile(r"\bmake (" + "|".join(map(re.escape, targets)) + r")\b")
+    assert not (kit / "Makefile").exists() and not (kit / "book" / "instructors.md").exists()
+    assert not (kit / "_config.yml").exists() and not (kit / "book" / "_toc.yml").exists()
+    found = []
+    for path in sorted(kit.rglob("*")):
+        if path.suffix not in {".md", ".py", ".ipynb", ".yml", ".toml", ".txt", ".cfg", ".json"} or not path.is_file():
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if make.search(line) or "book/instructors.md" in line:
+                found.append(f"{path.relative_to(kit)}:{number}: {line.strip()[:100]}")
+    assert not found, "\n".join(found)
+    # the check itself: a master page that names one is found
+    assert make.search((ROOT / "README.md").read_text())
+
+
 # ----------------------------------------------------------------------------- no reference
 
 def _reference_lines() -> dict[str, str]:
