@@ -834,11 +834,12 @@ def make_plan(*, budget=None, model=None, tokens=None, gpu="H100", count=8, mfu=
         steptime.check_recompute_for(shape, recompute)
     if tp is not None and shape.heads % tp:
         raise ValueError(f"tp must divide the number of attention heads ({shape.heads}), got tp={tp}")
+    given_seq = f"seq_len ({shape.seq_len:,}{'' if seq_len is not None else ' by default'})"
     if cp is not None and not _splits_sequence(shape.seq_len, 1, cp):
-        raise ValueError(f"seq_len ({shape.seq_len:,}) must be a multiple of 2 x cp: context parallelism cuts each "
+        raise ValueError(f"{given_seq} must be a multiple of 2 x cp: context parallelism cuts each "
                          f"sequence into 2 x cp chunks to balance the causal mask, got cp={cp}")
     if tp is not None and not _splits_sequence(shape.seq_len, tp, cp or 1):
-        raise ValueError(f"seq_len ({shape.seq_len:,}){' / cp' if (cp or 1) > 1 else ''} must be a multiple of tp: "
+        raise ValueError(f"{given_seq}{' / cp' if (cp or 1) > 1 else ''} must be a multiple of tp: "
                          f"sequence parallelism gives each TP rank an equal slice of the sequence, got tp={tp}")
     etp = etp or 1
     if ep is not None and not shape.is_moe and ep > 1:
