@@ -541,11 +541,25 @@ def class_report_html(reports, seed: int | None = None, pairs=None) -> str:
     return "\n".join(out)
 
 
+#: The longest feedback file name's stem, in UTF-8 bytes: a file system takes 255 in all, and
+#: the name gets ``.md``, a hash if it clashes, and a temporary suffix while it is written.
+FEEDBACK_NAME_BYTES = 120
+
+
 def feedback_file_name(student_id: str) -> str:
     """``<student id>.md``, with anything but letters, digits, ``.``, ``-``, ``_`` and ``@``
-    replaced, so that no id can name a path outside the folder."""
-    safe = "".join(c if c.isalnum() or c in ".-_@" else "_" for c in student_id).lstrip(".")
-    return (safe or "student") + ".md"
+    replaced, so that no id can name a path outside the folder. An id longer than
+    :data:`FEEDBACK_NAME_BYTES` (a file at the top of a class folder is named by its student, and
+    may be named 250 characters long) is cut, and the first eight hex digits of its SHA-256
+    added, so that two long ids that differ only at their end keep two files."""
+    import hashlib
+
+    safe = "".join(c if c.isalnum() or c in ".-_@" else "_" for c in student_id).lstrip(".") or "student"
+    raw = safe.encode("utf-8", "surrogatepass")
+    if len(raw) > FEEDBACK_NAME_BYTES:
+        digest = hashlib.sha256(student_id.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        safe = raw[:FEEDBACK_NAME_BYTES - 9].decode("utf-8", "ignore") + "-" + digest
+    return safe + ".md"
 
 
 def feedback_markdown(report: SubmissionReport) -> str:
