@@ -563,6 +563,34 @@ def read_roster(path) -> list:
 CANVAS_ID_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 
 
+def _number(text: str) -> float | None:
+    """A number as an LMS's export writes it in the teacher's locale (``100``, ``100.00``,
+    ``100,00``); None for anything else (a scale, ``(read only)``, empty)."""
+    text = text.strip().replace("\u00a0", "").replace(" ", "")
+    if not re.fullmatch(r"\d+([.,]\d+)?", text):
+        return None
+    return float(text.replace(",", "."))
+
+
+def roster_maximum(path, column: str | None = None) -> float | None:
+    """What the LMS says the assignment is worth, from the roster it exported: in Canvas's
+    gradebook export, the "Points Possible" row's cell under ``column`` (found by its header,
+    or by the assignment id in ``Name (12345)``, which Canvas matches by); in Moodle's grading
+    worksheet, ``Maximum Grade``. None where the roster does not say (another kind of roster,
+    a column it lacks, a grade on a scale)."""
+    columns, rows = _rows(Path(path))
+    lower = {c.lower() for c in columns}
+    if {"student", "id", "section"} <= lower and column:
+        wanted = re.search(r"\((\d+)\)\s*$", column)
+        header = next((c for c in columns if c == column.strip()), None) or next(
+            (c for c in columns if wanted and re.search(rf"\({wanted.group(1)}\)\s*$", c)), None)
+        possible = next((r for r in rows if r.get("Student", "").strip().lower() == "points possible"), None)
+        return _number(possible.get(header, "")) if header and possible else None
+    if "identifier" in lower and "maximum grade" in lower:
+        return next((x for x in (_number(r.get("Maximum Grade", "")) for r in rows) if x is not None), None)
+    return None
+
+
 def roster_has_files(path) -> bool:
     columns, _ = _rows(Path(path))
     return {"student_id", "file"} <= {c.lower() for c in columns}

@@ -171,8 +171,35 @@ def collect(parser, args) -> list:
         return roster
     if not args.submissions:
         parser.error(f"{args.roster} is an LMS roster: give the submissions folder too")
+    lms_worth(parser, args)
     students, strangers = classrun.match_roster(roster, found)
     return students + strangers
+
+
+def lms_worth(parser, args) -> None:
+    """Stop, before grading, where the LMS's roster says the assignment is worth other points
+    than the grades are out of: Canvas imports a score as points (87 of 100 on an assignment
+    worth 10 is 870%), and Moodle skips every grade above the assignment's maximum without a
+    word and takes the others as they are."""
+    from sandbox import textsafe
+
+    possible = (classrun.assignment_part(args.assignment).max_points if args.assignment
+                else sum(e.max_points for e in EXERCISES))
+    roster = textsafe.printable(args.roster)
+    if args.canvas_csv:
+        worth = classrun.roster_maximum(args.roster, args.canvas_assignment)
+        if worth is not None and abs(worth - possible) > 1e-9:
+            parser.error(f"--canvas-assignment: {args.canvas_assignment!r} is worth {worth:g} points in "
+                         f"Canvas ({roster}, Points Possible) but the grades are out of {possible:g}, and "
+                         f"Canvas imports them as points: make the assignment worth {possible:g} points "
+                         "in Canvas and export the gradebook again")
+    if args.moodle_csv:
+        worth = classrun.roster_maximum(args.roster)
+        if worth is not None and abs(worth - possible) > 1e-9:
+            parser.error(f"--moodle-csv: the assignment's maximum grade in Moodle is {worth:g} ({roster}, "
+                         f"Maximum Grade) but the grades are out of {possible:g}, and Moodle skips every "
+                         f"grade above its maximum without a word: set its maximum grade to {possible:g} "
+                         "and download the grading worksheet again")
 
 
 #: How many students' files to look at before grading, to tell a forgotten --assignment.

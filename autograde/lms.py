@@ -12,6 +12,10 @@ and https://ts.vcu.edu/askit/teaching-and-learning/canvas/faculty/grading-facult
   student (``ID``, the Canvas user id, which Canvas's submission file names carry);
 * then one column per assignment, headed by the assignment's name, or ``Name (12345)``
   with the assignment's id (the export's form, which matches even if the name changes);
+* a second row whose ``Student`` says ``Points Possible`` and whose assignment cells say what
+  each is worth, as in the export: the importer (``GradebookImporter#process_pp`` in
+  canvas-lms) gives a column it creates an assignment for those points, and none without the
+  row; every other row is a student;
 * a header row, UTF-8, commas; a cell with a comma is quoted.
 
 **Moodle**: the file is the assignment's *grading worksheet* (Assignment > View all
@@ -25,7 +29,10 @@ that lacks any of ``Identifier``, ``Grade`` and ``Last modified (grade)``; it sk
 grade Moodle changed more than a minute after that time, unless the upload's "Allow updating
 records that have been modified more recently in Moodle than in the spreadsheet" is ticked. The
 time is copied from the worksheet given as the roster (what Moodle itself round-trips), else it
-is the time the file was written. The same file also imports
+is the time the file was written. It also skips, as out of range, a grade above the
+assignment's maximum grade, and takes the others as points whatever the maximum: the command
+line stops before grading when the worksheet's ``Maximum Grade`` is not what the grades are out
+of (and, for Canvas, when the gradebook export's "Points Possible" row says so of the column). The same file also imports
 through the gradebook (Grades > Import > CSV file), where "Identify user by" maps ``Email
 address`` (or ``ID number``) to Moodle's field and ``Grade`` to the grade item
 (https://docs.moodle.org/en/Import_grades; :mod:`gradeimport_csv`'s ``map_user_data_with_value``
@@ -40,6 +47,9 @@ import io
 from .reports import csv_cell
 
 CANVAS_ID_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
+#: The first cell of the row under the header that says what each column is worth, as Canvas's
+#: export writes it (its importer looks for the words).
+CANVAS_POINTS_POSSIBLE = "    Points Possible"
 MOODLE_COLUMNS = ("Identifier", "Full name", "Email address", "ID number", "Grade",
                   "Maximum Grade", "Last modified (grade)", "Feedback comments")
 #: The worksheet's column that Moodle's importer needs besides ``Identifier`` and ``Grade``.
@@ -60,6 +70,11 @@ def canvas_csv(rows, assignment: str, per_exercise: bool = False) -> str:
     base = assignment.rsplit(" (", 1)[0]
     writer.writerow(list(CANVAS_ID_COLUMNS) + [assignment]
                     + [f"{base}: Exercise {e[2:]}" for e in exercises])
+    if rows:  # what each column is worth: the points of an assignment Canvas creates from it
+        first = rows[0][0]
+        most = {e["id"]: e["max_score"] for e in first.exercises()}
+        writer.writerow([CANVAS_POINTS_POSSIBLE, "", "", "", "", _points(first.max_score)]
+                        + [_points(most[e]) for e in exercises])
     for report, student in rows:
         lms = student.lms if student is not None else {}
         ids = [lms.get("Student") or (student.name if student else report.name),

@@ -256,11 +256,14 @@ def canvas(tmp_path_factory):
 def check_canvas_import(path: Path, roster: Path) -> list:
     """Canvas's gradebook import rules (see autograde/lms.py for the sources): the identifier
     columns first, by these names, in this order; every other column an assignment (a name,
-    optionally with ' (id)'), none of the read-only totals; each row a student Canvas knows
-    (by ID), with a number of points."""
+    optionally with ' (id)'), none of the read-only totals; then the "Points Possible" row,
+    a number for each assignment; each other row a student Canvas knows (by ID), with a number
+    of points."""
     with path.open(newline="", encoding="utf-8") as f:
         table = list(csv.reader(f))
-    header, body = table[0], table[1:]
+    header, possible, body = table[0], table[1], table[2:]
+    assert possible[0].strip() == "Points Possible" and len(possible) == len(header)
+    assert all(re.fullmatch(r"\d+(\.\d+)?", cell) for cell in possible[5:]), possible
     assert header[:5] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
     read_only = {"Current Score", "Final Score", "Unposted Current Score", "Current Grade"}
     assert len(header) > 5 and not read_only & set(header[5:])

@@ -64,3 +64,101 @@ def test_a_student_id_too_long_for_a_file_name_still_gets_its_feedback_file(tmp_
     assert all(len(n.encode()) <= 255 for n in names)
     texts = [(tmp_path / "fb" / n).read_text() for n in names if n != "ok.md"]
     assert sum(long_a in t for t in texts) == 1 and sum(long_b in t for t in texts) == 1
+
+
+# ----------------------------------------------------------------------------- Canvas
+
+CANVAS_ROSTER = """Student,ID,SIS User ID,SIS Login ID,Section,Exercises (12345),Current Score
+    Points Possible,,,,,{points},(read only)
+"Carlos, Abe",100517,S100517,abe.carlos,Section A,,
+"Lee, Zoe",100600,S100600,zoe.lee,Section A,,
+"""
+
+
+def canvas_class(tmp_path, points="100"):
+    klass = tmp_path / "submissions"
+    klass.mkdir()
+    (klass / "carlosabe_100517_5899695_09-exercises.py").write_text(REFERENCE)
+    (tmp_path / "gradebook.csv").write_text(CANVAS_ROSTER.format(points=points))
+    return klass
+
+
+def test_the_canvas_file_says_each_columns_points_possible(tmp_path):
+    """Canvas creates an assignment for a column it does not know (each of
+    ``--canvas-per-exercise``'s, or the first upload of a name without its id) with the points
+    of the file's "Points Possible" row, as its own export writes it: the row must be there."""
+    klass = canvas_class(tmp_path)
+    code, err = run(klass, "--roster", tmp_path / "gradebook.csv", "--seed", SEED, "--timeout", "5",
+                    "--canvas-csv", tmp_path / "import.csv", "--canvas-assignment", "Exercises (12345)",
+                    "--canvas-per-exercise")
+    assert code == 0, err
+    rows = table(tmp_path / "import.csv")
+    header, possible = rows[0], rows[1]
+    assert possible[0].strip() == "Points Possible" and possible[1:5] == ["", "", "", ""]
+    from grading import EXERCISES
+
+    expected = [sum(e.max_points for e in EXERCISES)] + [e.max_points for e in EXERCISES]
+    assert [float(x) for x in possible[5:]] == pytest.approx(expected, abs=1e-9)
+    assert len(possible) == len(header)
+    students = {r[1]: r for r in rows[2:]}
+    assert sorted(students) == ["100517", "100600"]
+    assert float(students["100517"][5]) == pytest.approx(100, abs=1e-9)
+
+
+def test_a_canvas_assignment_worth_other_points_is_refused_before_grading(tmp_path):
+    """Canvas imports a score as points: 87 of our 100 on an assignment worth 10 in Canvas is
+    870%. The gradebook export says what the column is worth; a mismatch is one line, exit 2."""
+    klass = canvas_class(tmp_path, points="10")
+    code, err = run(klass, "--roster", tmp_path / "gradebook.csv", "--seed", SEED,
+                    "--canvas-csv", tmp_path / "import.csv", "--canvas-assignment", "Exercises (12345)")
+    assert code == 2
+    said = [line for line in err.splitlines() if line.strip() and not line.startswith("usage:")]
+    assert len(said) == 1 and "10" in said[0] and "100" in said[0] and "Exercises (12345)" in said[0], err
+    assert not (tmp_path / "import.csv").exists()
+
+
+def test_a_canvas_roster_that_agrees_on_points_or_does_not_name_the_column_is_accepted(tmp_path):
+    klass = canvas_class(tmp_path, points="100.00")
+    assert run(klass, "--roster", tmp_path / "gradebook.csv", "--seed", SEED, "--timeout", "5",
+               "--canvas-csv", tmp_path / "a.csv", "--canvas-assignment", "Exercises (12345)")[0] == 0
+    # a column the export does not have is a new assignment: nothing to compare with
+    assert run(klass, "--roster", tmp_path / "gradebook.csv", "--seed", SEED, "--timeout", "5",
+               "--canvas-csv", tmp_path / "b.csv", "--canvas-assignment", "Homework 2")[0] == 0
+
+
+# ----------------------------------------------------------------------------- Moodle
+
+MOODLE_WORKSHEET = """Identifier,Full name,Email address,Status,Grade,Maximum Grade,Grade can be changed,Last modified (submission),Last modified (grade),Feedback comments
+Participant 2002041,Aisha Ahmed,aisha@example.edu,Submitted for grading,,{maximum},Yes,,-,
+Participant 2002042,Ben Brown,ben@example.edu,Submitted for grading,,{maximum},Yes,,-,
+"""
+
+
+def moodle_class(tmp_path, maximum):
+    folder = tmp_path / "submissions" / "Aisha Ahmed_2002041_assignsubmission_file_"
+    folder.mkdir(parents=True)
+    (folder / "09-exercises.py").write_text(REFERENCE)
+    (tmp_path / "worksheet.csv").write_text(MOODLE_WORKSHEET.format(maximum=maximum))
+    return tmp_path / "submissions"
+
+
+@pytest.mark.parametrize("maximum", ["20.00", '"20,00"'])  # the teacher's locale writes either
+def test_a_moodle_assignment_with_another_maximum_grade_is_refused_before_grading(tmp_path, maximum):
+    """Moodle's upload skips every grade above the assignment's maximum without a word, and
+    takes the others as they are (73 of 100 would be 73 of 20)."""
+    klass = moodle_class(tmp_path, maximum)
+    code, err = run(klass, "--roster", tmp_path / "worksheet.csv", "--seed", SEED,
+                    "--moodle-csv", tmp_path / "import.csv")
+    assert code == 2
+    said = [line for line in err.splitlines() if line.strip() and not line.startswith("usage:")]
+    assert len(said) == 1 and "20" in said[0] and "100" in said[0], err
+    assert not (tmp_path / "import.csv").exists()
+
+
+def test_a_moodle_worksheet_with_the_same_maximum_grade_is_accepted(tmp_path):
+    klass = moodle_class(tmp_path, "100.00")
+    code, err = run(klass, "--roster", tmp_path / "worksheet.csv", "--seed", SEED, "--timeout", "5",
+                    "--moodle-csv", tmp_path / "import.csv")
+    assert code == 0, err
+    rows = {r[0]: r for r in table(tmp_path / "import.csv")[1:]}
+    assert float(rows["Participant 2002041"][4]) == pytest.approx(100, abs=1e-9)
