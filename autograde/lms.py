@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import html
 import io
 
 from .reports import csv_cell
@@ -115,7 +116,9 @@ def moodle_csv(rows, feedback: bool = True, now: str | None = None) -> str:
         modified = modified if modified == "-" else csv_cell(modified)
         identifier = moodle_identifier(report, student)
         email = lms.get("Email address") or (report.student_id if "@" in report.student_id else "")
-        comment = getattr(report, "status_text", "") if feedback else ""
+        # Moodle keeps feedback comments as HTML (assign_feedback_comments stores them with
+        # FORMAT_HTML): a file name's "<" and "&" are the student's characters, not markup
+        comment = html.escape(getattr(report, "status_text", ""), quote=False) if feedback else ""
         writer.writerow([csv_cell(x) for x in (
             identifier, student.name if student else report.name, email, lms.get("ID number", ""))]
             + [_points(report.score), _points(report.max_score),

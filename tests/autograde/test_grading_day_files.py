@@ -162,3 +162,17 @@ def test_a_moodle_worksheet_with_the_same_maximum_grade_is_accepted(tmp_path):
     assert code == 0, err
     rows = {r[0]: r for r in table(tmp_path / "import.csv")[1:]}
     assert float(rows["Participant 2002041"][4]) == pytest.approx(100, abs=1e-9)
+
+
+def test_moodle_feedback_comments_show_a_file_name_with_markup_as_written():
+    """Moodle keeps the comments as HTML: a student's file named ``<b>notes</b>.py`` must
+    come out as those characters, not as bold text or a dropped tag."""
+    report = SubmissionReport(submission="09-exercises.py", student_id="2002041", name="Aisha Ahmed")
+    report.status_text = "several files: graded 09-exercises.py; also sent <b>notes</b>.py & x<!--.py"
+    text = lms.moodle_csv([(report, None)], now="2026-01-01T00:00:00+00:00")
+    (row,) = list(csv.DictReader(io.StringIO(text)))
+    comment = row["Feedback comments"]
+    assert "<" not in comment and ">" not in comment
+    import html
+
+    assert html.unescape(comment) == report.status_text
