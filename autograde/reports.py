@@ -347,7 +347,8 @@ def wrong_answers_html(reports) -> list:
         return []
     out = ['<h2>Wrong answers, classified</h2><p>Every wrong answer (a failed test, not an '
            'untouched stub): a known mistake that the feedback explained, or other, with the '
-           'five most common other answers.</p><div class="wide"><table id="wrong-answers">'
+           'five most common other answers.</p><div class="wide" tabindex="0" role="region" '
+           'aria-label="Wrong answers, classified"><table id="wrong-answers">'
            '<tr><th>test</th><th>wrong</th><th>known mistakes</th><th>other: most common '
            'answers</th></tr>']
     for name, row in sorted(rows.items(), key=lambda kv: (-kv[1]["failed"], kv[0])):
@@ -419,8 +420,9 @@ def _title(mistake: str) -> str:
     return f"Exercise {exercise[2:]}: {rest.replace('_', ' ')}"
 
 
-def _histogram_svg(scores, maximum: float, width: int = 360, height: int = 120) -> str:
-    """Bars of how many students earned each band of points (ten bands, 0 to maximum)."""
+def _histogram_svg(scores, maximum: float, width: int = 360, height: int = 120, label: str = "") -> str:
+    """Bars of how many students earned each band of points (ten bands, 0 to maximum), named
+    ``label`` for screen readers (what the bars' own titles say, in one line)."""
     from html import escape
 
     bands = 10
@@ -430,7 +432,10 @@ def _histogram_svg(scores, maximum: float, width: int = 360, height: int = 120) 
     top = max(counts) or 1
     bar = width / bands
     pad = 16  # room above the tallest bar for its count
-    parts = [f'<svg class="hist" role="img" width="{width}" height="{height + 30}" '
+    spoken = "; ".join(f"{fmt_points(maximum * i / bands)}-{fmt_points(maximum * (i + 1) / bands)} "
+                       f"points: {count}" for i, count in enumerate(counts) if count)
+    name = escape(f"{label}: " if label else "") + escape(f"students per band of points, {spoken or 'none'}")
+    parts = [f'<svg class="hist" role="img" aria-label="{name}" width="{width}" height="{height + 30}" '
              f'viewBox="0 {-pad} {width} {height + 30 + pad}" xmlns="http://www.w3.org/2000/svg">']
     for i, count in enumerate(counts):
         h = height * count / top
@@ -482,7 +487,8 @@ def class_report_html(reports, seed: int | None = None, pairs=None) -> str:
            ".side{display:flex;flex-wrap:wrap;gap:.5rem}.side pre{flex:1 1 18rem;overflow-x:auto;font-size:.8rem;background:#f6f6f6;padding:.4rem;margin:0}",
            ".wide{overflow-x:auto;max-width:100%}svg.hist{max-width:100%;height:auto}",
            "@media (max-width:30rem){body{margin:1rem auto;padding:0 .5rem}.exercise{flex-basis:100%}td,th{padding:.25rem .3rem}}",
-           "</style></head><body>",
+           ".who,details{overflow-wrap:anywhere}.who{min-width:6rem}",
+           "</style></head><body><main>",
            f"<h1>Class report</h1><p id=\"summary\">{n} students; {len(worked)} submitted work "
            f"(mean {mean:.1f} of {fmt_points(reports[0].max_score) if reports else 0} points over "
            f"them); {len(absent)} sent nothing gradable (missing or unreadable) and {len(stubs)} "
@@ -505,7 +511,7 @@ def class_report_html(reports, seed: int | None = None, pairs=None) -> str:
             continue
         full = sum(g == exercise.max_points for g in got)
         out.append(f'<div class="exercise"><h3>{escape(exercise.title)}</h3>'
-                   + _histogram_svg(got, exercise.max_points)
+                   + _histogram_svg(got, exercise.max_points, label=exercise.title)
                    + f"<p>mean {sum(got) / len(got):.1f} / {fmt_points(exercise.max_points)}; "
                      f"full marks: {full} of {len(got)}</p></div>")
     out.append("</div>")
@@ -523,12 +529,13 @@ def class_report_html(reports, seed: int | None = None, pairs=None) -> str:
         names = ", ".join(escape(x) for x in sorted(who[m]))
         out.append(f"<tr><td>{escape(m[6:])}<details><summary>who</summary>{names}</details></td>"
                    f"<td>{counts[m]}</td></tr>")
-    out.append("</table><h2>Students</h2><div class=\"wide\"><table><tr><th>student</th><th>score</th>"
+    out.append("</table><h2>Students</h2><div class=\"wide\" tabindex=\"0\" role=\"region\" "
+               "aria-label=\"Students\"><table id=\"students\"><tr><th>student</th><th>score</th>"
                + "".join(f"<th>{e.id}</th>" for e in EXERCISES) + "<th>status</th></tr>")
     for r in sorted(reports, key=lambda r: r.student_id or r.submission):
         by_id = {e["id"]: e["score"] for e in r.exercises()}
         who_name = f"{r.name} ({r.student_id})" if r.name else (r.student_id or r.submission)
-        out.append(f"<tr><td>{escape(who_name)}</td>"
+        out.append(f"<tr><td class=\"who\">{escape(who_name)}</td>"
                    f"<td>{fmt_points(r.score)}/{fmt_points(r.max_score)}</td>"
                    + "".join(f"<td>{fmt_points(by_id.get(e.id, 0.0))}</td>" for e in EXERCISES)
                    + f"<td>{escape(status(r))}</td></tr>")
@@ -537,7 +544,7 @@ def class_report_html(reports, seed: int | None = None, pairs=None) -> str:
         from .similarity import pairs_html
 
         out += pairs_html(pairs)
-    out.append("</body></html>\n")
+    out.append("</main></body></html>\n")
     return "\n".join(out)
 
 
@@ -626,7 +633,8 @@ def failure_rates_html(reports) -> list:
             failed[c.name][1] += 0 if result.passed else 1
     n = len(reports)
     out = ['<h2>Failure rates</h2><p>Of the students who submitted work.</p>',
-           '<div class="wide"><table id="failure-rates"><tr><th>exercise</th><th>failed '
+           '<div class="wide" tabindex="0" role="region" aria-label="Failure rates">'
+           '<table id="failure-rates"><tr><th>exercise</th><th>failed '
            '(all tests passed: no)</th></tr>']
     for exercise in sorted({failed[k][0].exercise for k in order}):
         bad = sum(any(not res.passed for c, res in r.results if c.exercise == exercise)

@@ -306,12 +306,12 @@ def pairs_html(found) -> list:
                "verdict.</p>")
     for g in groups:
         out.append(f'<details class="group"><summary>{len(g.ids)} students with the same code: '
-                   f"{escape(', '.join(g.ids))}</summary><pre>{g.code}</pre></details>")
+                   f"{escape(', '.join(g.ids))}</summary><pre tabindex=\"0\">{g.code}</pre></details>")
     if pairs:
         out.append("<p>Pairs whose code is mostly the same (the share of the smaller file found "
                    "in the other), most similar first. Shared parts are marked.</p>")
     for p in pairs:
         out.append(f'<details class="pair"><summary>{escape(p.a)} and {escape(p.b)}: '
                    f"{100 * p.similarity:.0f}% shared</summary><div class=\"side\">"
-                   f"<pre>{p.evidence[0]}</pre><pre>{p.evidence[1]}</pre></div></details>")
+                   f"<pre tabindex=\"0\">{p.evidence[0]}</pre><pre tabindex=\"0\">{p.evidence[1]}</pre></div></details>")
     return out
