@@ -243,3 +243,20 @@ def test_the_class_report_keeps_scores_in_view_and_passes_axe(long_names_report,
 def test_the_class_report_shows_markup_in_names_as_text(long_names_report):
     page = long_names_report.read_text(encoding="utf-8")
     assert "<b>bold<b>" not in page and "&lt;b&gt;bold&lt;b&gt;" in page
+
+
+# ----------------------------------------------------------------------------- copy check
+
+def test_students_with_the_same_notebook_built_on_the_hand_out_are_one_group():
+    """Three students whose code is the master notebook's, byte for byte (the hand-out's cells
+    and the worked answers), are "the same code": one group, no pairs. The hand-out's own
+    lines, left out as boilerplate, must not make identical code score below "the same"."""
+    from autograde import similarity
+
+    code = similarity.student_code(similarity.TEMPLATE)
+    groups, pairs = similarity.similar({"a": code, "b": code, "c": code}, similarity.template_code())
+    assert [g.ids for g in groups] == [("a", "b", "c")]
+    assert pairs == []
+    groups, pairs = similarity.similar({"a": code, "b": code}, similarity.template_code())
+    assert groups == [] and [(p.a, p.b) for p in pairs] == [("a", "b")]
+    assert pairs[0].similarity == pytest.approx(1.0, abs=1e-9)
