@@ -20,7 +20,7 @@ import os
 
 import pytest
 
-from autograde import lms, reports
+from autograde import lms
 from autograde.cli import main
 from sandbox.results import SubmissionReport
 from tools.browser import ROOT, BrowserUnavailable, chromium
