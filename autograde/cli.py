@@ -490,15 +490,26 @@ def finish(args, results, run, seed, started, single, journal_path) -> int:
                 print(f"Similarity: {len(groups)} groups with the same code and {len(flagged)} pairs "
                       f"flagged in {time.monotonic() - began:.1f} s.", file=sys.stderr)
         reports.write_class_report(args.class_report, results, seed, pairs)
+    lms_rows = rows
+    if args.roster and (args.canvas_csv or args.moodle_csv):
+        # the LMS knows only the students on its roster: a file from anyone else (Canvas's test
+        # student, a student who dropped) is graded for you and left out of the LMS's file
+        lms_rows = [(r, s) for r, s in rows if s is None or s.on_roster]
+        strangers = [r.student_id for r, s in rows if s is not None and not s.on_roster]
+        if strangers:
+            shown = ", ".join(textsafe.printable(str(x)) for x in strangers[:3]) + (", ..." if len(strangers) > 3 else "")
+            lms_files = " and ".join(textsafe.printable(f) for f in (args.canvas_csv, args.moodle_csv) if f)
+            print(f"autograde: {len(strangers)} submitting students are not on the roster ({shown}): graded, "
+                  f"and left out of {lms_files}, which the LMS could not match them in", file=sys.stderr)
     if args.canvas_csv:
         reports.write_atomically(args.canvas_csv, lms.canvas_csv(
-            rows, args.canvas_assignment, args.canvas_per_exercise))
+            lms_rows, args.canvas_assignment, args.canvas_per_exercise))
     if args.moodle_csv:
-        reports.write_atomically(args.moodle_csv, lms.moodle_csv(rows))
-        unmatched = lms.moodle_unmatched(rows)
+        reports.write_atomically(args.moodle_csv, lms.moodle_csv(lms_rows))
+        unmatched = lms.moodle_unmatched(lms_rows)
         if unmatched:
             shown = ", ".join(textsafe.printable(str(x)) for x in unmatched[:3]) + (", ..." if len(unmatched) > 3 else "")
-            print(f"autograde: {len(unmatched)} of {len(rows)} rows of {textsafe.printable(args.moodle_csv)} have no "
+            print(f"autograde: {len(unmatched)} of {len(lms_rows)} rows of {textsafe.printable(args.moodle_csv)} have no "
                   f"Identifier ({shown}), and Moodle skips such rows without a word: grade the folder of Moodle's "
                   "\"Download all submissions\", or give its grading worksheet as --roster", file=sys.stderr)
     if args.feedback:

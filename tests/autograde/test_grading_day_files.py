@@ -117,6 +117,30 @@ def test_a_canvas_assignment_worth_other_points_is_refused_before_grading(tmp_pa
     assert not (tmp_path / "import.csv").exists()
 
 
+def test_students_not_on_the_roster_are_graded_but_left_out_of_the_lms_file(tmp_path):
+    """Canvas's download holds its test student's file (the gradebook export has the test
+    student on a row of its own, which the roster skips) and may hold a dropped student's:
+    Canvas cannot match either, and asks the instructor what to do with each. They are graded
+    for the instructor (grades.csv) and left out of the import file, in one line."""
+    klass = canvas_class(tmp_path)
+    (klass / "studenttest_999999_5899700_09-exercises.py").write_text(REFERENCE)
+    (klass / "dropped_100999_5899701_09-exercises.py").write_text(REFERENCE)
+    code, err = run(klass, "--roster", tmp_path / "gradebook.csv", "--seed", SEED, "--timeout", "5",
+                    "--canvas-csv", tmp_path / "import.csv", "--csv", tmp_path / "grades.csv")
+    assert code == 0, err
+    assert sorted(r[1] for r in table(tmp_path / "import.csv")[2:]) == ["100517", "100600"]
+    graded = {r["student_id"] for r in csv.DictReader(open(tmp_path / "grades.csv", encoding="utf-8"))}
+    assert {"999999", "100999", "100517", "100600"} <= graded
+    said = [line for line in err.splitlines() if "not on the roster" in line]
+    assert len(said) == 1 and "2 submitting students" in said[0] and "999999" in said[0], err
+    # without them, nothing is said
+    for name in ("studenttest_999999_5899700_09-exercises.py", "dropped_100999_5899701_09-exercises.py"):
+        (klass / name).unlink()
+    code, err = run(klass, "--roster", tmp_path / "gradebook.csv", "--seed", SEED, "--timeout", "5",
+                    "--canvas-csv", tmp_path / "import2.csv")
+    assert code == 0 and "not on the roster" not in err, err
+
+
 def test_a_canvas_roster_that_agrees_on_points_or_does_not_name_the_column_is_accepted(tmp_path):
     klass = canvas_class(tmp_path, points="100.00")
     assert run(klass, "--roster", tmp_path / "gradebook.csv", "--seed", SEED, "--timeout", "5",
