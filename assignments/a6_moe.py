@@ -15,7 +15,8 @@ The student writes three names (GShard's dispatch and combine, Lepikhin et al. 2
 
 Each world size (2 and 4) runs as one group of gloo ranks (``sandbox.multirank``), three cases
 each. The grader builds the case from the seed (and a salt drawn afresh each grading): a MoE
-layer of ``labs.expert_parallel`` (router and SwiGLU experts), the tokens of every rank, and a
+layer of ``labs.expert_parallel`` (router and SwiGLU experts; the number of experts, top-k and
+the tokens per rank differ from case to case, :data:`LAYERS`), the tokens of every rank, and a
 routing bias that makes the loads uneven (towards the first experts, all of them onto rank 0's
 experts so that the other ranks receive nothing, towards the last experts). In each rank the
 grader routes (``labs.expert_parallel.route``), calls the student's ``dispatch``, runs the
@@ -45,12 +46,13 @@ from __future__ import annotations
 import base64
 import time
 from collections import Counter
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from solutions.moe import expert_owner, expert_parallel_bytes_from_counts, routing_counts
 
-from .a6_rank import D_MODEL, FFN_HIDDEN, NUM_EXPERTS, TOKENS, TOP_K, row_id  # noqa: F401
+from .a6_rank import D_MODEL, FFN_HIDDEN, row_id
 from .common import (Report, built_in_collectives, defined, finish_report, first_cause, grade_submitted, one_thread,
                      payload, rank_program, rank_source, run_cases, seeded)
 from .common import self_check as run_self_check
@@ -58,12 +60,34 @@ from .common import self_check as run_self_check
 NAME = "Assignment 6: expert-parallel dispatch and combine"
 FUNCTIONS = ("AllToAll", "dispatch", "combine")
 WORLD_SIZES = (2, 4)
-#: Every rank holds the same number of experts: the world size must divide NUM_EXPERTS.
+#: Every rank holds the same number of experts: the world size must divide each case's E.
 ALLOWED_WORLD_SIZES = (2, 4)
 SEEDS = (0, 1, 2)
 #: The routing bias of each case (by seed mod 3), added to the router's scores for the choice
 #: only: towards the first experts, onto rank 0's experts alone, towards the last experts.
 BIASES = ("first", "rank 0", "last")
+
+
+@dataclass(frozen=True)
+class Layer:
+    """What a case's MoE layer leaves open to the student's code: E experts, top-k, and T
+    tokens per rank (the width h is ``D_MODEL`` in every case)."""
+
+    num_experts: int
+    top_k: int
+    tokens: int
+
+
+#: The layer of each case (by seed mod 3, beside its bias): the statement asks for any k and
+#: any E that the world size divides, so a dispatch written for one layer must not pass them
+#: all. k stays at 2 or more (at k = 1 the renormalised gates are all 1), and in the "rank 0"
+#: case k is at most E/4, so that rank 0's experts can take every copy at both world sizes.
+LAYERS = (Layer(8, 2, 12), Layer(16, 3, 10), Layer(12, 3, 9))
+
+
+def layer(seed: int) -> Layer:
+    """The layer of the case of ``seed``."""
+    return LAYERS[seed % len(LAYERS)]
 POINTS = {"dispatch": 2, "combine": 2, "backward": 3, "traffic": 3}
 TITLES = {
     "dispatch": "dispatch: every token copy reaches the rank that owns its expert, once",
@@ -91,23 +115,23 @@ def tolerance() -> float:
     return TOLERANCE
 
 
-def _config():
+def _config(seed: int):
     from labs.expert_parallel import MoEConfig
 
-    return MoEConfig(D_MODEL, FFN_HIDDEN, NUM_EXPERTS, TOP_K)
+    return MoEConfig(D_MODEL, FFN_HIDDEN, layer(seed).num_experts, layer(seed).top_k)
 
 
 def routing_bias(seed: int, n: int):
     """The case's bias on the router's scores (a tensor of one entry per expert)."""
     import torch
 
-    kind = BIASES[seed % len(BIASES)]
+    kind, E = BIASES[seed % len(BIASES)], layer(seed).num_experts
     if kind == "first":
-        return torch.linspace(1.5, 0.0, NUM_EXPERTS)
+        return torch.linspace(1.5, 0.0, E)
     if kind == "last":
-        return torch.linspace(0.0, 1.5, NUM_EXPERTS)
-    bias = torch.zeros(NUM_EXPERTS)
-    bias[: NUM_EXPERTS // n] = 10.0
+        return torch.linspace(0.0, 1.5, E)
+    bias = torch.zeros(E)
+    bias[: E // n] = 10.0
     return bias
 
 
@@ -116,15 +140,17 @@ def make_case(seed: int, salt: int, n: int) -> dict:
     other grading threads)."""
     from labs.expert_parallel import make_layer
 
+    shape = layer(seed)
     with seeded(seed):
-        W, experts, x, probe = make_layer(_config(), TOKENS, n, (seed * 1_000_003 + salt) % 2**31, "cpu")
-    return {"router": W, "experts": experts, "x": x, "probe": probe, "bias": routing_bias(seed, n)}
+        W, experts, x, probe = make_layer(_config(seed), shape.tokens, n, (seed * 1_000_003 + salt) % 2**31, "cpu")
+    return {"router": W, "experts": experts, "x": x, "probe": probe, "bias": routing_bias(seed, n), "layer": shape}
 
 
 def rank_arrays(case: dict, rank: int, n: int) -> list:
     """What rank ``rank`` gets of a case (float32 arrays): the router, its own tokens and
     probe, the routing bias, and its own experts' weights; no other rank's tokens or experts."""
-    per, mine = NUM_EXPERTS // n, slice(rank * TOKENS, (rank + 1) * TOKENS)
+    T = case["layer"].tokens
+    per, mine = case["layer"].num_experts // n, slice(rank * T, (rank + 1) * T)
     experts = case["experts"]
     return [t.detach().float().numpy().reshape(-1) for t in (
         case["router"], case["x"][mine], case["probe"][mine], case["bias"],
@@ -137,19 +163,21 @@ def arrivals(case: dict, reported) -> list:
     expert]``): each row is recognised by its bytes among every rank's tokens (an all-to-all
     copies them exactly); ``[-1, -1, expert]`` for a row that is no token."""
     known = {row_id(row): i for i, row in enumerate(case["x"].detach().float().numpy())}
+    T = case["layer"].tokens
     out = []
     for entry in reported if isinstance(reported, list) else []:
         if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)
                 and isinstance(entry[1], int)):
             return []
         t = known.get(entry[0], -1)
-        out.append([t // TOKENS if t >= 0 else -1, t % TOKENS if t >= 0 else -1, entry[1]])
+        out.append([t // T if t >= 0 else -1, t % T if t >= 0 else -1, entry[1]])
     return out
 
 
 def describe(seed: int) -> str:
-    return f"seed {seed} (routing biased towards {BIASES[seed % len(BIASES)]} experts)".replace(
-        "towards rank 0 experts", "onto rank 0's experts only")
+    shape = layer(seed)
+    return (f"seed {seed} (E = {shape.num_experts}, k = {shape.top_k}, T = {shape.tokens}; routing biased towards "
+            f"{BIASES[seed % len(BIASES)]} experts)").replace("towards rank 0 experts", "onto rank 0's experts only")
 
 
 def _dec(m) -> np.ndarray | None:
@@ -182,7 +210,7 @@ def reference(case: dict, all_ids) -> dict:
     (y * case["probe"]).sum().backward()
     with torch.no_grad():
         ungated = moe_reference(x, W, experts, ids, gates=torch.ones(ids.shape))
-        _, gates = route(x, W, TOP_K, expert_ids=ids)
+        _, gates = route(x, W, ids.shape[1], expert_ids=ids)
     return {"y": y.detach().double().numpy(), "ungated": ungated.double().numpy(),
             "x_grad": x.grad.double().numpy(), "router_grad": W.grad.double().numpy(),
             "expert_grads": {name: getattr(experts, name).grad.double().numpy() for name in ("w1", "w3", "w2")},
@@ -201,7 +229,7 @@ ROUTING_SLACK = 1e-4
 
 
 def _judge_routing(case: dict, ids: list, n: int) -> str | None:
-    """Whether each rank's reported expert choices (``ids``: per rank, ``(TOKENS, TOP_K)``)
+    """Whether each rank's reported expert choices (``ids``: per rank, ``(T, k)`` of the case's layer)
     are the router's: the grader's own top-k of ``x W^T + bias`` for that rank's tokens, up to
     :data:`ROUTING_SLACK` at a near tie. The routing is the grader's code, run inside the rank
     before the student's; the reference follows what the ranks report, so a routing rewritten
@@ -209,21 +237,22 @@ def _judge_routing(case: dict, ids: list, n: int) -> str | None:
     otherwise be graded against itself. None, or why not."""
     import torch
 
+    T, E, k = case["layer"].tokens, case["layer"].num_experts, case["layer"].top_k
     with one_thread(), torch.no_grad():
         for r in range(n):
-            x = case["x"][r * TOKENS:(r + 1) * TOKENS].float()
+            x = case["x"][r * T:(r + 1) * T].float()
             scores = (torch.nn.functional.linear(x, case["router"].float()) + case["bias"]).double().numpy()
             chosen = ids[r]
-            if chosen.min(initial=0) < 0 or chosen.max(initial=0) >= NUM_EXPERTS:
-                return f"rank {r} reported expert ids outside 0..{NUM_EXPERTS - 1}: the routing was changed inside the rank"
-            kth = np.sort(scores, axis=1)[:, -TOP_K]
+            if chosen.min(initial=0) < 0 or chosen.max(initial=0) >= E:
+                return f"rank {r} reported expert ids outside 0..{E - 1}: the routing was changed inside the rank"
+            kth = np.sort(scores, axis=1)[:, -k]
             got = np.take_along_axis(scores, chosen, axis=1)
-            distinct = all(len(set(row)) == TOP_K for row in chosen.tolist())
+            distinct = all(len(set(row)) == k for row in chosen.tolist())
             if not distinct or np.any(got < kth[:, None] - ROUTING_SLACK):
                 t = int(np.argmax(np.any(got < kth[:, None] - ROUTING_SLACK, axis=1))) if distinct else 0
                 return (f"rank {r} reported expert choices the router did not make (token {t}: experts "
-                        f"{chosen[t].tolist()}, the router's top-{TOP_K} of x W^T + bias is "
-                        f"{np.argsort(-scores[t], kind='stable')[:TOP_K].tolist()}): the grader's routing was "
+                        f"{chosen[t].tolist()}, the router's top-{k} of x W^T + bias is "
+                        f"{np.argsort(-scores[t], kind='stable')[:k].tolist()}): the grader's routing was "
                         "changed inside the rank")
     return None
 
@@ -257,16 +286,16 @@ def _judge_error(n, ms, C) -> str:
     return f"rank {r} raised {error}"
 
 
-def _judge_dispatch(n, ms, ids) -> str | None:
-    per = NUM_EXPERTS // n
+def _judge_dispatch(n, ms, ids, shape: Layer) -> str | None:
+    per = shape.num_experts // n
     for r, m in enumerate(ms):
         got = Counter()
         for entry in m.get("arrivals") or []:
             if not (isinstance(entry, list) and len(entry) == 3 and all(isinstance(v, int) for v in entry)):
                 return f"rank {r} reported no arrivals"
             got[tuple(entry)] += 1
-        want = Counter((s, t, int(e)) for s in range(n) for t in range(TOKENS) for e in ids[s][t]
-                       if int(expert_owner(int(e), NUM_EXPERTS, n)) == r)
+        want = Counter((s, t, int(e)) for s in range(n) for t in range(shape.tokens) for e in ids[s][t]
+                       if int(expert_owner(int(e), shape.num_experts, n)) == r)
         strangers = [key for key in got if key[0] < 0]
         if strangers:
             return (f"rank {r} received {sum(got[k] for k in strangers)} rows that are no token's copies (padding to a "
@@ -295,22 +324,23 @@ def _judge_dispatch(n, ms, ids) -> str | None:
     return None
 
 
-def _judge_combine(ms, ref, tol) -> str | None:
+def _judge_combine(ms, ref, tol, shape: Layer) -> str | None:
+    T = shape.tokens
     for r, m in enumerate(ms):
         y = _dec(m.get("y") or {})
-        want = ref["y"][r * TOKENS:(r + 1) * TOKENS]
+        want = ref["y"][r * T:(r + 1) * T]
         if y is None or y.shape != want.shape:
-            return f"rank {r}'s combine returned shape {None if y is None else y.shape}, not ({TOKENS}, {D_MODEL})"
+            return f"rank {r}'s combine returned shape {None if y is None else y.shape}, not ({T}, {D_MODEL})"
         if _rel(y, want) > tol:
-            if _rel(y, ref["ungated"][r * TOKENS:(r + 1) * TOKENS]) <= tol:
+            if _rel(y, ref["ungated"][r * T:(r + 1) * T]) <= tol:
                 return ("the output is the plain sum of each token's expert outputs: the combine ran without the "
                         "router's weights (multiply each copy's output by its gate before summing it into its token)")
             return f"rank {r}: the output differs from one process (relative L2 {_rel(y, want):.2g})"
     return None
 
 
-def _judge_backward(n, ms, ref, tol) -> str | None:
-    per = NUM_EXPERTS // n
+def _judge_backward(n, ms, ref, tol, shape: Layer) -> str | None:
+    per, T = shape.num_experts // n, shape.tokens
     no_expert_grad = any(m.get("expert_grads") is None or any(v is None for v in m["expert_grads"].values())
                          for m in ms)
     no_a2a = all(not _token_a2a((m.get("counters") or [None, None])[1]) for m in ms)
@@ -322,7 +352,7 @@ def _judge_backward(n, ms, ref, tol) -> str | None:
         return "the router got no gradient: the output must depend on the gates (multiply by them in the combine)"
     router = sum(_dec(m["router_grad"]) for m in ms)
     for r, m in enumerate(ms):
-        rel = _rel(_dec(m.get("x_grad") or {}), ref["x_grad"][r * TOKENS:(r + 1) * TOKENS])
+        rel = _rel(_dec(m.get("x_grad") or {}), ref["x_grad"][r * T:(r + 1) * T])
         if rel > tol:
             return f"rank {r}: the gradient of its tokens differs from one process (relative L2 {rel:.2g})"
         for name, want in ref["expert_grads"].items():
@@ -363,7 +393,7 @@ def _judge_traffic(n, ms, C) -> str | None:
     return None
 
 
-def _judge_wire(n, segments, C) -> str | None:
+def _judge_wire(n, segments, C, num_experts: int) -> str | None:
     """The all-to-alls seen between the ranks in each pass against the routing's formula: only
     all-to-alls; per rank, every copy that leaves it once each way (plus, at most, the counts
     exchanged beside the tokens: an integer per expert, twice). None where no capture saw the
@@ -373,7 +403,7 @@ def _judge_wire(n, segments, C) -> str | None:
     if set(phases) != {"forward", "backward"}:
         return None
     predicted = expert_parallel_bytes_from_counts(C, D_MODEL, 4, backward=False)
-    counts_bytes = 2 * 8 * NUM_EXPERTS  # at most two exchanges of int64 counts (one per expert) a pass
+    counts_bytes = 2 * 8 * num_experts  # at most two exchanges of int64 counts (one per expert) a pass
     for phase in ("forward", "backward"):
         for r, t in enumerate(phases[phase]):
             others = sorted(k for k in t["calls"] if k not in ("all_to_all", "barrier"))
@@ -406,12 +436,13 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
     tol = tolerance()
     program = rank_program("a6_rank:main", student, FUNCTIONS, quiet, extra=(("moe", rank_source("moe")),))
     for n in world_sizes:
-        if NUM_EXPERTS % n:
-            raise ValueError(f"world size {n} must divide the {NUM_EXPERTS} experts")
+        if any(layer(seed).num_experts % n for seed in seeds):
+            raise ValueError(f"world size {n} must divide the number of experts of every case "
+                             f"({', '.join(str(layer(seed).num_experts) for seed in seeds)})")
         cases = {seed: make_case(seed, salt, n) for seed in seeds}
 
         def payloads_for(indices, n=n, cases=cases):
-            header = {"cases": indices}
+            header = {"cases": indices, "layers": [asdict(cases[seeds[c]]["layer"]) for c in indices]}
             return [payload(header, [a for c in indices for a in rank_arrays(cases[seeds[c]], r, n)])
                     for r in range(n)]
 
@@ -430,8 +461,9 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
                     first[part] = first[part] or f"{label}: not finished ({stopped})"
                 continue
             ms = [ranks.get(r, {"error": f"rank {r} stopped ({stopped or 'no report'})"}) for r in range(n)]
+            shape = cases[seed]["layer"]
             try:
-                ids = [np.asarray(m["ids"], dtype=np.int64).reshape(TOKENS, TOP_K) for m in ms]
+                ids = [np.asarray(m["ids"], dtype=np.int64).reshape(shape.tokens, shape.top_k) for m in ms]
             except (KeyError, TypeError, ValueError):
                 ids = None
             if ids is None:
@@ -446,19 +478,19 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
             for m in ms:
                 if "arrivals" in m:
                     m["arrivals"] = arrivals(cases[seed], m["arrivals"])
-            C = routing_counts(ids, NUM_EXPERTS, n)
+            C = routing_counts(ids, shape.num_experts, n)
             if any("error" in m for m in ms):
                 text = _judge_error(n, ms, C)
-                dispatch = _judge_dispatch(n, ms, ids) if all("arrivals" in m for m in ms) else None
+                dispatch = _judge_dispatch(n, ms, ids, shape) if all("arrivals" in m for m in ms) else None
                 for part in POINTS:
                     first[part] = first[part] or f"{label}: {dispatch if part == 'dispatch' and dispatch else text}"
                 continue
             with one_thread():
                 ref = reference(make_case(seed, salt, n), np.concatenate(ids))
             seen = runs.segments.get(c) if runs.wired else None
-            wire = _judge_wire(n, seen, C)
-            verdicts = {"dispatch": _judge_dispatch(n, ms, ids), "combine": _judge_combine(ms, ref, tol),
-                        "backward": _judge_backward(n, ms, ref, tol),
+            wire = _judge_wire(n, seen, C, shape.num_experts)
+            verdicts = {"dispatch": _judge_dispatch(n, ms, ids, shape), "combine": _judge_combine(ms, ref, tol, shape),
+                        "backward": _judge_backward(n, ms, ref, tol, shape),
                         "traffic": wire or _judge_traffic(n, ms, C)}
             if verdicts["dispatch"] and verdicts["combine"]:
                 verdicts["combine"] += " (copies went astray in the dispatch: see its part)"

@@ -12,10 +12,10 @@ import numpy as np
 
 from .rank_common import Stopped, call_counter, failure, marker, one_case, student, unpack
 
-#: The layer graded (small: CPU ranks): width h, expert hidden width f, E experts, top-k.
-D_MODEL, FFN_HIDDEN, NUM_EXPERTS, TOP_K = 8, 16, 8, 2
-#: Tokens per rank.
-TOKENS = 12
+#: The layers graded (small: CPU ranks): width h and each expert's hidden width f, the same in
+#: every case; the number of experts E, top-k and the tokens per rank vary from case to case
+#: (the grader's ``LAYERS``, sent with each case).
+D_MODEL, FFN_HIDDEN = 8, 16
 
 
 def moe():
@@ -27,8 +27,8 @@ def moe():
     return module
 
 
-def config():
-    return moe().MoEConfig(D_MODEL, FFN_HIDDEN, NUM_EXPERTS, TOP_K)
+def config(num_experts: int, top_k: int):
+    return moe().MoEConfig(D_MODEL, FFN_HIDDEN, num_experts, top_k)
 
 
 def row_id(row) -> str:
@@ -57,35 +57,36 @@ def check_returned(rows, row_experts):
     return None
 
 
-def own_case(rank: int, n: int, arrays: list):
+def own_case(rank: int, n: int, arrays: list, layer: dict):
     """``(router, x, probe, bias, experts)`` of this rank from what the grader sent: the router
     (every rank routes its own tokens with it), its tokens and their probe, the case's routing
-    bias, and its own experts (the global ones ``rank E/n`` to ``(rank+1) E/n - 1``)."""
+    bias, and its own experts (the global ones ``rank E/n`` to ``(rank+1) E/n - 1``); ``layer``:
+    the case's ``{"num_experts", "top_k", "tokens"}``."""
     import torch
 
-    cfg, per = config(), NUM_EXPERTS // n
+    E, tokens = layer["num_experts"], layer["tokens"]
+    cfg, per = config(E, layer["top_k"]), E // n
     W, x, probe, bias, w1, w3, w2 = (torch.from_numpy(a.copy()) for a in arrays)
     experts = moe().Experts(cfg, per, rank * per)
     with torch.no_grad():
         experts.w1.copy_(w1.view_as(experts.w1))
         experts.w3.copy_(w3.view_as(experts.w3))
         experts.w2.copy_(w2.view_as(experts.w2))
-    return (W.view(NUM_EXPERTS, D_MODEL), x.view(TOKENS, D_MODEL), probe.view(TOKENS, D_MODEL),
-            bias, experts)
+    return (W.view(E, D_MODEL), x.view(tokens, D_MODEL), probe.view(tokens, D_MODEL), bias, experts)
 
 
-def run_case(fns, rank: int, n: int, arrays: list, mark) -> dict:
+def run_case(fns, rank: int, n: int, arrays: list, mark, layer: dict) -> dict:
     import torch
 
-    W, x, probe, bias, local = own_case(rank, n, arrays)
+    W, x, probe, bias, local = own_case(rank, n, arrays, layer)
     x, W = x.clone().requires_grad_(True), W.clone().requires_grad_(True)
-    ids, gates = moe().route(x, W, TOP_K, bias)
+    ids, gates = moe().route(x, W, layer["top_k"], bias)
     ids = ids.detach()
     message = {"ids": ids.tolist()}
     fwd = bwd = None
     try:
         with call_counter() as fwd:
-            rows, row_experts, plan = fns["dispatch"](x, ids.clone(), NUM_EXPERTS)
+            rows, row_experts, plan = fns["dispatch"](x, ids.clone(), layer["num_experts"])
             why = check_returned(rows, row_experts)
             if why:
                 raise TypeError(why)
@@ -126,7 +127,8 @@ def main(ctx) -> None:
         return
     for k, index in enumerate(header["cases"]):
         def work(k=k, index=index):
-            return run_case(fns, ctx.rank, ctx.world_size, arrays[7 * k:7 * k + 7], marker(ctx, index))
+            return run_case(fns, ctx.rank, ctx.world_size, arrays[7 * k:7 * k + 7], marker(ctx, index),
+                            header["layers"][k])
 
         if not one_case(ctx, index, work):
             return
@@ -135,10 +137,10 @@ def main(ctx) -> None:
 def warm() -> None:
     import torch
 
-    cfg = config()
+    cfg = config(8, 2)
     experts = moe().Experts(cfg, 2, 0)
     x = torch.zeros(3, D_MODEL, requires_grad=True)
-    W = torch.zeros(NUM_EXPERTS, D_MODEL, requires_grad=True)
-    ids, gates = moe().route(x, W, TOP_K, torch.zeros(NUM_EXPERTS))
+    W = torch.zeros(8, D_MODEL, requires_grad=True)
+    ids, gates = moe().route(x, W, 2, torch.zeros(8))
     out = experts(x, torch.zeros(3, dtype=torch.int64))
     (out.sum() + gates.sum()).backward()

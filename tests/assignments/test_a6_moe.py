@@ -173,23 +173,54 @@ def test_the_routing_check_accepts_the_routers_choice_and_a_near_tie_only():
     import torch
 
     case = a6_moe.make_case(0, 5, 2)
+    T, E, k = a6_moe.layer(0).tokens, a6_moe.layer(0).num_experts, a6_moe.layer(0).top_k
+    assert k == 2  # (the two worst, and the pairs below)
     ids = []
     for r in range(2):
-        x = case["x"][r * a6_moe.TOKENS:(r + 1) * a6_moe.TOKENS]
+        x = case["x"][r * T:(r + 1) * T]
         scores = torch.nn.functional.linear(x, case["router"]) + case["bias"]
-        ids.append(torch.argsort(-scores, dim=1, stable=True)[:, :a6_moe.TOP_K].numpy())
+        ids.append(torch.argsort(-scores, dim=1, stable=True)[:, :k].numpy())
     assert a6_moe._judge_routing(case, ids, 2) is None
     worst = [a.copy() for a in ids]
-    worst[1][3] = np.argsort((torch.nn.functional.linear(case["x"][a6_moe.TOKENS + 3], case["router"])
-                              + case["bias"]).numpy(), kind="stable")[:a6_moe.TOP_K]  # rank 1, token 3: its two worst
+    worst[1][3] = np.argsort((torch.nn.functional.linear(case["x"][T + 3], case["router"])
+                              + case["bias"]).numpy(), kind="stable")[:k]  # rank 1, token 3: its two worst
     assert "rank 1 reported expert choices the router did not make (token 3" in a6_moe._judge_routing(case, worst, 2)
     # A router whose scores are the bias alone: experts 0 and 1 first, expert 2 a rounding below 1.
-    bias = torch.zeros(a6_moe.NUM_EXPERTS)
+    bias = torch.zeros(E)
     bias[0], bias[1], bias[2] = 3.0, 2.0, 2.0 - a6_moe.ROUTING_SLACK / 10
     flat = dict(case, router=torch.zeros_like(case["router"]), bias=bias)
-    chosen = np.tile([0, 1], (a6_moe.TOKENS, 1))
+    chosen = np.tile([0, 1], (T, 1))
     assert a6_moe._judge_routing(flat, [chosen, chosen], 2) is None
-    near = np.tile([2, 0], (a6_moe.TOKENS, 1))  # a near tie may go either way, in any order
+    near = np.tile([2, 0], (T, 1))  # a near tie may go either way, in any order
     assert a6_moe._judge_routing(flat, [chosen, near], 2) is None
-    for wrong in ([0, 3], [0, 0], [0, a6_moe.NUM_EXPERTS]):
-        assert "rank 0" in a6_moe._judge_routing(flat, [np.tile(wrong, (a6_moe.TOKENS, 1)), chosen], 2), wrong
+    for wrong in ([0, 3], [0, 0], [0, E]):
+        assert "rank 0" in a6_moe._judge_routing(flat, [np.tile(wrong, (T, 1)), chosen], 2), wrong
+
+
+# The statement asks for any k and any number of experts (E/n per rank); a grader whose every
+# case had the same layer (E = 8, k = 2) gave full marks to a dispatch with both typed in.
+SPECIAL_CASED = {
+    "k typed in": ("    k = expert_ids.shape[1]\n", "    k = 2\n"),
+    "E typed in": ("    per_rank = num_experts // world\n", "    per_rank = 8 // world\n"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SPECIAL_CASED))
+def test_a_dispatch_special_cased_to_one_layer_loses_the_dispatch(grade_planted, name):
+    report = grade_planted(a6_moe, MASTER, SPECIAL_CASED[name], world_sizes=(2,), seeds=(0, 1, 2), salt=4)
+    assert not report.tests[list(a6_moe.POINTS).index("dispatch")].passed, report.text()
+    assert report.score <= report.max_score - 2, report.text()
+
+
+def test_the_cases_vary_the_layer_the_statement_leaves_open():
+    """k, the number of experts and the tokens per rank take more than one value over the
+    three cases, k above 2 among them (k = 1 would leave the gates at 1)."""
+    layers = [a6_moe.layer(seed) for seed in a6_moe.SEEDS]
+    for field in ("num_experts", "top_k", "tokens"):
+        assert len({getattr(layer, field) for layer in layers}) > 1, field
+    assert max(layer.top_k for layer in layers) > 2 and min(layer.top_k for layer in layers) >= 2
+    for seed, layer in zip(a6_moe.SEEDS, layers):
+        for n in a6_moe.WORLD_SIZES:  # rank 0's experts can take every copy in the "rank 0" case
+            assert layer.num_experts % n == 0
+            assert a6_moe.BIASES[seed % 3] != "rank 0" or layer.top_k <= layer.num_experts // n
