@@ -13,7 +13,7 @@ The student writes two functions:
 
 What is checked:
 
-* **the order**, for ``p`` of 2 to 6 and several ``m`` (``m < p`` too), every stage: each
+* **the order**, for ``p`` of 1 to 6 and several ``m`` (``m < p`` too), every stage: each
   pass once and every backward after its forward; the stages agree (messages between two
   ranks arrive in the order they were sent, so stage ``s + 1`` must take its forward passes
   in stage ``s``'s order, and stage ``s`` its backward passes in stage ``s + 1``'s; and
@@ -53,8 +53,9 @@ WORLD_SIZES = (2, 4)
 #: One stage per rank, the same number of blocks each: the world size must divide n_layer.
 ALLOWED_WORLD_SIZES = (2, 4)
 SEEDS = (0, 1, 2)
-#: Pipelines whose order is checked: p stages, m micro-batches.
-ORDER_STAGES = (2, 3, 4, 5, 6)
+#: Pipelines whose order is checked: p stages (one too: the statement asks for any p >= 1),
+#: m micro-batches.
+ORDER_STAGES = (1, 2, 3, 4, 5, 6)
 POINTS = {"passes": 2, "agree": 1, "memory": 2, "bubble": 1, "run_order": 1, "run_result": 3}
 TITLES = {
     "passes": "order: every pass once, each backward after its forward",
@@ -80,8 +81,8 @@ MISTAKES = {
 
 def order_grid() -> list:
     """``(p, m)`` pairs whose orders are checked: fewer, as many and more micro-batches
-    than stages."""
-    return [(p, m) for p in ORDER_STAGES for m in sorted({1, 2, p - 1, p, p + 1, 2 * p + 1})]
+    than stages (at least one)."""
+    return [(p, m) for p in ORDER_STAGES for m in sorted({1, 2, p - 1, p, p + 1, 2 * p + 1} - {0})]
 
 
 def microbatches(p: int, seed: int) -> int:
@@ -480,8 +481,12 @@ def _judge_order_grid(orders) -> dict:
         if row == "NotImplementedError":
             return {part: "one_f_one_b: not implemented yet" for part in ORDER_PARTS}
         if isinstance(row, str) or not isinstance(row, list) or len(row) != p:
-            first["passes"] = first["passes"] or (
-                f"p={p}, m={m}: one_f_one_b raised {row}" if isinstance(row, str) else f"p={p}, m={m}: no order")
+            stage, _, error = row.partition(": ") if isinstance(row, str) else ("", "", "")
+            if isinstance(row, str) and stage.startswith("stage ") and stage[6:].isdigit():
+                why = f"one_f_one_b({p}, {m}, {stage[6:]}) raised {error}"
+            else:
+                why = f"one_f_one_b raised {row}" if isinstance(row, str) else "no order"
+            first["passes"] = first["passes"] or f"p={p}, m={m}: {why}"
             continue
         parsed, bad = [], None
         for s, raw in enumerate(row):

@@ -171,3 +171,21 @@ def test_the_in_flight_bound_on_the_wire_passes_1f1b_and_fails_gpipe_counting_by
     flooded[0]["unlisted"] = 3
     assert "more point-to-point messages than the grader lists" in a5_pipeline._judge_wire_order(2, 5, flooded)
     assert a5_pipeline._judge_wire_order(2, 5, None) is None
+
+
+@pytest.mark.slow
+def test_an_order_that_refuses_a_single_stage_loses_the_passes(grade_planted):
+    """The statement asks for any p >= 1; the grid went from p = 2, and an order that refused
+    one stage scored 10/10."""
+    report = grade_planted(a5_pipeline, MASTER, (
+        "    warmup = min(p - stage - 1, m)\n",
+        "    if p < 2:\n        raise ValueError('a pipeline has two stages or more')\n    warmup = min(p - stage - 1, m)\n"),
+        world_sizes=(2,), seeds=(0,), salt=3)
+    assert report.score == report.max_score - a5_pipeline.POINTS["passes"], report.text()
+    assert "p=1, m=1: one_f_one_b(1, 1, 0) raised ValueError: a pipeline has two stages or more" in report.text()
+
+
+def test_the_order_grid_holds_one_stage_and_no_empty_pipeline():
+    grid = a5_pipeline.order_grid()
+    assert {p for p, _ in grid} == set(range(1, 7))
+    assert all(m >= 1 for _, m in grid) and len(grid) == len(set(grid))
