@@ -9,25 +9,34 @@ import numpy as np
 
 from .rank_common import Stopped, call_counter, course_model, failure, marker, one_case, student, unpack
 
-#: The blocks graded: width h, heads, sequence s, micro-batch b (small: CPU ranks).
-D_MODEL, N_HEAD, SEQ, BATCH = 32, 4, 8, 2
+#: The blocks graded, one per seed (by seed mod 3; small: CPU ranks): width h, heads, sequence
+#: s, micro-batch b. They differ, as the statement leaves them open (a block written for one
+#: width or head count must not pass them all), and each world size graded divides the heads.
+BLOCK_SHAPES = ({"d_model": 32, "n_head": 4, "seq": 8, "batch": 2},
+                {"d_model": 48, "n_head": 8, "seq": 5, "batch": 3},
+                {"d_model": 24, "n_head": 4, "seq": 6, "batch": 2})
 #: f and g alone: a (4, 8) tensor per rank.
 UNIT_SHAPE = (4, 8)
 #: The steps of one case, in the order each rank runs them.
 STEPS = ("f", "g", "mlp", "attn")
 
 
-def build_case():
-    """The unsharded blocks and the inputs of one case, drawn from torch's global generator
-    (seed it first): ``(mlp, attention, x, probe)`` (the loss is ``sum(out * probe)``, so
-    every output element has its own gradient)."""
+def block_shape(seed: int) -> dict:
+    """``{"d_model", "n_head", "seq", "batch"}`` of the blocks of ``seed``'s case."""
+    return dict(BLOCK_SHAPES[seed % len(BLOCK_SHAPES)])
+
+
+def build_case(shape: dict):
+    """The unsharded blocks of ``shape`` (:func:`block_shape`) and the inputs of one case,
+    drawn from torch's global generator (seed it first): ``(mlp, attention, x, probe)`` (the
+    loss is ``sum(out * probe)``, so every output element has its own gradient)."""
     import torch
 
     model = course_model()
-    cfg = model.GPTConfig(n_head=N_HEAD, d_model=D_MODEL, block_size=SEQ)
+    cfg = model.GPTConfig(n_head=shape["n_head"], d_model=shape["d_model"], block_size=shape["seq"])
     mlp, attn = model.MLP(cfg), model.CausalSelfAttention(cfg)
-    x = torch.randn(BATCH, SEQ, D_MODEL)
-    probe = torch.randn(BATCH, SEQ, D_MODEL)
+    x = torch.randn(shape["batch"], shape["seq"], shape["d_model"])
+    probe = torch.randn(shape["batch"], shape["seq"], shape["d_model"])
     return mlp, attn, x, probe
 
 
@@ -81,20 +90,20 @@ def unit(fn, u_np, w_np) -> dict:
     return {"out": enc(y), "grad": enc(u.grad), "calls": [fwd.calls, bwd.calls]}
 
 
-def block(fns, key, module, x, probe, rank, n, mark=lambda label, point: None) -> dict:
+def block(fns, key, module, x, probe, rank, n, n_head, mark=lambda label, point: None) -> dict:
     """One block on this rank: its shard, output, input gradient, shard gradients, calls;
     ``mark`` checkpoints after the forward pass and after the backward pass (where the grader
     cuts the traffic it sees)."""
     import torch
 
     full = {k: p.detach().clone() for k, p in module.named_parameters()}
-    shard = fns["shard_mlp"](full, rank, n) if key == "mlp" else fns["shard_attention"](full, N_HEAD, rank, n)
+    shard = fns["shard_mlp"](full, rank, n) if key == "mlp" else fns["shard_attention"](full, n_head, rank, n)
     shard = {str(k): v.detach().clone().to(torch.float32).requires_grad_(True) for k, v in shard.items()}
     message = {"shards": {k: enc(v) for k, v in shard.items()}}
     xin = x.clone().requires_grad_(True)
     try:
         with call_counter() as fwd, first_communication() as first:
-            y = fns["tp_mlp"](xin, shard) if key == "mlp" else fns["tp_attention"](xin, shard, N_HEAD)
+            y = fns["tp_mlp"](xin, shard) if key == "mlp" else fns["tp_attention"](xin, shard, n_head)
         mark("phase", "forward")
         with call_counter() as bwd:
             (y * probe).sum().backward()
@@ -126,9 +135,10 @@ def main(ctx) -> None:
             return unit(fns["CopyToTensorParallel" if step == "f" else "ReduceFromTensorParallel"], *units[index])
         if seed not in built:
             torch.manual_seed(case_seed(seed, header["salt"]))
-            built[seed] = build_case()
+            built[seed] = build_case(block_shape(seed))
         mlp, attn, x, probe = built[seed]
-        return block(fns, step, mlp if step == "mlp" else attn, x, probe, ctx.rank, ctx.world_size, marker(ctx, index))
+        return block(fns, step, mlp if step == "mlp" else attn, x, probe, ctx.rank, ctx.world_size,
+                     block_shape(seed)["n_head"], marker(ctx, index))
 
     for index in header["cases"]:
         if not one_case(ctx, index, lambda index=index: work(index)):

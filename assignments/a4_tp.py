@@ -13,8 +13,9 @@ The student writes (Shoeybi et al. 2019, sec. 3 and Fig. 3):
 
 Each world size runs as one group of gloo ranks (``sandbox.multirank``). The inputs and
 the unsharded blocks are built from the seed (and a salt drawn afresh each grading) on both
-sides; the single-process outputs and gradients are computed here, in the grader's process,
-and each rank reports what the student's code produced. What is compared:
+sides, with a width, a number of heads, a sequence and a batch that differ from seed to seed
+(``BLOCK_SHAPES``); the single-process outputs and gradients are computed here, in the
+grader's process, and each rank reports what the student's code produced. What is compared:
 
 * ``f`` and ``g`` alone, on different inputs per rank: values and gradients exactly what
   the definitions say, to ``4 n eps32`` of the largest value;
@@ -40,7 +41,7 @@ import numpy as np
 from solutions.communication import allreduce_bytes_per_rank, tensor_parallel_bytes_per_layer
 from solutions.model_parallel import tensor_parallel_collectives_per_layer
 
-from .a4_rank import BATCH, D_MODEL, N_HEAD, SEQ, UNIT_SHAPE, build_case, case_seed
+from .a4_rank import BLOCK_SHAPES, UNIT_SHAPE, block_shape, build_case, case_seed  # noqa: F401 (the statement prints them)
 from .a4_rank import STEPS as CASE_STEPS
 from .common import (Report, built_in_collectives, defined, finish_report, first_cause, grade_submitted, one_thread,
                      payload, rank_program, rank_source, run_cases, seeded)
@@ -50,7 +51,7 @@ NAME = "Assignment 4: tensor-parallel MLP and attention"
 FUNCTIONS = ("CopyToTensorParallel", "ReduceFromTensorParallel", "shard_mlp", "tp_mlp",
              "shard_attention", "tp_attention")
 WORLD_SIZES = (2, 4)
-#: Whole heads per rank: the world size must divide N_HEAD.
+#: Whole heads per rank: the world size must divide every block's heads (``BLOCK_SHAPES``).
 ALLOWED_WORLD_SIZES = (2, 4)
 SEEDS = (0, 1, 2)
 POINTS = {"f": 1, "g": 1, "mlp_shards": 1, "mlp": 2, "attn_shards": 1, "attn": 2, "comm": 2}
@@ -91,7 +92,14 @@ def make_case(seed: int, salt: int):
     """The unsharded blocks and the inputs of one case, the same in every process that
     builds them (:func:`.a4_rank.build_case`, seeded apart from other grading threads)."""
     with seeded(case_seed(seed, salt)):
-        return build_case()
+        return build_case(block_shape(seed))
+
+
+def describe(seed: int) -> str:
+    """The blocks of ``seed``'s case, as feedback names them."""
+    shape = block_shape(seed)
+    return (f"seed {seed} (h = {shape['d_model']}, {shape['n_head']} heads, b = {shape['batch']}, "
+            f"s = {shape['seq']})")
 
 
 def unit_inputs(seed: int, salt: int, n: int) -> list:
@@ -183,7 +191,7 @@ def _judge_unit(op, ms, units, n):
     return None
 
 
-def _judge_shard(name, got, full, want, n, r):
+def _judge_shard(name, got, full, want, n, r, n_head):
     """Why rank ``r``'s shard of ``name`` is not ``want``, or None."""
     if got is None:
         return f"{name}: missing from the shard (or not a tensor)"
@@ -198,7 +206,8 @@ def _judge_shard(name, got, full, want, n, r):
         if np.array_equal(got, np.array_split(full, n, axis=0)[r]):
             return (f"{name}: heads split wrong: a contiguous 1/{n} of the fused q|k|v rows holds queries of some "
                     "heads but not their keys and values; take this rank's heads' rows from each of q, k and v")
-        return f"{name}: heads split wrong: this rank's rows are not the q, k and v rows of heads {r * N_HEAD // n}.."
+        return (f"{name}: heads split wrong: this rank's rows are not the q, k and v rows of heads "
+                f"{r * n_head // n} to {(r + 1) * n_head // n - 1} (of {n_head})")
     other = 1 - (0 if kind == "column-parallel" else 1) if full.ndim == 2 else None
     if other is not None and got.shape == np.array_split(full, n, axis=other)[r].shape and np.array_equal(
             got, np.array_split(full, n, axis=other)[r]):
@@ -211,7 +220,7 @@ def _judge_shard(name, got, full, want, n, r):
     return f"{name}: rank {r}'s shard (shape {tuple(got.shape)}) is not its {kind} part (shape {tuple(want.shape)})"
 
 
-def _judge_block(key, ms, ref, n, slicers, units=None):
+def _judge_block(key, ms, ref, n, slicers, units=None, n_head=4):
     """``(shard problem, block problem)`` for one block on one case. ``units``: ``{"f": what
     is wrong with f alone, "g": ...}`` (None: right) on the same case, the evidence that
     decides which operator a wrong gradient is blamed on."""
@@ -224,7 +233,7 @@ def _judge_block(key, ms, ref, n, slicers, units=None):
         shards = m.get("shards") or {}
         for name, param in ref["params"].items():
             want = slicers[r][name](param).numpy().astype(np.float64)
-            why = _judge_shard(name, _dec(shards.get(name[len(prefix):]) or {}), full[name], want, n, r)
+            why = _judge_shard(name, _dec(shards.get(name[len(prefix):]) or {}), full[name], want, n, r, n_head)
             if why and not shard_problem:
                 shard_problem = why
     outs = [_dec(m.get("out") or {}) for m in ms]
@@ -290,9 +299,10 @@ def _wire_view(segments, n) -> list | None:
     return view
 
 
-def _judge_comm(by_block, n):
-    """Collectives of the two blocks on one case: one all-reduce forward and one backward
-    per block, nothing else, and the ring bytes of the formula."""
+def _judge_comm(by_block, n, shape):
+    """Collectives of the two blocks on one case (blocks of ``shape``, :func:`.a4_rank.block_shape`):
+    one all-reduce forward and one backward per block, nothing else, and the ring bytes of the
+    formula."""
     per_block = {phase: counts["all_reduce"] // 2 for phase, counts in tensor_parallel_collectives_per_layer().items()}
     sent = {}
     for key, ms in by_block.items():
@@ -313,7 +323,7 @@ def _judge_comm(by_block, n):
                     return f"{label}: rank {r} also calls {', '.join(others) or 'send/recv'} in the {phase} pass"
                 if got:
                     sent[r] = sent.get(r, 0.0) + float(allreduce_bytes_per_rank(float(nbytes[i].get("all_reduce", 0)), n))
-    predicted = float(tensor_parallel_bytes_per_layer(BATCH, SEQ, D_MODEL, n, 4))
+    predicted = float(tensor_parallel_bytes_per_layer(shape["batch"], shape["seq"], shape["d_model"], n, 4))
     bad = [(r, b) for r, b in sorted(sent.items()) if abs(b - predicted) > 0.5]
     if bad:
         return (f"rank {bad[0][0]} sends {bad[0][1]:,.0f} bytes for the two blocks' all-reduces (a ring sends 2(n-1)/n of each "
@@ -338,8 +348,9 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
     program = rank_program("a4_rank:main", student, FUNCTIONS, quiet, extra=(("model", rank_source("model")),))
     runs_of = [(seed, step) for seed in seeds for step in CASE_STEPS]
     for n in world_sizes:
-        if N_HEAD % n:
-            raise ValueError(f"world size {n} must divide the {N_HEAD} heads")
+        heads = sorted({block_shape(seed)["n_head"] for seed in seeds})
+        if any(h % n for h in heads):
+            raise ValueError(f"world size {n} must divide the heads of every block ({', '.join(map(str, heads))})")
         units = {seed: unit_inputs(seed, salt, n) for seed in seeds}
 
         def payloads_for(indices, n=n, units=units):
@@ -352,7 +363,6 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
         missing = missing or runs.missing
         if runs.outside:
             verdicts["comm"].append(f"n={n}: {runs.outside[0]}: the blocks' data must travel by their all-reduces")
-        slicers = [shard_slicers(D_MODEL, n, r) for r in range(n)]
         first = {p: None for p in POINTS}
 
         def note(part, text):
@@ -360,12 +370,16 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
 
         for seed in seeds:
             ref, complete, unwritten, unit_verdict = None, {}, False, {}
+            shape = block_shape(seed)
+            slicers = [shard_slicers(shape["d_model"], n, r) for r in range(n)]
+            blocks = describe(seed)
             for step in CASE_STEPS:
                 c = runs_of.index((seed, step))
+                where = f"seed {seed}" if step in ("f", "g") else blocks
                 parts = [step] if step in ("f", "g") else [BLOCKS[step][1], step]
                 if c in runs.stopped:
                     for part in parts:
-                        note(part, f"seed {seed}: not finished ({runs.stopped[c]})")
+                        note(part, f"{where}: not finished ({runs.stopped[c]})")
                     unwritten = unwritten or runs.stopped[c].startswith("not implemented")
                     continue
                 ms = [runs.messages[c].get(r) for r in range(n)]
@@ -375,7 +389,7 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
                     text = "not implemented yet" if e == "NotImplementedError" else f"rank {r} raised {e}"
                     unwritten = unwritten or e == "NotImplementedError"
                     for part in parts:
-                        note(part, f"seed {seed}: {text}")
+                        note(part, f"{where}: {text}")
                     continue
                 if step in ("f", "g"):
                     why = _judge_unit(step, ms, units[seed], n)
@@ -386,20 +400,21 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
                 if ref is None:
                     with one_thread():
                         ref = reference(seed, salt)
-                shard_problem, block_problem = _judge_block(step, ms, ref[step], n, slicers, unit_verdict)
+                shard_problem, block_problem = _judge_block(step, ms, ref[step], n, slicers, unit_verdict,
+                                                            shape["n_head"])
                 if shard_problem:
-                    note(BLOCKS[step][1], f"seed {seed}: {shard_problem}")
+                    note(BLOCKS[step][1], f"{blocks}: {shard_problem}")
                 if block_problem:
-                    note(step, f"seed {seed}: {block_problem}")
+                    note(step, f"{blocks}: {block_problem}")
                 if not any("error" in m for m in ms):
                     seen = _wire_view(runs.segments.get(c), n) if runs.wired else None
                     complete[step] = ([dict(m, **v) for m, v in zip(ms, seen)] if seen is not None else ms)
             if len(complete) == 2:
-                why = _judge_comm(complete, n)
+                why = _judge_comm(complete, n, shape)
                 if why:
-                    note("comm", f"seed {seed}: {why}")
+                    note("comm", f"{blocks}: {why}")
             else:
-                note("comm", f"seed {seed}: " + ("not implemented yet" if unwritten else "not counted (a block did not run)"))
+                note("comm", f"{blocks}: " + ("not implemented yet" if unwritten else "not counted (a block did not run)"))
         for part in POINTS:
             verdicts[part].append(first[part])
     problems = {part: [v for v in verdicts[part] if v] for part in POINTS}

@@ -91,3 +91,31 @@ def test_the_labs_tensor_parallel_operators_pass_the_graders_f_and_g_checks():
 
     report = a4_tp.grade(Student(local=functions), world_sizes=(2,), seeds=(0,))
     assert report.score == report.max_score, report.text()
+
+
+# tp_attention takes n_head, and the blocks any width h; a grader whose every case had the
+# same block (h = 32, 4 heads, b = 2, s = 8) gave 10/10 to an attention with its heads' width
+# typed in.
+SPECIAL_CASED = {
+    "head width typed in": ('    width, head_dim = shard["proj.weight"].shape[1], C // n_head\n',
+                            '    width, head_dim = shard["proj.weight"].shape[1], 8\n'),
+    "local heads typed in": ("    q, k, v = (z.reshape(B, T, width // head_dim, head_dim)",
+                             "    q, k, v = (z.reshape(B, T, 4 // dist.get_world_size(), head_dim)"),
+}
+
+
+@pytest.mark.parametrize("name", list(SPECIAL_CASED))
+def test_an_attention_special_cased_to_one_block_loses_the_attention(grade_planted, name):
+    report = grade_planted(a4_tp, MASTER, SPECIAL_CASED[name], world_sizes=(2,), seeds=(0, 1, 2), salt=2)
+    assert not report.tests[list(a4_tp.POINTS).index("attn")].passed, report.text()
+
+
+def test_the_seeds_vary_the_block_the_statement_leaves_open():
+    from assignments.a4_rank import block_shape
+
+    shapes = [block_shape(seed) for seed in a4_tp.SEEDS]
+    for field in ("d_model", "n_head", "seq", "batch"):
+        assert len({shape[field] for shape in shapes}) > 1, field
+    for shape in shapes:
+        assert shape["d_model"] % shape["n_head"] == 0 and shape["seq"] != shape["batch"]
+        assert all(shape["n_head"] % n == 0 for n in a4_tp.WORLD_SIZES)
