@@ -224,3 +224,39 @@ def test_the_cases_vary_the_layer_the_statement_leaves_open():
         for n in a6_moe.WORLD_SIZES:  # rank 0's experts can take every copy in the "rank 0" case
             assert layer.num_experts % n == 0
             assert a6_moe.BIASES[seed % 3] != "rank 0" or layer.top_k <= layer.num_experts // n
+
+
+# torch's functional collectives (torch.distributed._functional_collectives) run the same
+# all-to-all on the same process group, but as operators of another namespace, which the
+# ranks' counter did not count: the wire saw both all-to-alls of each pass, the rank's record
+# none, and an honest submission lost the traffic part ("issued 0 all-to-all(s)").
+FUNCTIONAL = (
+    ("        dist.all_to_all_single(received, x.contiguous(), list(recv_splits), list(send_splits))\n",
+     "        from torch.distributed import _functional_collectives as funcol\n"
+     "        received = funcol.wait_tensor(funcol.all_to_all_single(x.contiguous(), list(recv_splits),\n"
+     "                                                               list(send_splits), dist.group.WORLD))\n"),
+    ("        dist.all_to_all_single(sent_back, grad.contiguous(), ctx.send_splits, ctx.recv_splits)\n",
+     "        from torch.distributed import _functional_collectives as funcol\n"
+     "        sent_back = funcol.wait_tensor(funcol.all_to_all_single(grad.contiguous(), ctx.send_splits,\n"
+     "                                                                ctx.recv_splits, dist.group.WORLD))\n"),
+)
+
+
+@pytest.mark.slow
+def test_all_to_alls_through_the_functional_collectives_count_as_all_to_alls(grade_planted):
+    report = grade_planted(a6_moe, MASTER, *FUNCTIONAL, world_sizes=(2, 4), seeds=(0, 1, 2), salt=6)
+    assert report.score == report.max_score, report.text()
+
+
+@pytest.mark.slow
+def test_an_all_gather_through_the_functional_collectives_is_named(grade_planted):
+    """Every rank gets every token through the functional all-gather and keeps its experts'
+    copies: the right rows, by a collective the statement forbids."""
+    report = grade_planted(a6_moe, MASTER, (
+        "    rows = AllToAll.apply(x[order // k], send, recv)\n",
+        "    from torch.distributed import _functional_collectives as funcol\n"
+        "    AllToAll.apply(x[order // k], send, recv)\n"
+        "    funcol.wait_tensor(funcol.all_gather_tensor(x.detach(), 0, dist.group.WORLD))\n"
+        "    rows = AllToAll.apply(x[order // k], send, recv)\n"), world_sizes=(2,), seeds=(0,), salt=6)
+    traffic = report.tests[list(a6_moe.POINTS).index("traffic")]
+    assert not traffic.passed and "all_gather" in traffic.feedback, report.text()
