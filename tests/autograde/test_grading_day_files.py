@@ -141,6 +141,21 @@ def test_students_not_on_the_roster_are_graded_but_left_out_of_the_lms_file(tmp_
     assert code == 0 and "not on the roster" not in err, err
 
 
+@pytest.mark.parametrize("extra, words", [
+    (["--assignment", "a1", "--canvas-csv", "import.csv"], "an assignment has none"),
+    ([], "add --canvas-csv"),
+])
+def test_canvas_per_exercise_columns_where_there_are_none_is_one_line(tmp_path, extra, words):
+    """An assignment is graded as one part: per-exercise columns would be one column named
+    'Exercises: Exercise ' repeating the grade; without --canvas-csv the flag does nothing."""
+    klass = canvas_class(tmp_path)
+    extra = [str(tmp_path / x) if x.endswith(".csv") else x for x in extra]
+    code, err = run(klass, "--canvas-per-exercise", *extra)
+    said = [line for line in err.splitlines() if line.strip() and not line.startswith("usage:")]
+    assert code == 2 and len(said) == 1 and words in said[0], err
+    assert not (tmp_path / "import.csv").exists()
+
+
 def test_a_canvas_roster_that_agrees_on_points_or_does_not_name_the_column_is_accepted(tmp_path):
     klass = canvas_class(tmp_path, points="100.00")
     assert run(klass, "--roster", tmp_path / "gradebook.csv", "--seed", SEED, "--timeout", "5",
