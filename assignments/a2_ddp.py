@@ -153,7 +153,7 @@ def check_events(m: dict, sizes: list, cap: int) -> dict:
 
     Events: ``["b", step, micro, synced]`` a micro-batch's backward begins, ``["g", i]``
     parameter i's gradient is ready (the grader's hook, before the student's), ``["a", k]``
-    the k-th ``dist.all_reduce`` is called and ``["w", k]`` its work waited for,
+    the k-th all-reduce has been started (by any name) and ``["w", k]`` its work waited for,
     ``["all_reduce", bytes, async]`` the collective as dispatched, ``["e"]`` the backward
     pass ended, ``["f"]`` ``finish_gradient_synchronization`` returned."""
     expected = buckets(sizes, cap)

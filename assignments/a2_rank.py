@@ -48,26 +48,42 @@ def flat(tensors) -> np.ndarray:
     return np.concatenate([t.detach().reshape(-1).numpy() for t in tensors]).astype(np.float32)
 
 
-#: Where the wrapped ``dist.all_reduce`` writes its events: the current run's list.
+#: Where the all-reduces started and waited for are written: the current run's events.
 EVENTS = [[]]
+#: Each all-reduce started so far: ``id(work) -> (work, k)`` (k: the k-th; the work is kept,
+#: so its id is not reused by another).
+WORKS = {}
+
+
+def launched(name: str, work) -> None:
+    """The counter's ``started`` (:func:`~.rank_common.call_counter`): an all-reduce has
+    been issued, whatever function started it (``dist.all_reduce`` under any of its names,
+    the process group's method, the operator itself); write ``["a", k]`` into the current
+    events and remember its work."""
+    if name == "all_reduce" and work is not None and id(work) not in WORKS:
+        k = len(WORKS)
+        WORKS[id(work)] = (work, k)
+        EVENTS[0].append(["a", k])
 
 
 def watch_waits() -> None:
-    """Wrap ``dist.all_reduce`` (before the student's code is loaded, so that a name imported
-    from ``torch.distributed`` is the wrapper too) so that starting one writes ``["a", k]``
-    into the current events (:data:`EVENTS`) and waiting on the work it returns writes
-    ``["w", k]`` (k: the k-th all-reduce started). Waiting through the work's future counts
-    too: ``work.get_future().wait()``, a future chained on it with ``then``, and
+    """Make waiting on an all-reduce's work write ``["w", k]`` into the current events
+    (:data:`EVENTS`; k as :func:`launched` numbered it): ``Work.wait`` itself, on the class,
+    so the work counts whatever function returned it, and its future too:
+    ``work.get_future().wait()``, a future chained on it with ``then``, and
     ``torch.futures.wait_all`` or ``collect_all`` of such futures (DDP's communication hooks
-    wait this way)."""
-    import torch.distributed as dist
+    wait this way). Done before the student's code is loaded."""
+    import torch
     import torch.futures
 
-    real = dist.all_reduce
-    started = [0]
+    Work = torch._C._distributed_c10d.Work
 
     def waited(ks) -> None:
         EVENTS[0].extend(["w", k] for k in ks)
+
+    def number(work):
+        entry = WORKS.get(id(work))
+        return entry[1] if entry is not None and entry[0] is work else None
 
     class WatchedFuture:
         def __init__(self, future, ks):
@@ -90,6 +106,7 @@ def watch_waits() -> None:
         return [f._future if isinstance(f, WatchedFuture) else f for f in futures], ks
 
     real_wait_all, real_collect_all = torch.futures.wait_all, torch.futures.collect_all
+    real_wait, real_get_future = Work.wait, Work.get_future
 
     def wait_all(futures):
         plain, ks = unwrap(futures)
@@ -101,29 +118,19 @@ def watch_waits() -> None:
         plain, ks = unwrap(futures)
         return WatchedFuture(real_collect_all(plain), ks)
 
-    class Watched:
-        def __init__(self, work, k):
-            self._work, self._k = work, k
+    def wait(self, *args, **kwargs):
+        out = real_wait(self, *args, **kwargs)
+        k = number(self)
+        if k is not None:
+            waited([k])
+        return out
 
-        def wait(self, *args, **kwargs):
-            out = self._work.wait(*args, **kwargs)
-            waited([self._k])
-            return out
+    def get_future(self):
+        future = real_get_future(self)
+        k = number(self)
+        return future if k is None else WatchedFuture(future, [k])
 
-        def get_future(self):
-            return WatchedFuture(self._work.get_future(), [self._k])
-
-        def __getattr__(self, name):
-            return getattr(self._work, name)
-
-    def all_reduce(*args, **kwargs):
-        k = started[0]
-        started[0] += 1
-        EVENTS[0].append(["a", k])
-        work = real(*args, **kwargs)
-        return Watched(work, k) if work is not None else None
-
-    dist.all_reduce = all_reduce
+    Work.wait, Work.get_future = wait, get_future
     torch.futures.wait_all, torch.futures.collect_all = wait_all, collect_all
 
 
@@ -181,7 +188,7 @@ def train(cls, seed: int, x, y, mark=lambda label, point: None) -> dict:
         p.register_post_accumulate_grad_hook(lambda _p, i=i: arrived(i))
     ddp = cls(model, bucket_bytes_for(seed))
     opt = torch.optim.AdamW(model.parameters(), lr=LR, eps=EPS, weight_decay=WEIGHT_DECAY)
-    counter = call_counter(events)  # each collective, in order with the hooks' events
+    counter = call_counter(events, launched)  # each collective, in order with the hooks' events
     grads = []
     with counter:
         for step in range(STEPS):

@@ -261,10 +261,26 @@ def _check_peer(op: str, args) -> None:
                          f"the ranks are 0 to {n - 1} at this world size ({n})")
 
 
-def call_counter(log: list | None = None):
+def work_of(out):
+    """The ``Work`` a c10d operator returned (its outputs hold it boxed), or None. It is the
+    very object the caller gets from ``torch.distributed``, whatever function it called."""
+    import torch
+
+    for item in out if isinstance(out, (tuple, list)) else (out,):
+        if isinstance(item, torch.ScriptObject):
+            try:
+                return torch._C._distributed_c10d.Work.unbox(item)
+            except Exception:  # noqa: BLE001 - some other script object
+                return None
+    return None
+
+
+def call_counter(log: list | None = None, started=None):
     """A dispatch mode counting, while active, each c10d operation the rank's Python code
     issues (``torch.distributed``'s and the functional collectives', :data:`FUNCTIONAL_OPS`): ``calls[name]`` and ``bytes[name]`` (the full buffer, :data:`COLLECTIVE_OPS`),
     and ``log`` (the list given, or a new one): ``[name, bytes, async]`` per call in order.
+    ``started(name, work)``, if given, is called once each collective has been issued, with
+    the ``Work`` it returned (:func:`work_of`; None where it returned none).
     What it counts is the rank's own claim (student code runs in the same process); the
     grader checks it against the traffic it sees itself."""
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -311,6 +327,10 @@ def call_counter(log: list | None = None):
                             self.all_to_all.append(all_to_all_record(packet.__name__, args))
                         except Exception:  # noqa: BLE001 - arguments the operator will refuse anyway
                             pass
+                    if started is not None:
+                        out = func(*args, **(kwargs or {}))
+                        started(name, work_of(out))
+                        return out
             return func(*args, **(kwargs or {}))
 
     return Counter()

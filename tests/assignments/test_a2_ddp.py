@@ -94,3 +94,27 @@ def test_an_all_reduce_after_the_backward_pass_loses_the_overlap_points(grade_pl
     failed = {t.name for t in report.tests if not t.passed}
     assert failed == {a2_ddp.TITLES["overlap"]}, report.text()
     assert "only after the backward pass has ended" in report.text(), report.text()
+
+
+A2_LAUNCH = "            self.in_flight.append((b, flat, dist.all_reduce(flat, async_op=True)))\n"
+A2_WAIT = "            work.wait()\n"
+#: The same asynchronous all-reduce started by other names: torch.distributed's own module,
+#: and the process group's method (asynchronous by nature).
+OTHER_NAMES = {
+    "distributed_c10d.all_reduce": "dist.distributed_c10d.all_reduce(flat, async_op=True)",
+    "the process group's allreduce": "dist.group.WORLD.allreduce([flat])",
+}
+
+
+@pytest.mark.parametrize("call", OTHER_NAMES.values(), ids=list(OTHER_NAMES))
+def test_an_all_reduce_started_by_another_name_must_still_be_waited_for(grade_planted, call):
+    """Before, only ``dist.all_reduce`` was watched: through another name a class that never
+    waited for its buckets earned the overlap part (the grader lets the group go idle after each
+    backward pass, so its gradients were right)."""
+    launch = (A2_LAUNCH, A2_LAUNCH.replace("dist.all_reduce(flat, async_op=True)", call))
+    waited = grade_planted(a2_ddp, MASTER, launch, world_sizes=(2,), seeds=(0,), salt=1)
+    assert waited.score == waited.max_score, waited.text()
+    never = grade_planted(a2_ddp, MASTER, launch, (A2_WAIT, ""), world_sizes=(2,), seeds=(0,), salt=1)
+    assert {t.name for t in never.tests if not t.passed} == {a2_ddp.TITLES["overlap"]}, never.text()
+    assert "not waited for before the optimizer step" in never.text(), never.text()
+
