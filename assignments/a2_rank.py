@@ -134,6 +134,22 @@ def watch_waits() -> None:
     torch.futures.wait_all, torch.futures.collect_all = wait_all, collect_all
 
 
+def refuse_built_in_ddp() -> None:
+    """torch's DistributedDataParallel does what the assignment asks the class to do (buckets,
+    hooks, asynchronous all-reduces, no_sync): in a rank it, and the C++ ``Reducer`` it and
+    ``replicate`` are built on, refuse to be built, in one line. Done before the student's
+    code is loaded."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    def refuse(self, *args, **kwargs):
+        raise RuntimeError("torch's DistributedDataParallel (or its Reducer) is what BucketedDDP is to be: "
+                           "write the buckets, the gradient hooks and their all-reduces yourself")
+
+    DistributedDataParallel.__init__ = refuse
+    dist.Reducer.__init__ = refuse
+
+
 def own_data(arrays: list, k: int):
     """This rank's inputs and targets of its ``k``-th case, ``(STEPS, MICRO, BATCH, features)``
     each: the grader sends a rank its own micro-batches only."""
@@ -222,6 +238,7 @@ def train(cls, seed: int, x, y, mark=lambda label, point: None) -> dict:
 def main(ctx) -> None:
     header, arrays = unpack(ctx.payload)
     watch_waits()
+    refuse_built_in_ddp()
     cls = student(ctx, "BucketedDDP")
     if cls is None:
         return

@@ -118,3 +118,51 @@ def test_an_all_reduce_started_by_another_name_must_still_be_waited_for(grade_pl
     assert {t.name for t in never.tests if not t.passed} == {a2_ddp.TITLES["overlap"]}, never.text()
     assert "not waited for before the optimizer step" in never.text(), never.text()
 
+
+#: torch's own DistributedDataParallel doing the assignment's work: its buckets sized to the
+#: statement's, its forward bookkeeping run from the model's forward hooks (the grader calls
+#: the model, not the wrapper), and its bucket rebuild skipped (a broadcast).
+BUILT_IN_DDP = '''import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+
+class BucketedDDP:
+    def __init__(self, model, bucket_bytes):
+        sizes, size = [], 0
+        for p in reversed(list(model.parameters())):
+            size += p.numel() * p.element_size()
+            if size >= bucket_bytes:
+                sizes.append(size)
+                size = 0
+        if size:
+            sizes.append(size)
+        caps = [s / 2**20 for s in reversed(sizes)]
+        self.ddp = DistributedDataParallel(model, bucket_cap_mb_list=caps, init_sync=False)
+        model.register_forward_pre_hook(lambda m, args: self._before())
+        model.register_forward_hook(lambda m, args, out: self._after())
+
+    def _before(self):
+        if torch.is_grad_enabled() and self.ddp.require_backward_grad_sync:
+            self.ddp.reducer.prepare_for_forward()
+
+    def _after(self):
+        if torch.is_grad_enabled() and self.ddp.require_backward_grad_sync:
+            self.ddp.reducer.prepare_for_backward([])
+
+    def no_sync(self):
+        return self.ddp.no_sync()
+
+    def finish_gradient_synchronization(self):
+        pass
+'''
+
+
+def test_torchs_own_ddp_inside_the_class_earns_nothing(tmp_path):
+    """The statement asks for the mechanism written by hand; before, this class scored 10/10."""
+    path = tmp_path / "builtin.py"
+    path.write_text(BUILT_IN_DDP, encoding="utf-8")
+    report = a2_ddp.grade_file(path, world_sizes=(2,), seeds=(0,), salt=1)
+    assert report.score == 0, report.text()
+    assert "DistributedDataParallel" in report.text(), report.text()
+    assert "Traceback" not in report.text()
