@@ -12,6 +12,16 @@ import numpy as np
 from .a2_rank import EPS, LAYERS, LR, STEPS, WEIGHT_DECAY, build_model, flat, own_data
 from .rank_common import Stopped, call_counter, encode, marker, one_case, student, unpack
 
+#: AdamW's betas per seed: the class takes them, so the grader hands them on, and not always
+#: AdamW's defaults (the self-check's seed, the first, has others). The first step's update
+#: does not depend on them; the second and third do, by far more than the results' bound.
+BETAS = ((0.8, 0.99), (0.9, 0.999), (0.85, 0.995))
+
+
+def betas_for(seed: int) -> tuple:
+    return BETAS[seed % len(BETAS)]
+
+
 #: Steps of a memory probe: AdamW's state exists after the first; the second shows that it
 #: is kept, not rebuilt.
 PROBE_STEPS = 2
@@ -96,7 +106,7 @@ def train(cls, seed: int, stage: int, x, y, mark=lambda label, point: None) -> d
     torch.manual_seed(seed)
     model = build_model()
     params = list(model.parameters())
-    opt = cls(model.parameters(), lr=LR, eps=EPS, weight_decay=WEIGHT_DECAY, stage=stage)
+    opt = cls(model.parameters(), lr=LR, betas=betas_for(seed), eps=EPS, weight_decay=WEIGHT_DECAY, stage=stage)
     counter = call_counter()
     history = []
     with counter:

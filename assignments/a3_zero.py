@@ -14,7 +14,8 @@ size n), are cut into n equal shards; rank r owns elements ``[r P/n, (r+1) P/n)`
 * the updated shards are all-gathered (``dist.all_gather_single``) into every rank's
   parameters.
 
-Graded at world sizes 2 and 4 and three seeds, on real gloo ranks (``sandbox.multirank``),
+Graded at world sizes 2 and 4 and three seeds (AdamW's betas one pair per seed,
+``a3_rank.BETAS``: not always the defaults), on real gloo ranks (``sandbox.multirank``),
 every run on its own (``assignments.common.run_cases``):
 
 * **result**, for each stage: the parameters after each of k steps equal one process's
@@ -48,7 +49,7 @@ from solutions.communication import (allgather_bytes_per_rank, allreduce_bytes_p
                                      reduce_scatter_bytes_per_rank)
 
 from .a2_rank import EPS, LAYERS, LR, STEPS, WEIGHT_DECAY, data, flat
-from .a3_rank import PROBE_STEPS, PROBE_STRIDE, probe_input, probe_model
+from .a3_rank import BETAS, PROBE_STEPS, PROBE_STRIDE, betas_for, probe_input, probe_model  # noqa: F401
 from .a2_ddp import SEEDS, WORLD_SIZES, make_model
 from .common import Report, decode, grade_submitted, grade_training, one_thread, payload, rank_program, rank_source
 from .common import self_check as run_self_check
@@ -101,7 +102,7 @@ def baseline(n: int, seed: int, salt: int) -> dict:
     import torch
 
     model = make_model(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, eps=EPS, weight_decay=WEIGHT_DECAY)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=betas_for(seed), eps=EPS, weight_decay=WEIGHT_DECAY)
     x, y = data(n, seed, salt)
     out = {"params": [flat(model.parameters())], "grads": []}
     for step in range(STEPS):

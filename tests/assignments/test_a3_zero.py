@@ -65,6 +65,7 @@ def test_the_statement_states_the_graders_numbers():
     assert f"at most {a3_zero.STATE_SHARDS} shards" in text
     lr, eps, wd = map(float, re.search(r"lr=([\d.e-]+), eps=([\d.e-]+), weight_decay=([\d.e-]+)", text).groups())
     assert (lr, eps, wd) == pytest.approx((a3_zero.LR, a3_zero.EPS, a3_zero.WEIGHT_DECAY), rel=1e-12)
+    assert all(str(betas) in text for betas in a3_zero.BETAS)
     points = a3_zero.POINTS
     assert f"({points['result2']} points for stage 2, {points['result1']} for" in text
     assert f"({points['state']} points)" in text
@@ -172,3 +173,21 @@ def test_a_full_state_kept_in_a_memfd_loses_the_state_part(tmp_path):
     lost = {t.name for t in report.tests if not t.passed}
     assert lost == {a3_zero.TITLES["state"]}, report.text()
     assert "measured from outside the ranks" in report.text(), report.text()
+
+
+def test_an_optimizer_that_drops_the_betas_loses_the_result_parts(grade_planted):
+    """The statement's class takes ``betas``; before, the grader always passed the defaults,
+    so an optimizer that never handed them on to AdamW scored 10/10."""
+    report = grade_planted(a3_zero, MASTER, ("lr=lr, betas=betas, eps=eps", "lr=lr, eps=eps"),
+                           world_sizes=(2,), seeds=(0,), salt=3)
+    lost = {t.name for t in report.tests if not t.passed}
+    assert lost == {a3_zero.TITLES["result2"], a3_zero.TITLES["result1"]}, report.text()
+    assert "after step 2 the parameters differ" in report.text(), report.text()
+
+
+def test_every_seed_is_graded_with_betas_of_its_own():
+    """One seed at AdamW's defaults (a class that mishandles a betas argument it was given
+    would pass there) and the others not, the self-check's seed among them."""
+    betas = [a3_zero.betas_for(seed) for seed in a3_zero.SEEDS]
+    assert len(set(betas)) == len(betas) and (0.9, 0.999) in betas
+    assert a3_zero.betas_for(a3_zero.SEEDS[0]) != (0.9, 0.999)
