@@ -191,3 +191,30 @@ def test_every_seed_is_graded_with_betas_of_its_own():
     betas = [a3_zero.betas_for(seed) for seed in a3_zero.SEEDS]
     assert len(set(betas)) == len(betas) and (0.9, 0.999) in betas
     assert a3_zero.betas_for(a3_zero.SEEDS[0]) != (0.9, 0.999)
+
+
+def test_a_collective_beside_the_reduce_scatter_and_all_gather_costs_the_traffic_part():
+    """The traffic part is a reduce-scatter and an all-gather per step, nothing else: before,
+    the rank's own count of any other collective (a broadcast on top of the right two) was set
+    aside, and only the traffic seen between the ranks, where it is seen, could cost the part."""
+    numel = sum(p.numel() for p in a3_zero.make_model(0).parameters())
+    whole = a3_zero.STEPS * 4 * numel
+    right = {"reduce_scatter": whole, "all_gather": whole}
+    assert a3_zero.check_traffic({"bytes": right}, 2, 2, numel) is None
+    failed = a3_zero.check_traffic({"bytes": dict(right, broadcast=whole)}, 2, 2, numel)
+    assert failed and "broadcast" in failed, failed
+
+
+def test_shards_gathered_by_broadcasts_are_told_so_not_told_they_bypassed_torch_distributed(grade_planted):
+    """Each rank broadcasting its shard in turn: the traffic parts go, and the feedback names
+    the broadcasts (before, it said the collectives were called past torch.distributed's
+    functions, which these were not)."""
+    report = grade_planted(a3_zero, MASTER, (
+        "        dist.all_gather_single(full, self.shard.detach())\n",
+        "        full[self.lo:self.lo + self.shard_numel] = self.shard.detach()\n"
+        "        for r in range(self.world):\n"
+        "            dist.broadcast(full[r * self.shard_numel:(r + 1) * self.shard_numel], src=r)\n"),
+        world_sizes=(2,), seeds=(0,), salt=3)
+    lost = {t.name for t in report.tests if not t.passed}
+    assert lost == {a3_zero.TITLES["traffic2"], a3_zero.TITLES["traffic1"]}, report.text()
+    assert "broadcast" in report.text() and "past torch.distributed" not in report.text(), report.text()
