@@ -16,8 +16,9 @@ The student writes a class ``BucketedDDP(model, bucket_bytes)``:
   (micro-batches); the first backward pass after it synchronises the sum.
 
 The grader runs k AdamW steps of M micro-batches on each rank of a real gloo group
-(``sandbox.multirank``) and, at world sizes 2 and 4 and three seeds (a bucket size per
-seed), checks:
+(``sandbox.multirank``) and, at world sizes 2 and 4 and three seeds (a bucket size and a
+number M of micro-batches per seed, ``MICROS``: a no_sync right for one M only shows at
+another), checks:
 
 * **result**: after each step's synchronisation the gradients equal those of one process
   on the whole global batch (relative L2 difference at most ``GRAD_TOL``), and after k
@@ -44,8 +45,8 @@ import numpy as np
 
 from solutions.communication import allreduce_bytes_per_rank
 
-from .a2_rank import (BATCH, BUCKET_BYTES, EPS, LAYERS, LR, MICRO, STEPS, WEIGHT_DECAY,  # noqa: F401
-                      bucket_bytes_for, build_model, data, flat)
+from .a2_rank import (BATCH, BUCKET_BYTES, EPS, LAYERS, LR, MICROS, STEPS, WEIGHT_DECAY,  # noqa: F401
+                      bucket_bytes_for, build_model, data, flat, micro_for)
 from .common import Report, decode, grade_submitted, grade_training, payload, rank_program, seeded
 from .common import self_check as run_self_check
 
@@ -99,7 +100,7 @@ def baseline(n: int, seed: int, salt: int):
     model = make_model(seed)
     start = flat(model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=LR, eps=EPS, weight_decay=WEIGHT_DECAY)
-    x, y = data(n, seed, salt)
+    x, y = data(n, seed, salt, micro_for(seed))
     grads = []
     for step in range(STEPS):
         xs = torch.from_numpy(x[step].reshape(-1, LAYERS[0]))
@@ -193,8 +194,10 @@ def check_events(m: dict, sizes: list, cap: int) -> dict:
                                           "finish_gradient_synchronization")
         elif kind == "f":
             if synced and not step_launches:
-                out.setdefault("no_sync", f"step {step}: no all-reduce after the no_sync micro-batches: the "
-                                          "backward pass outside no_sync must synchronise the accumulated sum")
+                where = ("in the step's only backward pass (one micro-batch per step, no no_sync)" if micro == 0
+                         else "after the no_sync micro-batches")
+                out.setdefault("no_sync", f"step {step}: no all-reduce {where}: the backward pass outside "
+                                          "no_sync must synchronise the accumulated sum")
             step_launches = 0
             if synced:
                 unwaited = [k for k in pending if k not in waits]
@@ -254,7 +257,7 @@ def check_events(m: dict, sizes: list, cap: int) -> dict:
     return out
 
 
-def check_traffic(m: dict, n: int, total_bytes: int) -> str | None:
+def check_traffic(m: dict, n: int, total_bytes: int, micro: int) -> str | None:
     counted = (m.get("bytes") or {}).get("all_reduce", 0) if isinstance(m.get("bytes"), dict) else None
     if not isinstance(counted, int):
         return "no traffic came back"
@@ -264,7 +267,7 @@ def check_traffic(m: dict, n: int, total_bytes: int) -> str | None:
         return None
     ratio = counted / (STEPS * total_bytes)
     why = ""
-    if abs(ratio - MICRO) < 1e-9:
+    if micro > 1 and abs(ratio - micro) < 1e-9:
         why = ": every micro-batch all-reduces, no_sync does not skip it"
     elif ratio == 0:
         why = ": no dist.all_reduce was seen"
@@ -274,7 +277,7 @@ def check_traffic(m: dict, n: int, total_bytes: int) -> str | None:
 
 def _steps(segments) -> dict:
     """The case's traffic per step: ``{step: [(micro, traffic)]}`` (the step's last entry is
-    its synchronisation, micro = ``MICRO``)."""
+    its synchronisation, micro = the micro-batches per step)."""
     out, held = {}, []  # held: the traffic cut at hold checkpoints, part of the micro-batch after them
     for segment in segments:
         point = segment.get("point")
@@ -316,7 +319,7 @@ def check_wire(n: int, seed: int, segments: list, sizes: list) -> dict:
     pass ended; their buffers the reverse-order buckets; 2(n-1)/n of the gradients per rank
     and step (gloo's ring: its ranks send 2(n-1) times the buffer between them)."""
     out = {}
-    cap = bucket_bytes_for(seed)
+    cap, micros = bucket_bytes_for(seed), micro_for(seed)
     expected = sorted(sum(sizes[i] for i in b) for b in buckets(sizes, cap))
     total = sum(sizes)
     for step, parts in sorted(_steps(segments).items()):
@@ -327,11 +330,11 @@ def check_wire(n: int, seed: int, segments: list, sizes: list) -> dict:
                 out.setdefault("buckets", f"step {step}: {', '.join(sorted(others))} seen between the ranks: a "
                                           "bucket is synchronised with one dist.all_reduce")
             started = {slot for t in traffic for slot in t["call_bytes"].get("all_reduce", {})}
-            if micro < MICRO - 1 and started:
+            if micro < micros - 1 and started:
                 out.setdefault("no_sync", f"step {step}, micro-batch {micro} (inside no_sync): "
                                           f"{len(started)} all-reduce(s) seen between the ranks; inside no_sync "
                                           "the gradients only accumulate")
-            if micro == MICRO - 1 and not started:
+            if micro == micros - 1 and not started:
                 out.setdefault("overlap", f"step {step}: nothing was sent between the ranks before the backward "
                                           "pass ended: the first all-reduce starts only after the backward pass "
                                           "has ended, no overlap of communication with the backward pass")
@@ -339,8 +342,10 @@ def check_wire(n: int, seed: int, segments: list, sizes: list) -> dict:
                 for slot, nbytes in t["call_bytes"].get("all_reduce", {}).items():
                     calls[slot] = calls.get(slot, 0) + nbytes
         if not calls:
-            out.setdefault("no_sync", f"step {step}: no all-reduce seen after the no_sync micro-batches: the "
-                                      "backward pass outside no_sync must synchronise the accumulated sum")
+            where = ("in the step's only backward pass (one micro-batch per step, no no_sync)" if micros == 1
+                     else "after the no_sync micro-batches")
+            out.setdefault("no_sync", f"step {step}: no all-reduce seen {where}: the backward pass outside "
+                                      "no_sync must synchronise the accumulated sum")
             out.setdefault("buckets", f"bucket_bytes={cap}, step {step}: no buffer all-reduced (nothing seen between "
                                       f"the ranks); buckets of {expected} bytes expected")
         sent = sum(calls.values())
@@ -370,7 +375,7 @@ def check_wire(n: int, seed: int, segments: list, sizes: list) -> dict:
 def payloads(n: int, seeds: list, salt: int, indices: list) -> list:
     """What each rank gets: the cases to run and its own micro-batches of each, no one else's."""
     header = {"cases": indices, "seeds": seeds, "salt": salt}
-    per_case = [data(n, seeds[c], salt) for c in indices]
+    per_case = [data(n, seeds[c], salt, micro_for(seeds[c])) for c in indices]
     return [payload(header, [a for x, y in per_case for a in (x[:, r], y[:, r])]) for r in range(n)]
 
 
@@ -382,7 +387,7 @@ def grade(student, world_sizes=WORLD_SIZES, seeds=SEEDS, salt: int = 0, quiet=Tr
     sizes = param_bytes(make_model(0))
 
     def check(n, seed, rank, m, ref) -> dict:
-        fails = {"result": check_result(m, n, ref), "traffic": check_traffic(m, n, sum(sizes))}
+        fails = {"result": check_result(m, n, ref), "traffic": check_traffic(m, n, sum(sizes), micro_for(seed))}
         fails.update(check_events(m, sizes, bucket_bytes_for(seed)))
         return {part: text for part, text in fails.items() if text}
 

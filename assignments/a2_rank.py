@@ -13,6 +13,10 @@ from .rank_common import call_counter, encode, marker, one_case, student, unpack
 #: Its parameters' sizes differ, so buckets in forward and in reverse order differ.
 LAYERS = (16, 32, 24, 8)
 STEPS, MICRO, BATCH = 3, 2, 4  # optimizer steps, micro-batches per step, samples per micro-batch
+#: Assignment 2's micro-batches per step, one count per seed (Assignment 3 steps after
+#: ``MICRO``): a no_sync that works for one count only, or does nothing while the hooks
+#: count two backward passes per step, shows at another; at 1 there is no no_sync at all.
+MICROS = (3, 2, 1)
 #: AdamW's settings. eps is larger than the usual 1e-8 so that a gradient entry near zero,
 #: where float32 roundings in another summation order are a large fraction of it, cannot
 #: swing its update (lr g / (|g| + eps) is smooth near g = 0 at this eps): the comparison
@@ -26,6 +30,10 @@ def bucket_bytes_for(seed: int) -> int:
     return BUCKET_BYTES[seed % len(BUCKET_BYTES)]
 
 
+def micro_for(seed: int) -> int:
+    return MICROS[seed % len(MICROS)]
+
+
 def build_model():
     """The model, its parameters drawn from torch's global generator (seed it first)."""
     import torch
@@ -36,11 +44,11 @@ def build_model():
     return torch.nn.Sequential(*layers[:-1])
 
 
-def data(n: int, seed: int, salt: int):
-    """Inputs and targets, shape ``(STEPS, n, MICRO, BATCH, features)``."""
+def data(n: int, seed: int, salt: int, micro: int = MICRO):
+    """Inputs and targets, shape ``(STEPS, n, micro, BATCH, features)``."""
     rng = np.random.default_rng([seed, n, salt])
-    x = rng.standard_normal((STEPS, n, MICRO, BATCH, LAYERS[0])).astype(np.float32)
-    y = rng.standard_normal((STEPS, n, MICRO, BATCH, LAYERS[-1])).astype(np.float32)
+    x = rng.standard_normal((STEPS, n, micro, BATCH, LAYERS[0])).astype(np.float32)
+    y = rng.standard_normal((STEPS, n, micro, BATCH, LAYERS[-1])).astype(np.float32)
     return x, y
 
 
@@ -151,10 +159,10 @@ def refuse_built_in_ddp() -> None:
 
 
 def own_data(arrays: list, k: int):
-    """This rank's inputs and targets of its ``k``-th case, ``(STEPS, MICRO, BATCH, features)``
-    each: the grader sends a rank its own micro-batches only."""
-    x = arrays[2 * k].reshape(STEPS, MICRO, BATCH, LAYERS[0])
-    y = arrays[2 * k + 1].reshape(STEPS, MICRO, BATCH, LAYERS[-1])
+    """This rank's inputs and targets of its ``k``-th case, ``(STEPS, micro-batches, BATCH,
+    features)`` each: the grader sends a rank its own micro-batches only."""
+    x = arrays[2 * k].reshape(STEPS, -1, BATCH, LAYERS[0])
+    y = arrays[2 * k + 1].reshape(STEPS, -1, BATCH, LAYERS[-1])
     return x, y
 
 
@@ -188,6 +196,7 @@ def train(cls, seed: int, x, y, mark=lambda label, point: None) -> dict:
 
     torch.manual_seed(seed)
     model = build_model()
+    micros = x.shape[1]  # micro-batches per step (micro_for(seed))
     events = EVENTS[0] = []
     hold = {}  # the synchronising micro-batch of step 0: where the grader holds the ranks
 
@@ -208,14 +217,14 @@ def train(cls, seed: int, x, y, mark=lambda label, point: None) -> dict:
     grads = []
     with counter:
         for step in range(STEPS):
-            for micro in range(MICRO):
-                synced = micro == MICRO - 1
+            for micro in range(micros):
+                synced = micro == micros - 1
                 if step == 0 and synced:
                     hold.update(hold_points(model, bucket_bytes_for(seed), events))
                 events.append(["b", step, micro, synced])
                 with (contextlib.nullcontext() if synced else ddp.no_sync()):
                     out = model(torch.from_numpy(x[step, micro].copy()))
-                    loss = torch.nn.functional.mse_loss(out, torch.from_numpy(y[step, micro].copy())) / MICRO
+                    loss = torch.nn.functional.mse_loss(out, torch.from_numpy(y[step, micro].copy())) / micros
                     loss.backward()
                 events.append(["e"])
                 if hold.get("next") == "B":  # the first bucket's gradient was the last: B is here
@@ -224,7 +233,7 @@ def train(cls, seed: int, x, y, mark=lambda label, point: None) -> dict:
                 mark("micro", [step, micro])
             ddp.finish_gradient_synchronization()
             events.append(["f"])
-            mark("finish", [step, MICRO])
+            mark("finish", [step, micros])
             grads.append(encode(flat(p.grad if p.grad is not None else torch.zeros_like(p)
                                      for p in model.parameters())))
             opt.step()

@@ -47,7 +47,9 @@ def test_the_buckets_differ_in_forward_and_reverse_order_at_every_bucket_size():
 def test_the_statement_states_the_graders_numbers():
     text = MASTER.read_text(encoding="utf-8")
     assert f"relative L2 difference of {a2_ddp.GRAD_TOL:.0e}" in text
-    assert f"after {a2_ddp.STEPS} AdamW" in text and f"{a2_ddp.MICRO} micro-batches" in text
+    assert f"after {a2_ddp.STEPS} AdamW" in text
+    counts = ", ".join(str(m) for m in a2_ddp.MICROS[:-1]) + f" and {a2_ddp.MICROS[-1]}"
+    assert f"micro-batches per step each: {counts}" in text
     assert f"to {a2_ddp.PARAM_TOL:.0e} of the update" in text
     lr, eps, wd = map(float, re.search(r"lr=([\d.e-]+), eps=([\d.e-]+), weight_decay=([\d.e-]+)", text).groups())
     assert (lr, eps, wd) == pytest.approx((a2_ddp.LR, a2_ddp.EPS, a2_ddp.WEIGHT_DECAY), rel=1e-12)
@@ -166,3 +168,24 @@ def test_torchs_own_ddp_inside_the_class_earns_nothing(tmp_path):
     assert report.score == 0, report.text()
     assert "DistributedDataParallel" in report.text(), report.text()
     assert "Traceback" not in report.text()
+
+
+def test_a_no_sync_that_does_nothing_is_caught_whatever_the_seed(grade_planted):
+    """A no_sync that does nothing, its hooks counting every micro-batch's gradients and
+    starting a bucket at twice its size: right only where each step has exactly two
+    micro-batches. Before, every seed had two, and this class scored 10/10."""
+    report = grade_planted(a2_ddp, MASTER, (
+        "        self.syncing = False\n        try:\n            yield\n        finally:\n"
+        "            self.syncing = True\n", "        yield\n"),
+        ("        if self.ready[b] == len(self.buckets[b]):\n",
+         "        if self.ready[b] == 2 * len(self.buckets[b]):\n"), world_sizes=(2,), seeds=(0,), salt=1)
+    assert report.score <= report.max_score - 4, report.text()
+    assert "inside no_sync" in report.text(), report.text()
+
+
+def test_the_seeds_differ_in_the_number_of_micro_batches():
+    """One seed steps after one backward pass (no no_sync at all), the others after several
+    (the self-check's seed after more than two)."""
+    counts = [a2_ddp.micro_for(seed) for seed in a2_ddp.SEEDS]
+    assert 1 in counts and len(set(counts)) == len(counts)
+    assert a2_ddp.micro_for(a2_ddp.SEEDS[0]) > 2
