@@ -65,19 +65,20 @@ def load_names(sources: list, names) -> dict:
                 errors.append(f"{filename}: {error_text(exc)}")
                 failed.append(source)
     for name in names:
+        what = "class" if name[:1].isupper() else "function"  # (the graders' names: classes are capitalised)
         if not callable(namespace.get(name)):
             defined = re.compile(rf"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+{re.escape(name)}\b", re.M)
             imported = re.compile(rf"^[ \t]*(?:from[ \t]+\S+[ \t]+)?import[ \t][^\n]*\b{re.escape(name)}\b", re.M)
             where = [e for e, source in zip(errors, failed) if imported.search(source)]
             if where:
-                raise LookupError(f"no function `{name}` in the submission: it is imported ({where[0]}), and a "
+                raise LookupError(f"no {what} `{name}` in the submission: it is imported ({where[0]}), and a "
                                   "rank has only the standard library, numpy and torch: write it yourself")
             if not any(defined.search(source) for _, source in sources):
                 # Not written anywhere: most likely another file (a cell's error would mislead).
-                raise LookupError(f"no function `{name}` in the submission: nowhere does it "
+                raise LookupError(f"no {what} `{name}` in the submission: nowhere does it "
                                   f"define `{name}` (the wrong file?)")
             more = f" ({errors[0]})" if errors else ""
-            raise LookupError(f"no function `{name}` in the submission{more}")
+            raise LookupError(f"no {what} `{name}` in the submission{more}")
     found = {name: namespace[name] for name in names}
     missing_modules = [e for e in errors if "ModuleNotFoundError" in e]
     if missing_modules:  # a helper imported from the course: say so where it is used

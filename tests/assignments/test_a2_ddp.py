@@ -189,3 +189,11 @@ def test_the_seeds_differ_in_the_number_of_micro_batches():
     counts = [a2_ddp.micro_for(seed) for seed in a2_ddp.SEEDS]
     assert 1 in counts and len(set(counts)) == len(counts)
     assert a2_ddp.micro_for(a2_ddp.SEEDS[0]) > 2
+
+
+def test_a_file_without_the_class_is_told_the_class_is_missing(tmp_path):
+    """The class is called a class in the one line that says it is missing (not a function)."""
+    path = tmp_path / "other.py"
+    path.write_text("import torch\n\n\ndef helper():\n    return 1\n", encoding="utf-8")
+    report = a2_ddp.grade_file(path, world_sizes=(2,), seeds=(0,), salt=1)
+    assert report.score == 0 and "no class `BucketedDDP` in the submission" in report.text(), report.text()
