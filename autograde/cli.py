@@ -120,8 +120,8 @@ def parse_args(argv):
     if args.memory < 256:
         parser.error(f"--memory must be at least 256 (MB), got {args.memory}")
     if args.canvas_per_exercise and args.assignment is not None:
-        parser.error(f"--canvas-per-exercise adds a column per exercise, and an assignment has none: "
-                     f"its grade is the one column --canvas-assignment names (drop --canvas-per-exercise)")
+        parser.error("--canvas-per-exercise adds a column per exercise, and an assignment has none: "
+                     "its grade is the one column --canvas-assignment names (drop --canvas-per-exercise)")
     if args.canvas_per_exercise and not args.canvas_csv:
         parser.error("--canvas-per-exercise adds columns to the Canvas file: add --canvas-csv PATH")
     if args.similarity and not args.class_report:
