@@ -759,9 +759,13 @@ def _held_by_descriptors(tree: list[int]) -> int:
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 TICKS = os.sysconf("SC_CLK_TCK")
-#: CPU seconds a stuck group may still spend in ``stall_s`` (gloo's event loops wake up now
-#: and then); a rank that computes, even on a loaded machine, spends more or waits to run.
-IDLE_CPU_S = 0.1
+#: CPU seconds a stuck group may still spend per rank and per second of the window judged
+#: (gloo's event loops and the ranks' harness threads wake up now and then: four idle ranks
+#: were measured at 0.10 CPU s in 10 s, 0.0025 a rank-second); a rank that computes, even on a
+#: loaded machine, spends about 1 a second, or waits to run. (A fixed 0.1 s, right for two
+#: ranks over 5 s, was at the edge for four over 10 s: a rank asleep there went unnoticed
+#: until the wall limit.)
+IDLE_CPU_S_PER_RANK_S = 0.01
 #: At a checkpoint that settles: how long the group must spend no CPU, no thread runnable,
 #: before the grader cuts its traffic, and the most it waits for that (then it cuts anyway).
 SETTLE_IDLE_S, SETTLE_MAX_S = 0.05, 2.0
@@ -788,9 +792,19 @@ def _pss(pid: int) -> int:
     return 0
 
 
-def _activity(pids) -> tuple[float, set]:
+#: Threads whose being runnable is no sign of work waiting for a core: gloo's event loop
+#: (one a rank) wakes now and then while its group waits, and with eight ranks one of them was
+#: seen runnable in two samples in a row every few seconds, so a group whose ranks all slept was
+#: never idle. (A thread a rank names so is only judged by the CPU it spends: no way to look busy.)
+EVENT_LOOP_THREADS = (b"gloo_tcp_loop",)
+
+
+def _activity(pids, event_loops: bool = True) -> tuple[float, set]:
     """``(CPU seconds, runnable threads)`` of the processes ``pids``, from ``/proc``: what
-    tells a slow group (busy, or waiting for a core) from a stuck one."""
+    tells a slow group (busy, or waiting for a core) from a stuck one. ``event_loops=False``
+    leaves the event-loop threads (:data:`EVENT_LOOP_THREADS`) out of the runnable ones, as
+    the judgement of a stuck group does; a checkpoint that settles counts them (one may be
+    about to send a collective's bytes)."""
     cpu, runnable = 0.0, set()
     for pid in pids:
         try:
@@ -799,7 +813,8 @@ def _activity(pids) -> tuple[float, set]:
             cpu += (int(fields[11]) + int(fields[12])) / TICKS
             for task in os.listdir(f"/proc/{pid}/task"):
                 with open(f"/proc/{pid}/task/{task}/stat", "rb") as f:
-                    if f.read().rsplit(b")", 1)[1].split()[:1] == [b"R"]:
+                    head, _, rest = f.read().rpartition(b")")
+                    if rest.split()[:1] == [b"R"] and (event_loops or head.partition(b"(")[2] not in EVENT_LOOP_THREADS):
                         runnable.add(int(task))
         except (OSError, ValueError, IndexError):
             pass
@@ -969,7 +984,7 @@ def _watch_loop(result: GroupResult, conns, status, limits: Limits, checkpoints,
         if now >= next_sample:
             next_sample = now + 0.2
             pids = group()
-            cpu, runnable = _activity(pids)
+            cpu, runnable = _activity(pids, event_loops=False)
             result.cpu_s = cpu
             # Progress: CPU time spent (more than an idle event loop spends), or a thread
             # runnable in two samples running (waiting for a core on a loaded machine).
@@ -996,7 +1011,8 @@ def _watch_loop(result: GroupResult, conns, status, limits: Limits, checkpoints,
         def idle_for(seconds) -> bool:  # the group spent almost no CPU and no thread waited to run
             window = [s for s in samples if s[0] >= now - seconds - 0.25]
             return (len(window) > 1 and window[0][0] <= now - seconds + 0.25
-                    and window[-1][1] - window[0][1] < IDLE_CPU_S and not any(s[2] for s in window))
+                    and window[-1][1] - window[0][1] < IDLE_CPU_S_PER_RANK_S * world_size * seconds
+                    and not any(s[2] for s in window))
 
         if checkpoints is not None and hasattr(checkpoints, "tick"):  # a policy that waits for progress
             _answer(conns, checkpoints.tick(now, idle_for), open_conns)

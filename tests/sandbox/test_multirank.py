@@ -193,6 +193,38 @@ def test_a_hang_is_judged_by_progress_not_by_wall_time_alone():
     assert asleep.wall_s < 20
 
 
+def _sleeps_after_a_collective(rank, world_size, payload, report):
+    import torch
+    import torch.distributed as dist
+
+    dist.all_reduce(torch.ones(4))  # gloo's connections open: its event loops wake now and then
+    time.sleep(100)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [4, 8])
+def test_a_group_asleep_is_stopped_at_any_world_size(n):
+    """Idle gloo ranks still spend a little CPU, and their event-loop threads show as runnable
+    now and then: the allowance grows with the ranks and the window, and those threads are not
+    taken for work waiting for a core. At 4 and 8 ranks a sleeping group had run to the wall
+    limit."""
+    limits = Limits(wall_s=40)  # the grader's idle_s (10 s): over a shorter window the old rule held
+    result = run_ranks(n, _sleeps_after_a_collective, [b""] * n, limits)
+    assert result.outcome == "timeout" and f"did nothing for {limits.idle_s:g} s" in result.detail, result.detail
+
+
+def test_a_restarted_group_is_judged_stuck_sooner():
+    """After a group of a submission stopped, the next waits less for a hang or a sleep."""
+    from assignments.common import RESTART_IDLE_S, RESTART_STALL_S, restart_limits
+
+    first = Limits()
+    again = restart_limits(first)
+    assert again.stall_s == min(first.stall_s, RESTART_STALL_S) < first.stall_s
+    assert again.idle_s == min(first.idle_s, RESTART_IDLE_S) < first.idle_s
+    assert again.wall_s == first.wall_s and again.cpu_s == first.cpu_s
+    assert restart_limits(again) == again
+
+
 def test_the_weaker_of_two_groups_walls_is_the_one_a_row_reports():
     from sandbox.multirank import ISOLATION_ORDER, weaker
 
