@@ -245,9 +245,12 @@ def compare(codes: dict, template: str = "", keep=None):
     found = []
     for i, a in enumerate(ids):
         for b in ids[i + 1:]:
-            if prints[a].filtered_code == prints[b].filtered_code:
+            if prints[a].raw_code == prints[b].raw_code:
                 sa = sb = 1.0  # the same code: its shares can fall short where the template's
-                # lines, left out, cut its runs below RUN (a hand-out notebook filled in alike)
+                # lines, left out, cut its runs below RUN (a hand-out notebook filled in alike).
+                # The code as written (normalised), not copydetect's filtered tokens, where every
+                # name is the same letter: short answers the exercises force alike, their names
+                # the students' own, are not "the same code" (RUN is what keeps them apart)
             else:
                 sa, sb = _shares(prints[a], prints[b])
             if not sa:

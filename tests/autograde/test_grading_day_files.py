@@ -299,3 +299,26 @@ def test_students_with_the_same_notebook_built_on_the_hand_out_are_one_group():
     groups, pairs = similarity.similar({"a": code, "b": code}, similarity.template_code())
     assert groups == [] and [(p.a, p.b) for p in pairs] == [("a", "b")]
     assert pairs[0].similarity == pytest.approx(1.0, abs=1e-9)
+
+
+def test_short_answers_alike_but_for_their_names_are_not_the_same_code():
+    """Three students who wrote the one natural answer, each with names of their own, are not
+    "the same code": copydetect's filtered tokens call every name V, and the shares keep such
+    short runs (below RUN) apart. Only the code as written is compared whole."""
+    from autograde import similarity
+
+    template = ('def flops(n, d):\n    """FLOPs."""\n    raise NotImplementedError\n\n'
+                'def memory(p, b):\n    """Bytes."""\n    raise NotImplementedError\n')
+
+    def answer(x, y, z, u, v):
+        return (f'def flops({x}, {y}):\n    """FLOPs."""\n    {z} = 6 * {x} * {y}\n    return {z}\n\n'
+                f'def memory({u}, {v}):\n    """Bytes."""\n    return {u} * {v}\n')
+
+    codes = {"s1": answer("params", "tokens", "total", "p", "b"),
+             "s2": answer("n", "d", "out", "x", "y"), "s3": answer("a1", "a2", "res", "m", "k")}
+    groups, scored, _ = similarity.compare(codes, template, keep=("flops", "memory"))
+    assert groups == []
+    assert all(score < similarity.SAME for score, _, _ in scored)
+    # the same answer, names and all, is still the same code
+    groups, _, _ = similarity.compare({s: codes["s1"] for s in codes}, template, keep=("flops", "memory"))
+    assert groups == [("s1", "s2", "s3")]
