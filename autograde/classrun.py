@@ -565,11 +565,17 @@ CANVAS_ID_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 
 def _number(text: str) -> float | None:
     """A number as an LMS's export writes it in the teacher's locale (``100``, ``100.00``,
-    ``100,00``); None for anything else (a scale, ``(read only)``, empty)."""
+    ``100,00``, ``1,000`` or ``1,000.50`` with a thousands separator); None for anything else (a
+    scale, ``(read only)``, empty). A comma followed by one or two digits is a decimal comma,
+    by three a thousands separator."""
     text = text.strip().replace("\u00a0", "").replace(" ", "")
-    if not re.fullmatch(r"\d+([.,]\d+)?", text):
-        return None
-    return float(text.replace(",", "."))
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    if re.fullmatch(r"\d+,\d{1,2}", text):
+        return float(text.replace(",", "."))
+    if re.fullmatch(r"\d{1,3}(,\d{3})+(\.\d+)?", text):
+        return float(text.replace(",", ""))
+    return None
 
 
 def roster_maximum(path, column: str | None = None) -> float | None:

@@ -322,3 +322,17 @@ def test_short_answers_alike_but_for_their_names_are_not_the_same_code():
     # the same answer, names and all, is still the same code
     groups, _, _ = similarity.compare({s: codes["s1"] for s in codes}, template, keep=("flops", "memory"))
     assert groups == [("s1", "s2", "s3")]
+
+
+@pytest.mark.parametrize("text, value", [
+    ("100", 100.0), ("100.00", 100.0), ("100,00", 100.0), ("7,5", 7.5), ("1,000", 1000.0),
+    ("1,000.50", 1000.5), ("12,345,678", 12345678.0), ("\u00a0100 ", 100.0),
+    ("(read only)", None), ("", None), ("A-F", None), ("1,0000", None), ("1.000,50", None),
+])
+def test_an_lms_points_cell_is_read_in_the_teachers_locale(text, value):
+    """What an LMS's export says an assignment is worth: a decimal comma has one or two digits
+    after it, a thousands separator three; anything else is not a number to compare."""
+    from autograde.classrun import _number
+
+    got = _number(text)
+    assert (got is None) if value is None else got == pytest.approx(value, abs=1e-9), (text, got)
