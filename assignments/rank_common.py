@@ -226,14 +226,6 @@ def all_to_all_record(packet: str, args) -> dict:
     import torch.distributed as dist
 
     rank, size = dist.get_rank(), dist.get_world_size()
-    if packet == "all_to_all_single":  # the functional form: (input, output splits, input splits, group)
-        inp, out_splits, in_splits = args[0], args[1], args[2]
-        rows_in = inp.shape[0] if inp.dim() else 1
-        row = nbytes(inp) // rows_in if rows_in else 0
-        ins = [int(x) for x in in_splits] or [rows_in // size] * size
-        outs = [int(x) for x in out_splits] or [rows_in // size] * size
-        return {"floating": inp.is_floating_point(), "input_splits": ins, "output_splits": outs,
-                "sent": row * sum(x for j, x in enumerate(ins) if j != rank)}
     if packet == "alltoall_":  # lists of tensors, one per peer
         outputs, inputs = args[0], args[1]
         sends = [nbytes(t) for t in inputs]
@@ -241,9 +233,14 @@ def all_to_all_record(packet: str, args) -> dict:
                 "input_splits": [t.shape[0] if t.dim() else 1 for t in inputs],
                 "output_splits": [t.shape[0] if t.dim() else 1 for t in outputs],
                 "sent": sum(b for j, b in enumerate(sends) if j != rank)}
-    output, inp, _, out_splits, in_splits = args[:5]
+    if packet == "all_to_all_single":  # the functional form: (input, output splits, input splits, group)
+        inp, out_splits, in_splits = args[:3]
+        rows_out = None  # (the operator makes its output)
+    else:  # c10d's: (output, input, group, output splits, input splits, ...)
+        output, inp, _, out_splits, in_splits = args[:5]
+        rows_out = output.shape[0] if output.dim() else 1
     rows_in = inp.shape[0] if inp.dim() else 1
-    rows_out = output.shape[0] if output.dim() else 1
+    rows_out = rows_in if rows_out is None else rows_out
     row = nbytes(inp) // rows_in if rows_in else 0
     ins = [int(x) for x in in_splits] or [rows_in // size] * size
     outs = [int(x) for x in out_splits] or [rows_out // size] * size
