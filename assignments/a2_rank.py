@@ -65,9 +65,11 @@ WORKS = {}
 
 def launched(name: str, work) -> None:
     """The counter's ``started`` (:func:`~.rank_common.call_counter`): an all-reduce has
-    been issued, whatever function started it (``dist.all_reduce`` under any of its names,
-    the process group's method, the operator itself); write ``["a", k]`` into the current
-    events and remember its work."""
+    been issued, whatever c10d function started it (``dist.all_reduce`` under any of its
+    names, the process group's method, the operator itself); write ``["a", k]`` into the
+    current events and remember its work. (torch's functional all-reduce returns no work and
+    writes nothing here: where it is waited for, in its hook or after the step, shows at the
+    hold checkpoint, as every all-reduce's does.)"""
     if name == "all_reduce" and work is not None and id(work) not in WORKS:
         k = len(WORKS)
         WORKS[id(work)] = (work, k)
