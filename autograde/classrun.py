@@ -507,7 +507,12 @@ def read_roster(path) -> list:
     Raises ValueError naming what is wrong."""
     path = Path(path)
     columns, rows = _rows(path)
-    lower = {c.lower() for c in columns}
+    kind = roster_kind(columns)
+    if kind is None:
+        raise ValueError(f"roster: {display(str(path))} must be Canvas's gradebook export, "
+                         "Moodle's grading worksheet or participants export, or have the "
+                         "columns student_id, name, file (found: "
+                         f"{', '.join(sorted(c.lower() for c in columns)) or 'none'})")
     out, seen = [], set()
 
     def add(number, student):
@@ -521,25 +526,25 @@ def read_roster(path) -> list:
         out.append(student)
 
     for number, row in enumerate(rows, start=2):
-        if {"student", "id", "section"} <= lower:  # Canvas
+        if kind == "canvas":
             if row.get("Student", "").strip().lower() in ("points possible", "student, test") \
                     or not row.get("ID"):
                 continue
             add(number, Student(row["ID"], row.get("Student", ""),
                                 lms={k: row.get(k, "") for k in CANVAS_ID_COLUMNS}))
-        elif "identifier" in lower:  # Moodle's grading worksheet
+        elif kind == "moodle worksheet":
             match = re.search(r"(\d+)", row.get("Identifier", ""))
             add(number, Student(match.group(1) if match else "", row.get("Full name", ""),
                                 lms={"Identifier": row.get("Identifier", ""),
                                      "Email address": row.get("Email address", ""),
                                      "Last modified (grade)": row.get("Last modified (grade)", "")}))
-        elif "email address" in lower:  # Moodle's participants or grades export
+        elif kind == "moodle participants":
             last = row.get("Last name", row.get("Surname", ""))
             name = f"{row.get('First name', '')} {last}".strip()
             add(number, Student(row.get("Email address", ""), name,
                                 lms={"Email address": row.get("Email address", ""),
                                      "ID number": row.get("ID number", "")}))
-        elif {"student_id", "file"} <= lower:
+        else:  # the course's own
             student = Student(row.get("student_id", ""), row.get("name", ""))
             target = (path.parent / row["file"]) if row.get("file") else None
             if target is not None and target.is_dir():
@@ -551,12 +556,23 @@ def read_roster(path) -> list:
                 student.files = [(target, display(target.name))]
             student.lms["file"] = row.get("file", "")
             add(number, student)
-        else:
-            raise ValueError(f"roster: {display(str(path))} must be Canvas's gradebook export, "
-                             "Moodle's grading worksheet or participants export, or have the "
-                             "columns student_id, name, file (found: "
-                             f"{', '.join(sorted(lower)) or 'none'})")
     return out
+
+
+def roster_kind(columns) -> str | None:
+    """Which roster a CSV's header says it is: "canvas" (the gradebook export), "moodle
+    worksheet" (the grading worksheet), "moodle participants" (the participants or grades
+    export), "course" (the course's own student_id, name, file), or None."""
+    lower = {c.lower() for c in columns}
+    if {"student", "id", "section"} <= lower:
+        return "canvas"
+    if "identifier" in lower:
+        return "moodle worksheet"
+    if "email address" in lower:
+        return "moodle participants"
+    if {"student_id", "file"} <= lower:
+        return "course"
+    return None
 
 
 #: Canvas's identifier columns, in the order of its gradebook export.
@@ -585,21 +601,21 @@ def roster_maximum(path, column: str | None = None) -> float | None:
     worksheet, ``Maximum Grade``. None where the roster does not say (another kind of roster,
     a column it lacks, a grade on a scale)."""
     columns, rows = _rows(Path(path))
-    lower = {c.lower() for c in columns}
-    if {"student", "id", "section"} <= lower and column:
+    kind = roster_kind(columns)
+    if kind == "canvas" and column:
         wanted = re.search(r"\((\d+)\)\s*$", column)
         header = next((c for c in columns if c == column.strip()), None) or next(
             (c for c in columns if wanted and re.search(rf"\({wanted.group(1)}\)\s*$", c)), None)
         possible = next((r for r in rows if r.get("Student", "").strip().lower() == "points possible"), None)
         return _number(possible.get(header, "")) if header and possible else None
-    if "identifier" in lower and "maximum grade" in lower:
+    if kind == "moodle worksheet" and "maximum grade" in {c.lower() for c in columns}:
         return next((x for x in (_number(r.get("Maximum Grade", "")) for r in rows) if x is not None), None)
     return None
 
 
 def roster_has_files(path) -> bool:
     columns, _ = _rows(Path(path))
-    return {"student_id", "file"} <= {c.lower() for c in columns}
+    return roster_kind(columns) == "course"
 
 
 def match_roster(roster: list, found: dict) -> tuple[list, list]:

@@ -463,6 +463,15 @@ def main(argv=None) -> int:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def first_names(names, shown: int = 3) -> str:
+    """The first ``shown`` of ``names``, printable, then ", ..." when there are more: enough
+    for the instructor to find the rest in the files, in one line."""
+    from sandbox import textsafe
+
+    head = ", ".join(textsafe.printable(str(name)) for name in names[:shown])
+    return head + (", ..." if len(names) > shown else "")
+
+
 def finish(args, results, run, seed, started, single, journal_path) -> int:
     """Print and write what was graded (all of it, or what was done before a stop)."""
     from sandbox import textsafe
@@ -502,7 +511,7 @@ def finish(args, results, run, seed, started, single, journal_path) -> int:
         lms_rows = [(r, s) for r, s in rows if s is None or s.on_roster]
         strangers = [r.student_id for r, s in rows if s is not None and not s.on_roster]
         if strangers:
-            shown = ", ".join(textsafe.printable(str(x)) for x in strangers[:3]) + (", ..." if len(strangers) > 3 else "")
+            shown = first_names(strangers)
             lms_files = " and ".join(textsafe.printable(f) for f in (args.canvas_csv, args.moodle_csv) if f)
             print(f"autograde: {len(strangers)} submitting students are not on the roster ({shown}): graded, "
                   f"and left out of {lms_files}, which the LMS could not match them in", file=sys.stderr)
@@ -513,7 +522,7 @@ def finish(args, results, run, seed, started, single, journal_path) -> int:
         reports.write_atomically(args.moodle_csv, lms.moodle_csv(lms_rows))
         unmatched = lms.moodle_unmatched(lms_rows)
         if unmatched:
-            shown = ", ".join(textsafe.printable(str(x)) for x in unmatched[:3]) + (", ..." if len(unmatched) > 3 else "")
+            shown = first_names(unmatched)
             print(f"autograde: {len(unmatched)} of {len(lms_rows)} rows of {textsafe.printable(args.moodle_csv)} have no "
                   f"Identifier ({shown}), and Moodle skips such rows without a word: grade the folder of Moodle's "
                   "\"Download all submissions\", or give its grading worksheet as --roster", file=sys.stderr)

@@ -336,3 +336,24 @@ def test_an_lms_points_cell_is_read_in_the_teachers_locale(text, value):
 
     got = _number(text)
     assert (got is None) if value is None else got == pytest.approx(value, abs=1e-9), (text, got)
+
+
+@pytest.mark.parametrize("header, kind", [
+    ("Student,ID,SIS User ID,SIS Login ID,Section,Exercises (12)", "canvas"),
+    ("Identifier,Full name,Email address,Status,Grade,Maximum Grade", "moodle worksheet"),
+    ("First name,Last name,Email address,ID number", "moodle participants"),
+    ("student_id,name,file", "course"),
+    ("name,grade", None),
+])
+def test_a_roster_is_told_apart_by_its_header(tmp_path, header, kind):
+    from autograde import classrun
+
+    assert classrun.roster_kind(header.split(",")) == kind
+    # an unknown header is refused in one line even when no student follows it
+    roster = tmp_path / "roster.csv"
+    roster.write_text(header + "\n")
+    if kind is None:
+        with pytest.raises(ValueError, match="must be Canvas's gradebook export"):
+            classrun.read_roster(roster)
+    else:
+        assert classrun.read_roster(roster) == []
