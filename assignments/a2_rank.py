@@ -58,8 +58,8 @@ def flat(tensors) -> np.ndarray:
 
 #: Where the all-reduces started and waited for are written: the current run's events.
 EVENTS = [[]]
-#: Each all-reduce started so far: ``id(work) -> (work, k)`` (k: the k-th; the work is kept,
-#: so its id is not reused by another).
+#: Each all-reduce the current case has started: ``id(work) -> (work, k)`` (k: the k-th; the
+#: work is kept, so its id is not reused by another, until the next case begins).
 WORKS = {}
 
 
@@ -200,6 +200,7 @@ def train(cls, seed: int, x, y, mark=lambda label, point: None) -> dict:
     model = build_model()
     micros = x.shape[1]  # micro-batches per step (micro_for(seed))
     events = EVENTS[0] = []
+    WORKS.clear()  # the k of ["a", k] counts this case's all-reduces; earlier cases' works are let go
     hold = {}  # the synchronising micro-batch of step 0: where the grader holds the ranks
 
     def arrived(i):
