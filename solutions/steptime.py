@@ -634,6 +634,25 @@ def offload_bytes(shape: Shape, lay: Layout, precision_name: str = "bf16") -> fl
     return float(lay.offload_layers * per)
 
 
+def _attention_tensors(shape: Shape) -> tuple:
+    """Elements per token of the attention's Q, K, V and output (the output projection's
+    input), as the backward pass keeps them: ``a d_qk``, ``g d_qk``, ``g d_v``, ``a d_v``."""
+    return (shape.heads * shape.qk_dim, shape.kv * shape.qk_dim, shape.kv * shape.v_dim, shape.heads * shape.v_dim)
+
+
+def _attention_excess(shape: Shape) -> float:
+    """Elements per token the attention keeps beyond what
+    :func:`solutions.efficiency.activation_bytes_per_layer` counts, which draws Q and the output
+    as wide as the model and K and V ``g / a`` of it (Korthikanti et al.'s GPT, where
+    ``a d_head = h``): Qwen3's and gpt-oss's heads are wider together than the model (64 x 128
+    against 4,096; 64 x 64 against 2,880), and multi-head latent attention's Q and K are
+    ``d_nope + d_rope`` wide per head, its K and V one per query head, and it keeps its two
+    latent vectors (each norm's input and output). Zero for GPT's and Llama's heads."""
+    counted = shape.hidden * (2 + 2 * shape.kv / shape.heads)
+    latent = 2 * ((shape.q_lora or 0) + shape.kv_lora) if shape.kv_lora else 0
+    return float(sum(_attention_tensors(shape)) + latent - counted)
+
+
 @lru_cache(maxsize=8192)
 def _activation_per_layer(shape: Shape, key: tuple, precision_name: str) -> tuple:
     """``(bytes per layer and micro-batch in flight, bytes once)`` of :func:`activation_bytes`."""
@@ -660,7 +679,7 @@ def _activation_per_layer(shape: Shape, key: tuple, precision_name: str) -> tupl
             shape.seq_len, lay.micro_batch, shape.hidden, shape.heads, ffn_hidden=ffn,
             mlp=shape.mlp, attention=attention, kv_heads=shape.kv, dropout=shape.dropout, tp=lay.tp,
             sequence_parallel=lay.tp > 1 and lay.sequence_parallel, cp=lay.cp)
-        return base + 2.0 * copies * tokens / split
+        return base + 2.0 * (copies + _attention_excess(shape)) * tokens / split
 
     moe_share = shape.moe_layers / shape.layers
     if lay.recompute == "full":
@@ -679,11 +698,15 @@ def _activation_per_layer(shape: Shape, key: tuple, precision_name: str) -> tupl
         elif lay.recompute == "selective":
             x -= (2.0 - low) * (2 * shape.hidden + ffn) * tokens / split
         routed = shape.moe.top_k * shape.moe.expert_ffn * imb if moe_layer else 0.0
-        if mods:  # named modules: the norms' outputs, the activation's input (MLA's up-projected Q, K, V not modelled)
+        if mods:  # named modules: the norms' outputs, the activation's input
             dropped = (2 * shape.hidden if "layernorm" in mods else 0.0) \
                 + (routed if moe_layer and "moe_act" in mods else 0.0) \
                 + (ffn if not moe_layer and "mlp" in mods else 0.0)
             x -= (2.0 - low) * dropped * tokens / split
+            if "mla_up_proj" in mods and shape.kv_lora:
+                # MLA's up-projected Q, K and V (16-bit, the attention's inputs), discarded after the
+                # attention's forward and recomputed from the latent vectors for its backward
+                x -= 2.0 * sum(_attention_tensors(shape)[:3]) * tokens / split
         if moe_layer and shape.moe.clamped_glu and kernels == "grouped" and lay.recompute != "selective" \
                 and "moe_act" not in mods:
             # the clamped halves, concatenated, are what the fused gating keeps (its input's

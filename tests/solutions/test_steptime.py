@@ -765,3 +765,52 @@ def test_the_busiest_gpu_needs_an_ep_degree():
     for ep in (0, -2):
         with pytest.raises(ValueError, match="ep must be a positive integer"):
             moe_step.busiest(cfg, ep)
+
+
+def test_attention_activations_are_as_wide_as_the_heads_not_the_model():
+    """Qwen3-235B-A22B's 64 query heads of 128 are 8,192 wide against d_model 4,096: the layer
+    keeps Q and the attention's output at that width. By hand, one MoE layer (all 94 are), one
+    sequence of 4,096 tokens, BF16, TP1, FlashAttention, no recomputation, bytes per token:
+    norms' inputs 2 x 2 h; the QKV product's input 2 h; Q 2 x 64 x 128, K and V 2 x 4 x 128 each,
+    the output 2 x 64 x 128; the log-sum-exp 4 x 64; the MLP's input 2 h; the 8 dispatched copies
+    2 x 8 h; the experts' SwiGLU 6 x 8 x 1,536."""
+    shape = S.shape_of(facts.MOE_ARCHITECTURES["Qwen3-235B-A22B"])
+    h = 4096
+    assert (shape.hidden, shape.heads, shape.kv, shape.head_size, shape.seq_len) == (h, 64, 4, 128, 4096)
+    per_token = (4 * h + 2 * h + 2 * 8192 + 2 * 512 + 2 * 512 + 2 * 8192 + 4 * 64
+                 + 2 * h + 2 * 8 * h + 6 * 8 * 1536)
+    assert per_token == 207104
+    lay = S.Layout(tp=1, pp=1, dp=64, ep=64)
+    assert S.activation_bytes(shape, lay, 16, "bf16") == pytest.approx(94 * per_token * 4096, rel=1e-12)
+
+
+def test_multi_head_latent_attention_keeps_its_wide_heads_and_latents():
+    """DeepSeek-V3's MLA: Q and K 128 heads of 128 + 64 (rotary), V and the output 128 of 128, and
+    the two latent vectors (1,536 and 512) before and after their norms. By hand, bytes per token
+    of one layer (BF16, TP1, FlashAttention, no recomputation): norms 2 x 2 h; the input 2 h; Q and
+    K 2 x 24,576 each, V and the output 2 x 16,384 each; latents 2 x 2 x (1,536 + 512); the
+    log-sum-exp 4 x 128; then the MLP's input 2 h and a dense SwiGLU 6 x 18,432 (3 layers), or
+    8 copies 2 x 8 h and nine experts' SwiGLU 6 x 9 x 2,048 (58 layers). With mla_up_proj
+    recomputed, Q, K and V are not kept: 2 x (24,576 + 24,576 + 16,384) less per token and layer."""
+    shape = S.shape_of(facts.MOE_ARCHITECTURES["DeepSeek-V3"])
+    h = 7168
+    attention = 4 * h + 2 * h + 2 * 24576 * 2 + 2 * 16384 * 2 + 2 * 2 * (1536 + 512) + 4 * 128
+    dense = attention + 2 * h + 6 * 18432
+    moe = attention + 2 * h + 2 * 8 * h + 6 * 9 * 2048
+    assert (dense, moe) == (340480, 455168)
+    lay = S.Layout(tp=1, pp=1, dp=64, ep=64)
+    assert S.activation_bytes(shape, lay, 16, "bf16") == pytest.approx((3 * dense + 58 * moe) * 4096, rel=1e-12)
+    up = S.activation_bytes(shape, replace(lay, recompute="mla_up_proj"), 16, "bf16")
+    assert up == pytest.approx((3 * dense + 58 * moe - 61 * 2 * (24576 + 24576 + 16384)) * 4096, rel=1e-12)
+
+
+def test_llama_heads_are_as_wide_as_the_model_so_the_count_is_korthikanti_s():
+    """Where a d_head = h (Llama 3 70B: 64 x 128 = 8,192), the attention's tensors are what
+    efficiency.activation_bytes_per_layer counts, and nothing is added. By hand, bytes per token:
+    norms 4 h, input 2 h, Q 2 h, K and V 2 x 1,024 each (8 K/V heads), output 2 h, log-sum-exp
+    4 x 64, MLP input 2 h, SwiGLU 6 x 28,672."""
+    shape = S.shape_of(facts.ARCHITECTURES["Llama 3 70B"])
+    h = 8192
+    per_token = 4 * h + 2 * h + 2 * h + 2 * 1024 * 2 + 2 * h + 4 * 64 + 2 * h + 6 * 28672
+    lay = S.Layout(tp=1, pp=1, dp=8)
+    assert S.activation_bytes(shape, lay, 8, "bf16") == pytest.approx(80 * per_token * 8192, rel=1e-12)
