@@ -59,7 +59,8 @@ from ._validate import count_with_suffix, nonnegative_integer, one_of, positive,
 __all__ = [
     "GPUS_PER_SERVER", "STATE_SHARE", "DEFAULT_BATCH_TOKENS", "DEFAULT_CONSTANTS", "RECOMPUTE_MODES", "Plan",
     "find_gpu", "nearest_architecture", "regime", "choose_layout", "state_breakdown_3d", "cluster_for",
-    "search_layouts", "make_plan", "format_plan", "memory_budget_words", "link_name", "plan_json", "build_parser", "main",
+    "search_layouts", "make_plan", "format_plan", "memory_budget_words", "link_name", "traffic_words", "plan_json",
+    "build_parser", "main",
 ]
 
 #: GPUs per HGX/DGX server: the reach of NVLink on the course's reference machines.
@@ -1018,6 +1019,18 @@ def link_name(kind: str, gpu: hardware.GPUSpec) -> str:
     return (gpu.scale_up_name or "NVLink") if kind == "nvlink" else kind
 
 
+def traffic_words(st: steptime.StepTime, axis: str, gpu: hardware.GPUSpec, on: str = "on") -> str:
+    """An axis's bytes per step and the link they take: '4.14 GB on network'. The expert
+    all-to-alls of an EP group wider than a scale-up domain take both, and say how much each
+    ('168.84 GB: 71.71 GB on network, 97.13 GB on NVLink 4')."""
+    total = st.bytes[axis]
+    net = st.ep_network_bytes if axis == "ep" else 0.0
+    if 0 < net < total:
+        return (f"{total / 1e9:,.2f} GB: {net / 1e9:,.2f} GB {on} network, {(total - net) / 1e9:,.2f} GB {on} "
+                f"{link_name('nvlink', gpu)}")
+    return f"{total / 1e9:,.2f} GB {on} {link_name(st.links[axis], gpu)}"
+
+
 def moe_words(plan: Plan) -> str:
     """A mixture of experts' layers, experts, routing and kernels, in words (empty for a dense model)."""
     sh, lay = plan.shape, plan.layout
@@ -1107,8 +1120,8 @@ def format_plan(plan: Plan) -> str:
                  if lay.offload_layers else "") + ")",
               f"7. total                    {memory_budget_words(plan)}: {verdict}"]
     b, hid = st.breakdown_s, st.hidden_s
-    comm = ", ".join(f"{a.upper()} {_time(b[a])} exposed + {_time(hid.get(a, 0.0))} hidden ({st.bytes[a] / 1e9:,.2f} GB "
-                     f"on {link_name(st.links[a], g)})" for a in _AXES if st.bytes.get(a, 0) > 0) or "none"
+    comm = ", ".join(f"{a.upper()} {_time(b[a])} exposed + {_time(hid.get(a, 0.0))} hidden ({traffic_words(st, a, g)})"
+                     for a in _AXES if st.bytes.get(a, 0) > 0) or "none"
     net_gbs = plan.cluster.network / 1e9
     ov = ", ".join(sorted(plan.overlap)) or "nothing"
     # the scale-up link by its name (NVLink 4, Infinity Fabric, PCIe); where it joins one GPU,
@@ -1222,6 +1235,7 @@ def plan_json(plan: Plan) -> dict:
         "breakdown_s": dict(st.breakdown_s),
         "hidden_s": dict(st.hidden_s),
         "bytes_per_step": dict(st.bytes),
+        "ep_network_bytes_per_step": st.ep_network_bytes,
         "links": dict(st.links),
         "params": plan.params,
         "tokens": plan.tokens,

@@ -83,7 +83,7 @@ def plan_tables(plan: planner.Plan, names: dict | None = None) -> str:
         f", {plural(shape['kv_heads'], 'key/value head')}" if shape.get("kv_heads") and shape["kv_heads"] != shape["heads"] else "")
     conv = memory.get_convention(plan.convention)
     comm = [f"{_AXES[a]} {_time(b[a])} exposed + {_time(j['hidden_s'].get(a, 0.0))} hidden "
-            f"({j['bytes_per_step'][a] / 1e9:,.2f} GB over {planner.link_name(j['links'][a], plan.gpu)})"
+            f"({planner.traffic_words(plan.step, a, plan.gpu, 'over')})"
             for a in steptime.OVERLAP_AXES if j["bytes_per_step"].get(a, 0) > 0]  # every axis the printout has
     margin = mem["margin_bytes"]
     recompute = "no" if lay["recompute"] == "none" else lay["recompute"]

@@ -792,6 +792,8 @@ class StepTime:
     precision: str = "bf16"
     flops_per_s_per_gpu: float = 0.0
     gpus: int = 1
+    #: of ``bytes["ep"]``, what crosses the network (the rest stays in the scale-up domain)
+    ep_network_bytes: float = 0.0
 
     @property
     def memory_bytes(self) -> float:
@@ -1047,6 +1049,7 @@ def step_time(shape: Shape, lay: Layout, cluster: Cluster, global_batch: int, co
     # (S9) expert parallelism
     nbytes["ep"] = exposed["ep"] = hidden["ep"] = messages["ep"] = 0.0
     links["ep"] = "none"
+    ep_network = 0.0
     if shape.is_moe and lay.ep * lay.etp > 1:
         tokens = b * s / (lay.cp * lay.tp)
         dispatch = rec.dispatch_bytes if not cpu else nb
@@ -1062,6 +1065,7 @@ def step_time(shape: Shape, lay: Layout, cluster: Cluster, global_batch: int, co
             # four all-to-alls (dispatch and combine, forward and backward), a quarter of the bytes each
             t_layer = 4 * network.all_to_all_time(intra / 4, inter / 4, cluster.nvlink, cluster.network, net)
             links["ep"] = "nvlink" if not inter else "network"
+            ep_network = inter * moe_here * m
         messages["ep"] = 4 * (lay.ep - 1) * moe_here * m
         if lay.etp > 1:  # the ETP group's gathers of the copies and reduce-scatters of the outputs
             gathered = tokens * shape.moe.top_k * moe_step.busiest(shape.moe, lay.ep) * lay.etp * h * nb
@@ -1104,7 +1108,7 @@ def step_time(shape: Shape, lay: Layout, cluster: Cluster, global_batch: int, co
     return StepTime(step, breakdown, nbytes, tps, tps * flops / (lay.gpus * peak16),
                     tps * hardware_flops_per_token(shape, lay.recompute) / (lay.gpus * peak16), m, st_b, act,
                     st_b + act <= usable, eta, links, messages, hidden, usable, tps * flops / (lay.gpus * peak_p),
-                    precision_name, tps * flops / lay.gpus, lay.gpus)
+                    precision_name, tps * flops / lay.gpus, lay.gpus, ep_network)
 
 
 # --------------------------------------------------------------------------
