@@ -197,3 +197,49 @@ def test_a_file_without_the_class_is_told_the_class_is_missing(tmp_path):
     path.write_text("import torch\n\n\ndef helper():\n    return 1\n", encoding="utf-8")
     report = a2_ddp.grade_file(path, world_sizes=(2,), seeds=(0,), salt=1)
     assert report.score == 0 and "no class `BucketedDDP` in the submission" in report.text(), report.text()
+
+
+#: The hooks start no all-reduce and finish waits for none: nothing is ever synchronised.
+NO_ALL_REDUCE = (("            self.in_flight.append((b, flat, dist.all_reduce(flat, async_op=True)))\n",
+                  "            self.in_flight.append((b, flat, None))\n"), (A2_WAIT, ""))
+
+
+def test_a_missing_all_reduce_is_said_for_the_steps_micro_batch_count():
+    """The rank's events: a step of one micro-batch has no no_sync, so its missing all-reduce
+    is in the step's only backward pass; a step of two misses it after the no_sync one."""
+    sizes = a2_ddp.param_bytes(a2_ddp.make_model(0))
+    one = [["b", 0, 0, True], ["e"], ["f"]]
+    two = [["b", 0, 0, False], ["e"], ["b", 0, 1, True], ["e"], ["f"]]
+    said = {count: a2_ddp.check_events({"events": events}, sizes, a2_ddp.BUCKET_BYTES[0])["no_sync"]
+            for count, events in ((1, one), (2, two))}
+    assert "in the step's only backward pass" in said[1] and "no_sync micro-batches" not in said[1], said
+    assert "after the no_sync micro-batches" in said[2] and "only backward pass" not in said[2], said
+
+
+@pytest.mark.parametrize("micro", [1, 3])
+def test_a_missing_all_reduce_seen_on_the_wire_is_said_for_the_seeds_micro_batch_count(grade_planted, micro):
+    """The traffic between the ranks decides the no_sync part; its feedback names the seed's
+    micro-batch count too (one: no no_sync at all)."""
+    seed = next(s for s in a2_ddp.SEEDS if a2_ddp.micro_for(s) == micro)
+    report = grade_planted(a2_ddp, MASTER, *NO_ALL_REDUCE, world_sizes=(2,), seeds=(seed,), salt=1)
+    said = report.tests[list(a2_ddp.POINTS).index("no_sync")].feedback
+    if micro == 1:
+        assert "no all-reduce seen in the step's only backward pass" in said, report.text()
+    else:
+        assert "no all-reduce seen after the no_sync micro-batches" in said, report.text()
+
+
+def test_torchs_reducer_built_by_hand_earns_nothing(tmp_path):
+    """The C++ Reducer that DistributedDataParallel is built on, built directly by the class,
+    is refused as DistributedDataParallel is."""
+    path = tmp_path / "reducer.py"
+    path.write_text(
+        "import contextlib\nimport torch.distributed as dist\n\n\nclass BucketedDDP:\n"
+        "    def __init__(self, model, bucket_bytes):\n"
+        "        params = list(model.parameters())\n"
+        "        self.reducer = dist.Reducer(params, [list(range(len(params)))], [bucket_bytes], dist.group.WORLD)\n\n"
+        "    @contextlib.contextmanager\n    def no_sync(self):\n        yield\n\n"
+        "    def finish_gradient_synchronization(self):\n        pass\n", encoding="utf-8")
+    report = a2_ddp.grade_file(path, world_sizes=(2,), seeds=(0,), salt=1)
+    assert report.score == 0, report.text()
+    assert "its Reducer" in report.text() and "Traceback" not in report.text(), report.text()
