@@ -218,3 +218,14 @@ def test_shards_gathered_by_broadcasts_are_told_so_not_told_they_bypassed_torch_
     lost = {t.name for t in report.tests if not t.passed}
     assert lost == {a3_zero.TITLES["traffic2"], a3_zero.TITLES["traffic1"]}, report.text()
     assert "broadcast" in report.text() and "past torch.distributed" not in report.text(), report.text()
+
+
+def test_shards_gathered_by_broadcasts_are_told_the_broadcast_is_no_part_of_it():
+    """The rank's own count: a reduce-scatter and broadcasts in place of the all-gather. The
+    feedback says the broadcasts are no part of ZeRO's traffic, not that the shards never
+    reach the other ranks (they do)."""
+    numel = sum(p.numel() for p in a3_zero.make_model(0).parameters())
+    whole = a3_zero.STEPS * 4 * numel
+    failed = a3_zero.check_traffic({"bytes": {"reduce_scatter": whole, "broadcast": whole}}, 2, 2, numel)
+    assert failed and "broadcast is no part of it" in failed, failed
+    assert "never reach the other ranks" not in failed, failed
