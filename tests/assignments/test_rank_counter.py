@@ -52,3 +52,59 @@ def test_functional_reduce_scatters_and_sends_count_as_what_they_are():
     assert got["calls"] == {"reduce_scatter": 2}, got
     assert got["bytes"] == {"reduce_scatter": 2 * 8 * 4}, got
     assert "send to rank 5, which does not exist" in got["refused"], got
+
+
+PAIR = r'''
+import json, os, sys
+import torch
+import torch.distributed as dist
+from torch.distributed import _functional_collectives as funcol
+from assignments.rank_common import call_counter
+
+rank, store = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("gloo", store=dist.FileStore(store, 2), rank=rank, world_size=2)
+name = dist.group.WORLD.group_name
+x = torch.ones(8)
+counter = call_counter()
+refused = ""
+with counter:
+    funcol.wait_tensor(funcol.all_gather_tensor(x, 0, dist.group.WORLD))
+    if rank == 0:
+        funcol.wait_tensor(torch.ops._c10d_functional.isend(x, 1, 0, name))
+    else:
+        funcol.wait_tensor(torch.ops._c10d_functional.irecv(torch.empty(8), 0, 0, name))
+        try:
+            torch.ops._c10d_functional.irecv(torch.empty(8), 5, 0, name)
+        except ValueError as exc:
+            refused = str(exc)
+dist.barrier()
+dist.destroy_process_group()
+print(json.dumps({"calls": counter.calls, "bytes": counter.bytes, "refused": refused}))
+'''
+
+
+def test_functional_all_gathers_sends_and_receives_count_between_two_ranks(tmp_path):
+    """At two ranks: the functional all-gather counts its whole gathered buffer (the input
+    times the group's size, as dist.all_gather_into_tensor's output), and the functional
+    isend and irecv count as a send and a receive, an irecv from a rank the group lacks
+    refused as dist.recv's is."""
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    store = str(tmp_path / "store")
+    ranks = [subprocess.Popen([sys.executable, "-c", PAIR, str(r), store], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    got = []
+    try:
+        for p in ranks:
+            out, err = p.communicate(timeout=60)
+            assert p.returncode == 0, err[-2000:]
+            got.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for p in ranks:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    first, second = got
+    assert first["calls"] == {"all_gather": 1, "send": 1} and second["calls"] == {"all_gather": 1, "recv": 1}, got
+    assert first["bytes"] == {"all_gather": 2 * 8 * 4, "send": 8 * 4}, got
+    assert second["bytes"] == {"all_gather": 2 * 8 * 4, "recv": 8 * 4}, got
+    assert "recv from rank 5, which does not exist" in second["refused"], got
