@@ -327,6 +327,7 @@ def test_short_answers_alike_but_for_their_names_are_not_the_same_code():
 @pytest.mark.parametrize("text, value", [
     ("100", 100.0), ("100.00", 100.0), ("100,00", 100.0), ("7,5", 7.5), ("1,000", 1000.0),
     ("1,000.50", 1000.5), ("12,345,678", 12345678.0), ("\u00a0100 ", 100.0),
+    ("1 000", 1000.0), ("1\u00a0000,50", 1000.5),  # a space or no-break space between thousands
     ("(read only)", None), ("", None), ("A-F", None), ("1,0000", None), ("1.000,50", None),
 ])
 def test_an_lms_points_cell_is_read_in_the_teachers_locale(text, value):
