@@ -88,3 +88,20 @@ def test_students_whose_ids_make_one_file_name_each_get_their_own_feedback(tmp_p
     assert "carol.md" in files  # a name nobody shares stays as it was
     for i in ids:
         assert sum(f"- Student: {textsafe.markdown(i)}\n" in (tmp_path / f).read_text() for f in files) == 1
+
+
+def test_long_ids_are_cut_to_names_that_stay_apart_and_fit_with_every_suffix(tmp_path):
+    """A 250-character id is cut, with its hash: two ids that differ only at their end keep two
+    names, a cut never splits a character, and the suffixes the folder may add (the same id
+    twice) and the temporary name the file is written through still fit 255 bytes."""
+    from autograde.reports import FEEDBACK_NAME_BYTES, feedback_file_name, write_feedback
+
+    long = "z" * 249 + "a"
+    wide = "\u00e9" * 200  # two bytes a character: a cut at an odd byte would split one
+    assert feedback_file_name(long) != feedback_file_name(long[:-1] + "b")
+    for sid in (long, wide):
+        name = feedback_file_name(sid)
+        assert len(name.encode("utf-8")) <= FEEDBACK_NAME_BYTES + len(".md") and "\ufffd" not in name, name
+    ids = [long, long, long[:-1] + "b", wide, wide]
+    write_feedback(tmp_path, [_report(i) for i in ids])
+    assert len(list(tmp_path.iterdir())) == len(ids)
