@@ -358,3 +358,42 @@ def test_a_roster_is_told_apart_by_its_header(tmp_path, header, kind):
             classrun.read_roster(roster)
     else:
         assert classrun.read_roster(roster) == []
+
+
+def test_a_canvas_column_named_by_its_id_is_checked_against_its_points(tmp_path):
+    """Canvas matches an import column by the id in ``Name (12345)`` even where the name has
+    changed since the export; the points of the export's column with that id are the ones to
+    agree with."""
+    klass = canvas_class(tmp_path, points="10")
+    code, err = run(klass, "--roster", tmp_path / "gradebook.csv", "--seed", SEED,
+                    "--canvas-csv", tmp_path / "import.csv", "--canvas-assignment", "Homework 1 (12345)")
+    said = [line for line in err.splitlines() if line.strip() and not line.startswith("usage:")]
+    assert code == 2 and len(said) == 1 and "worth 10 points" in said[0], err
+
+
+def test_an_assignments_points_are_what_the_lms_column_must_be_worth(tmp_path):
+    """With --assignment the grades are out of the assignment's points, not the exercises'."""
+    from autograde import classrun
+
+    klass = canvas_class(tmp_path, points="100")
+    code, err = run(klass, "--roster", tmp_path / "gradebook.csv", "--seed", SEED, "--assignment", "a1",
+                    "--canvas-csv", tmp_path / "import.csv", "--canvas-assignment", "Exercises (12345)")
+    said = [line for line in err.splitlines() if line.strip() and not line.startswith("usage:")]
+    out_of = classrun.assignment_part("a1").max_points
+    assert code == 2 and len(said) == 1 and f"out of {out_of:g}" in said[0], err
+    assert not (tmp_path / "import.csv").exists()
+
+
+def test_students_not_on_the_moodle_worksheet_are_left_out_of_its_import_file(tmp_path):
+    """A participant the worksheet lacks (added or dropped since it was downloaded) is graded
+    and left out of the file Moodle imports, as for Canvas."""
+    klass = moodle_class(tmp_path, "100.00")
+    stranger = klass / "Zed Zhou_2009999_assignsubmission_file_"
+    stranger.mkdir()
+    (stranger / "09-exercises.py").write_text(REFERENCE)
+    code, err = run(klass, "--roster", tmp_path / "worksheet.csv", "--seed", SEED, "--timeout", "5",
+                    "--moodle-csv", tmp_path / "import.csv")
+    assert code == 0, err
+    assert [r[0] for r in table(tmp_path / "import.csv")[1:]] == ["Participant 2002041", "Participant 2002042"]
+    said = [line for line in err.splitlines() if "not on the roster" in line]
+    assert len(said) == 1 and "1 submitting students" in said[0], err
