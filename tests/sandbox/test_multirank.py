@@ -225,6 +225,53 @@ def test_a_restarted_group_is_judged_stuck_sooner():
     assert restart_limits(again) == again
 
 
+@pytest.mark.slow
+def test_the_cases_after_a_stopped_group_run_under_the_sooner_limits():
+    """run_cases hands the sooner limits on: a rank asleep in every case is stopped after
+    ``idle_s`` in the first group, and after ``RESTART_IDLE_S`` in the group started after it."""
+    from assignments.common import RESTART_IDLE_S, run_cases
+
+    limits = Limits(wall_s=60, idle_s=6)
+    runs = run_cases(2, 2, lambda indices: [b"", b""], _sleeps, limits, True)
+    assert runs.groups == 2, runs.stopped
+    assert f"did nothing for {limits.idle_s:g} s" in runs.stopped[0], runs.stopped
+    assert f"did nothing for {RESTART_IDLE_S:g} s" in runs.stopped[1], runs.stopped
+
+
+
+SPINS = """import ctypes, sys
+ctypes.CDLL(None).prctl(15, sys.argv[1].encode(), 0, 0, 0)  # PR_SET_NAME: the thread's name in /proc
+while True:
+    pass
+"""
+
+
+@pytest.mark.parametrize("name", ["gloo_tcp_loop", "busy_rank"])
+def test_only_gloos_event_loop_threads_are_left_out_of_the_runnable_ones(name):
+    """A thread that spins is runnable whenever /proc is read. Judging a stuck group leaves
+    gloo's event-loop threads out (they wake now and then in an idle group), but no other
+    thread: one named otherwise still counts as work waiting for a core."""
+    import subprocess
+    import sys
+
+    from sandbox.multirank import _activity
+
+    child = subprocess.Popen([sys.executable, "-c", SPINS, name])
+    try:
+        time.sleep(0.3)
+        samples = []
+        for _ in range(10):
+            samples.append((_activity([child.pid])[1], _activity([child.pid], event_loops=False)[1]))
+            time.sleep(0.02)
+    finally:
+        child.kill()
+        child.wait()
+    assert any(counted for counted, _ in samples), samples
+    if name == "gloo_tcp_loop":
+        assert not any(judged for _, judged in samples), samples
+    else:
+        assert any(judged for _, judged in samples), samples
+
 def test_the_weaker_of_two_groups_walls_is_the_one_a_row_reports():
     from sandbox.multirank import ISOLATION_ORDER, weaker
 
