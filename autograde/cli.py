@@ -30,6 +30,7 @@ from grading import EXERCISES
 from sandbox.handle import ISOLATION_MODES
 from sandbox.results import Result, SubmissionReport
 from sandbox.submission import SUFFIXES
+from solutions._format import plural
 from solutions._validate import terse_argparse_errors
 
 from . import classrun
@@ -513,7 +514,8 @@ def finish(args, results, run, seed, started, single, journal_path) -> int:
         if strangers:
             shown = first_names(strangers)
             lms_files = " and ".join(textsafe.printable(f) for f in (args.canvas_csv, args.moodle_csv) if f)
-            print(f"autograde: {len(strangers)} submitting students are not on the roster ({shown}): graded, "
+            print(f"autograde: {plural(len(strangers), 'submitting student')} {'is' if len(strangers) == 1 else 'are'} "
+                  f"not on the roster ({shown}): graded, "
                   f"and left out of {lms_files}, which the LMS could not match them in", file=sys.stderr)
     if args.canvas_csv:
         reports.write_atomically(args.canvas_csv, lms.canvas_csv(

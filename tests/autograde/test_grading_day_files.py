@@ -396,4 +396,4 @@ def test_students_not_on_the_moodle_worksheet_are_left_out_of_its_import_file(tm
     assert code == 0, err
     assert [r[0] for r in table(tmp_path / "import.csv")[1:]] == ["Participant 2002041", "Participant 2002042"]
     said = [line for line in err.splitlines() if "not on the roster" in line]
-    assert len(said) == 1 and "1 submitting students" in said[0], err
+    assert len(said) == 1 and "1 submitting student is not on the roster" in said[0], err
