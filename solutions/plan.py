@@ -1146,7 +1146,7 @@ def format_plan(plan: Plan) -> str:
               f"MFU {st.mfu:.1%} of the {peak16} peak" + (" (as torchtitan and NVIDIA report)" if peak16 == "BF16" else "")
               + (f", {st.mfu_precision:.1%} of the {plan.precision.upper()} peak" if plan.precision not in ("bf16", "fp16") else "")
               + f"; hardware FLOPs utilisation {st.hfu:.1%} of the {peak16} peak"
-              + (f", {st.hfu * st.mfu_precision / st.mfu:.1%} of the {plan.precision.upper()} peak"
+              + (f", {st.hfu_precision:.1%} of the {plan.precision.upper()} peak"
                  if plan.precision not in ("bf16", "fp16") and st.mfu > 0 else ""),
               "== time",
               f"13. days to train           {plan.days:,.1f} days on {_n(plan.count, 'GPU')} at {plan.mfu:.1%} MFU of the {peak16} peak "
@@ -1213,6 +1213,7 @@ def plan_json(plan: Plan) -> dict:
     return {
         "predicted_mfu": st.mfu,
         "hardware_flops_utilization": st.hfu,
+        "hardware_flops_utilization_precision_peak": st.hfu_precision,
         "step_time_s": st.step_s,
         "tokens_per_s": st.tokens_per_s,
         "days": plan.days,

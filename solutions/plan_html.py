@@ -129,7 +129,9 @@ def plan_tables(plan: planner.Plan, names: dict | None = None) -> str:
                          f"{j['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, {j['tflops_per_gpu']:,.0f} TFLOP/s per GPU "
                          f"(model); MFU {j['mfu_bf16_peak']:.1%} of the {peak16} peak"
                          + (f", {j['mfu_precision_peak']:.1%} of the {e(plan.precision.upper())} peak" if low else "")
-                         + f"; hardware FLOPs utilisation {j['hardware_flops_utilization']:.1%} of the {peak16} peak",
+                         + f"; hardware FLOPs utilisation {j['hardware_flops_utilization']:.1%} of the {peak16} peak"
+                         + (f", {j['hardware_flops_utilization_precision_peak']:.1%} of the {e(plan.precision.upper())} "
+                            "peak" if low else ""),
              "total"),
         _section("Time"),
         _row(13, "days to train", f"{j['days']:,.1f} days on {j['count']:,} GPUs at {j['mfu_used']:.1%} MFU "

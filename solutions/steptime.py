@@ -800,6 +800,12 @@ class StepTime:
         return self.state_bytes + self.activation_bytes
 
     @property
+    def hfu_precision(self) -> float:
+        """Hardware FLOPs utilisation against the chosen precision's peak (``hfu`` is against
+        the BF16 peak): the two peaks' ratio, as between the two MFUs."""
+        return self.hfu * self.mfu_precision / self.mfu if self.mfu > 0 else 0.0
+
+    @property
     def margin_bytes(self) -> float:
         """Usable memory left over (negative: by how much it does not fit)."""
         return self.usable_bytes - self.memory_bytes

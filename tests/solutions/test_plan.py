@@ -815,6 +815,11 @@ def test_the_html_plan_carries_what_the_printout_carries_for_an_fp8_mixture_of_e
     assert bf16 == pytest.approx(ratio * fp8, rel=1e-9)
     assert f"MFU {bf16:.1%} of the BF16 peak, {fp8:.1%} of the FP8 peak" in text
     assert f"MFU {bf16:.1%} of the BF16 peak (as torchtitan and NVIDIA report), {fp8:.1%} of the FP8 peak" in printout
+    # hardware FLOPs utilisation against both peaks too, the same in the printout, the tables and the JSON
+    hfu, hfu8 = j["hardware_flops_utilization"], j["hardware_flops_utilization_precision_peak"]
+    assert hfu == pytest.approx(ratio * hfu8, rel=1e-9)
+    for said in (text, printout):
+        assert f"hardware FLOPs utilisation {hfu:.1%} of the BF16 peak, {hfu8:.1%} of the FP8 peak" in said
     assert "(6ND, N active)" in text and f"({count_words(p.shape.active_params)} active)" in text
     assert "FP8, on 256 H800" in text
     # every alternative with a different EP says so: no two rows of the table read the same
