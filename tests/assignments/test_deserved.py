@@ -46,6 +46,8 @@ A2_FUTURE_WAITS = {
     "the work's future": (A2_WAIT, "        for b, flat, work in self.in_flight:\n            work.get_future().wait()\n"),
     "torch.futures.wait_all": (A2_WAIT, "        torch.futures.wait_all([w.get_future() for _, _, w in self.in_flight])\n"
                                         "        for b, flat, work in self.in_flight:\n"),
+    "torch.futures.collect_all": (A2_WAIT, "        torch.futures.collect_all([w.get_future() for _, _, w in self.in_flight])"
+                                           ".wait()\n        for b, flat, work in self.in_flight:\n"),
 }
 
 
@@ -57,9 +59,17 @@ def test_a2_waiting_through_the_works_future_is_a_wait(grade_planted, pair):
     assert report.score == report.max_score, report.text()
 
 
-def test_a2_a_future_never_waited_for_still_loses_the_overlap_part(grade_planted):
-    report = grade(grade_planted, a2_ddp, (A2_WAIT, "        for b, flat, work in self.in_flight:\n"
-                                                    "            work.get_future()\n"))
+A2_FUTURES_NEVER_WAITED = {
+    "the work's future": (A2_WAIT, "        for b, flat, work in self.in_flight:\n            work.get_future()\n"),
+    "torch.futures.collect_all": (A2_WAIT, "        torch.futures.collect_all([w.get_future() for _, _, w in self.in_flight])"
+                                           "\n        for b, flat, work in self.in_flight:\n"),
+}
+
+
+@pytest.mark.parametrize("pair", A2_FUTURES_NEVER_WAITED.values(), ids=list(A2_FUTURES_NEVER_WAITED))
+def test_a2_a_future_never_waited_for_still_loses_the_overlap_part(grade_planted, pair):
+    """A future taken, or collected with others by collect_all, is no wait until its own wait()."""
+    report = grade(grade_planted, a2_ddp, pair)
     assert lost(report) == {a2_ddp.TITLES["overlap"]}, report.text()
     assert "not waited for before the optimizer step" in report.text()
 
