@@ -1022,7 +1022,8 @@ def link_name(kind: str, gpu: hardware.GPUSpec) -> str:
 def traffic_words(st: steptime.StepTime, axis: str, gpu: hardware.GPUSpec, on: str = "on") -> str:
     """An axis's bytes per step and the link they take: '4.14 GB on network'. The expert
     all-to-alls of an EP group wider than a scale-up domain take both, and say how much each
-    ('168.84 GB: 71.71 GB on network, 97.13 GB on NVLink 4')."""
+    ('168.84 GB: 71.69 GB on network, 97.15 GB on NVLink 4 (400 GB/s)' for DeepSeek-V3 at EP64
+    on H800s); an ETP group wider than a domain sends its gathers over the network too."""
     total = st.bytes[axis]
     net = st.ep_network_bytes if axis == "ep" else 0.0
     if 0 < net < total:

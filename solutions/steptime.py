@@ -1079,6 +1079,8 @@ def step_time(shape: Shape, lay: Layout, cluster: Cluster, global_batch: int, co
             rs, _, steps_rs = _collective(cluster, "reduce_scatter", gathered, lay.etp, 1, net)
             t_layer += 2 * (ag + rs)
             per_layer += 4 * gathered * (lay.etp - 1) / lay.etp
+            if etp_link == "network":  # an ETP group wider than a scale-up domain
+                ep_network += 4 * gathered * (lay.etp - 1) / lay.etp * moe_here * m
             messages["ep"] += 2 * (steps_ag + steps_rs) * moe_here * m
             if links["ep"] == "none":
                 links["ep"] = etp_link

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from dataclasses import replace
 
-from solutions import facts, memory, plan, plan_html, steptime
+from solutions import facts, memory, moe_step, plan, plan_html, steptime
 
 ROOT = Path(__file__).resolve().parents[2]
 H100 = facts.GPUS["H100 SXM"]
@@ -1017,3 +1017,23 @@ def test_expert_traffic_says_how_much_crosses_the_network_and_how_much_stays_on_
                             dp=128, ep=8, zero=1, micro_batch=1, recompute="layernorm,mla_up_proj", schedule="1f1b")
     assert inside.step.ep_network_bytes == 0
     assert f"({inside.step.bytes['ep'] / 1e9:,.2f} GB on NVLink 4 (400 GB/s))" in plan.format_plan(inside)
+
+
+def test_expert_tensor_parallel_gathers_across_servers_are_network_traffic_not_nvlink():
+    """DeepSeek-V3 on 2,048 H800s with EP8 x ETP16: an ETP group of 16 spans two servers of 8, so
+    its gathers and reduce-scatters of the dispatched copies cross the network (their link is the
+    network). By hand, per MoE layer and micro-batch: the group gathers 4,096 tokens x 8 copies x
+    16 members x 7,168 elements of 2 B, and each GPU sends 15/16 of that four times (two gathers,
+    two reduce-scatters). Only the dispatch's fan-out on arrival stays on NVLink; the printout
+    said the ETP bytes (3.5 TB a step) went over NVLink too."""
+    p = plan.make_plan(arch="DeepSeek-V3", tokens=14.8e12, gpu="H800", count=2048, precision="fp8", tp=1, pp=16,
+                       dp=128, ep=8, etp=16, zero=1, micro_batch=1, recompute="full", schedule="1f1b")
+    per_step = 4 * 58 / 61 * 32
+    etp = 4 * (4096 * 8 * 16 * 7168 * 2) * 15 / 16 * per_step
+    intra, inter = moe_step.dispatch_split(4096, 7168, p.shape.moe, 8, 1, 1, 2, "deepep")
+    assert intra > 0 and inter > 0  # one EP rank per server: copies fan out over NVLink on arrival
+    assert p.step.bytes["ep"] == pytest.approx((intra + inter) * per_step + etp, rel=1e-9)
+    assert p.step.ep_network_bytes == pytest.approx(inter * per_step + etp, rel=1e-9)
+    line = next(x for x in plan.format_plan(p).splitlines() if x.startswith("10."))
+    assert (f"{(inter * per_step + etp) / 1e9:,.2f} GB on network, {intra * per_step / 1e9:,.2f} GB on NVLink 4"
+            in line), line
