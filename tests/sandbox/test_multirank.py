@@ -238,7 +238,6 @@ def test_the_cases_after_a_stopped_group_run_under_the_sooner_limits():
     assert f"did nothing for {RESTART_IDLE_S:g} s" in runs.stopped[1], runs.stopped
 
 
-
 SPINS = """import ctypes, sys
 ctypes.CDLL(None).prctl(15, sys.argv[1].encode(), 0, 0, 0)  # PR_SET_NAME: the thread's name in /proc
 while True:
@@ -271,6 +270,7 @@ def test_only_gloos_event_loop_threads_are_left_out_of_the_runnable_ones(name):
         assert not any(judged for _, judged in samples), samples
     else:
         assert any(judged for _, judged in samples), samples
+
 
 def test_the_weaker_of_two_groups_walls_is_the_one_a_row_reports():
     from sandbox.multirank import ISOLATION_ORDER, weaker
