@@ -372,7 +372,9 @@ class MoEArchitecture:
     heads, routed ``experts`` per MoE layer of which ``top_k`` are used per
     token, always-used ``shared_experts``, each expert's MLP width
     ``expert_ffn``, ``dense_layers`` (leading layers with a plain MLP) and
-    ``node_limit``, the most nodes one token's experts may span.
+    ``node_limit``, the most nodes one token's experts may span, and ``router_groups``, the
+    fixed groups of experts (the nodes of the deployment it was trained on) the router picks
+    ``node_limit`` of.
 
     For the planner: ``head_dim`` where it is not ``d_model / heads``,
     ``ffn_hidden`` of the dense layers' MLP, ``layer_freq`` (one MoE layer every
@@ -397,6 +399,7 @@ class MoEArchitecture:
     dense_layers: int = 0
     vocab: Optional[int] = None
     node_limit: Optional[int] = None
+    router_groups: Optional[int] = None
     note: str = ""
     head_dim: Optional[int] = None
     ffn_hidden: Optional[int] = None
@@ -431,8 +434,11 @@ MOE_ARCHITECTURES = {
         # multi-head latent attention with 128 heads; 671B stored, 37B active.
         # Dense MLP 18,432 wide; MLA: q_lora 1,536, kv_lora 512, 128 + 64 (rope) per head
         # for queries and keys, 128 for values; vocabulary 129,280; 4,096-token sequences.
+        # Node-limited routing (sec. 2.1.2; M = 4, sec. 4.2): a token's experts on at most 4 of
+        # the 8 nodes its 64-way EP spans (sec. 3.2), groups of 32 experts that the router keeps
+        # whatever the layout it later runs on.
         MoEArchitecture("DeepSeek-V3", 671e9, 37e9, 61, 7168, 128, 256, 8, 2048, "liu2024deepseekv3",
-                        shared_experts=1, dense_layers=3, node_limit=4, vocab=129280, ffn_hidden=18432,
+                        shared_experts=1, dense_layers=3, node_limit=4, router_groups=8, vocab=129280, ffn_hidden=18432,
                         head_dim=128, mla=_DEEPSEEK_V3_MLA,
                         note="node-limited routing; one multi-token-prediction module on top (not counted)"),
         # Kimi Team 2025 (Kimi K2), sec. 2.3 and Table 2: DeepSeek-V3's architecture with 384

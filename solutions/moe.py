@@ -275,6 +275,7 @@ __all__ += [
     "balance_with_bias",
     "expected_groups_per_token",
     "cross_group_copies_per_token",
+    "group_limited_domains_per_token",
     "PublishedMoERun",
     "MOE_RUNS",
 ]
@@ -539,8 +540,43 @@ def cross_group_copies_per_token(num_experts, groups, top_k, group_limit=None, d
         return float(k * (g - 1) / g)
     touched = expected_groups_per_token(E, g, k)
     if group_limit is not None:
-        touched = min(touched, positive_integer("group_limit", group_limit))
+        touched = min(touched, group_limited_domains_per_token(g, k, g, group_limit))
     return float(touched * (g - 1) / g)
+
+
+def group_limited_domains_per_token(domains, top_k, router_groups, group_limit) -> float:
+    """How many of ``domains`` equal domains (nodes, or NVLink domains) one token's ``top_k``
+    experts touch on average when its router first picks ``group_limit`` (M) of ``router_groups``
+    (G) fixed, equal groups of experts and then its experts inside them (DeepSeek-V3's
+    node-limited routing, report sec. 2.1.2: M = 4 of the 8 nodes its 64-way EP spans), the
+    experts laid out in order over the domains, each picked group holding at least one of the
+    token's experts, every group equally likely:
+
+    * ``domains <= G``, each domain holding ``q = G / domains`` groups: a domain is missed when
+      the M groups all lie elsewhere, ``prod_{i<M} (G - q - i) / (G - i)``; at ``domains = G``
+      exactly M domains are touched;
+    * ``domains > G``, each group spanning ``r = domains / G`` domains: the ``k / M`` experts of
+      each picked group touch ``r (1 - (1 - 1/r)^(k/M))`` of its domains.
+
+    Never more than ``domains`` and never more than routing without the limit would touch
+    (``domains (1 - (1 - 1/domains)^k)``, fewer experts than groups)."""
+    D = positive("domains", domains)
+    k = positive_integer("top_k", top_k)
+    G = positive_integer("router_groups", router_groups)
+    M = positive_integer("group_limit", group_limit)
+    if M > G:
+        raise ValueError(f"group_limit must be at most router_groups, got {M} > {G}")
+    free = D * (1 - (1 - 1 / D) ** k)
+    if D <= G:
+        q = G / D
+        missed = 1.0
+        for i in range(M):
+            missed *= max(0.0, (G - q - i) / (G - i))
+        touched = D * (1 - missed)
+    else:
+        r = D / G
+        touched = M * r * (1 - (1 - 1 / r) ** (k / M))
+    return float(min(touched, free, D))
 
 
 @dataclass(frozen=True)

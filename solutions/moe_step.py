@@ -57,7 +57,9 @@ class MoEConfig:
     ``layer_freq`` layers (Llama 4 Maverick alternates: 2). ``imbalance`` is the busiest
     GPU's share of the expert work over the mean (1: balanced), capped by what the layout's
     EP degree allows (:func:`busiest`). ``expert_bias``: the
-    experts' products carry biases; ``clamped_glu``: their GLU clamps both halves first
+    experts' products carry biases; ``node_limit``: a token's experts lie in at most this
+    many of ``router_groups`` fixed groups of experts (DeepSeek-V3: 4 of 8), or, without
+    groups, in at most this many of the EP group's domains; ``clamped_glu``: their GLU clamps both halves first
     (gpt-oss); Megatron-Core's grouped experts run both as passes of their own
     (:func:`solutions.layer_time.layer_terms`)."""
 
@@ -69,6 +71,7 @@ class MoEConfig:
     layer_freq: int = 1
     imbalance: float = 1.0
     node_limit: Optional[int] = None
+    router_groups: Optional[int] = None
     expert_bias: bool = False
     clamped_glu: bool = False
 
@@ -84,6 +87,14 @@ class MoEConfig:
         if self.top_k > self.experts:
             raise ValueError(f"top_k must be at most the number of experts, got top_k={self.top_k} > "
                              f"experts={self.experts}")
+        if self.router_groups is not None:
+            positive_integer("router_groups", self.router_groups)
+            if self.experts % self.router_groups:
+                raise ValueError(f"router_groups must divide the experts, got {self.experts} experts and "
+                                 f"router_groups={self.router_groups}")
+            if self.node_limit is None or self.node_limit > self.router_groups:
+                raise ValueError(f"router_groups needs a node_limit of at most {self.router_groups} (the groups a "
+                                 f"token's experts may lie in), got {self.node_limit!r}")
         if not positive("imbalance", self.imbalance) >= 1.0:
             raise ValueError(f"imbalance must be at least 1 (the busiest GPU over the mean), got {self.imbalance!r}")
         if self.imbalance > self.experts / self.top_k:
@@ -208,8 +219,11 @@ def dispatch_split(tokens, hidden, cfg: MoEConfig, ep: int, local: int, dispatch
     for the ``ep - local`` ranks beyond the domain. ``'deepep'`` (and ``'hybridep'``) sends a token once to each
     remote domain holding one of its experts: ``(D - 1)(1 - (1 - 1/D)^k)`` domains on average
     for ``D = ep / local`` domains (at most ``node_limit`` when routing is node-limited), and
-    the copies for its other experts go over NVLink, on either side. Times the imbalance (as
-    the EP degree caps it, :func:`busiest`)."""
+    the copies for its other experts go over NVLink, on either side. With node-limited
+    routing the domains a token touches are :func:`solutions.moe.group_limited_domains_per_token`
+    (the router's groups, as they fall on this EP group's domains), or at most ``node_limit``
+    where the limit is on the domains themselves; a ``(D - 1) / D`` share of them are remote.
+    Times the imbalance (as the EP degree caps it, :func:`busiest`)."""
     ep = positive_integer("ep", ep)
     if ep == 1:
         return 0.0, 0.0
@@ -225,7 +239,9 @@ def dispatch_split(tokens, hidden, cfg: MoEConfig, ep: int, local: int, dispatch
     D = ep / local
     domains = (D - 1) * (1 - (1 - 1 / D) ** k)
     if cfg.node_limit:
-        domains = min(domains, cfg.node_limit - 1 + (1 - 1 / D) ** k)
+        touched = (moe.group_limited_domains_per_token(D, k, cfg.router_groups, cfg.node_limit)
+                   if cfg.router_groups else min(cfg.node_limit, D * (1 - (1 - 1 / D) ** k)))
+        domains = min(domains, touched * (D - 1) / D)
     return (near + max(0.0, remote - domains)) * per_copy, domains * per_copy
 
 

@@ -283,7 +283,7 @@ def shape_of(arch, **overrides) -> Shape:
     if isinstance(arch, facts.MoEArchitecture):
         mla = dict(arch.mla) if arch.mla else {}
         cfg = moe_step.MoEConfig(arch.experts, arch.top_k, arch.expert_ffn, arch.shared_experts, arch.dense_layers,
-                                 arch.layer_freq, node_limit=arch.node_limit,
+                                 arch.layer_freq, node_limit=arch.node_limit, router_groups=arch.router_groups,
                                  expert_bias=arch.expert_bias, clamped_glu=arch.clamped_glu)
         shape = Shape(arch.layers, arch.d_model, arch.heads, arch.seq_len, vocab=arch.vocab or 51200,
                       kv_heads=arch.kv_heads if not mla else None, head_dim=arch.head_dim,

@@ -139,6 +139,22 @@ def test_cross_node_copies_for_deepseek_v3_by_hand():
     assert moe.cross_group_copies_per_token(256, 8, 8, group_limit=4) == pytest.approx(4 * 7 / 8)
 
 
+@pytest.mark.parametrize("D, G, M", [(8, 8, 4), (4, 8, 4), (2, 8, 3), (4, 4, 2)])
+def test_group_limited_domains_are_the_brute_force_mean(D, G, M):
+    """Groups laid in order over domains (G / D groups each): every choice of M groups, each
+    touched, and the domains they lie on; with experts enough (k = 8) to touch every group."""
+    per = G // D
+    touched = [len({g // per for g in choice}) for choice in itertools.combinations(range(G), M)]
+    assert moe.group_limited_domains_per_token(D, 8, G, M) == pytest.approx(np.mean(touched), rel=1e-12)
+
+
+def test_group_limited_domains_never_exceed_what_the_experts_reach():
+    # two experts over 8 domains touch 8 (1 - (7/8)^2) = 1.875 at most, whatever 4 groups allow
+    assert moe.group_limited_domains_per_token(8, 2, 8, 4) == pytest.approx(8 * (1 - (7 / 8) ** 2), rel=1e-12)
+    with pytest.raises(ValueError, match="group_limit must be at most router_groups"):
+        moe.group_limited_domains_per_token(8, 8, 4, 5)
+
+
 def test_published_runs_as_the_papers_state_them():
     runs = {r.model: r for r in moe.MOE_RUNS}
     v3 = runs["DeepSeek-V3"]  # report sec. 3.2, 4.2

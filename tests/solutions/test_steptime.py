@@ -566,25 +566,51 @@ def test_a_ceiling_says_whether_it_was_measured():
 
 
 def test_node_limited_dispatch_by_hand():
-    """DeepSeek-V3 routes a token to experts on at most 4 nodes (report sec. 3.2.2). EP64 over 8
-    nodes of 8, top-8: unrestricted, a token reaches 7 x (1 - (7/8)^8) = 4.60 other nodes on
-    average; limited to 4 nodes, its own among them unless none of its 8 experts is local
-    (probability (7/8)^8), at most 3 + (7/8)^8 = 3.34. DeepEP sends one copy per remote node;
-    the copies for its other experts go over NVLink."""
+    """DeepSeek-V3's router picks 4 of 8 fixed groups of 32 experts (the 8 nodes of its EP64),
+    then the token's 8 experts inside them. EP64 over nodes of 8, top-8: unrestricted, a token
+    reaches 7 x (1 - (7/8)^8) = 4.60 other nodes on average; limited, exactly the 4 picked
+    nodes, its own among them half the time (4 of 8): 4 x 7/8 = 3.5 others. DeepEP sends one
+    copy per remote node; the copies for its other experts go over NVLink."""
     T, h = 4096, 7168
     free = moe_step.MoEConfig(256, 8, 2048)
-    limited = moe_step.MoEConfig(256, 8, 2048, node_limit=4)
+    limited = moe_step.MoEConfig(256, 8, 2048, node_limit=4, router_groups=8)
     per_copy = h * (1 + 2) * 2 * T  # FP8 dispatch, BF16 combine, forward and backward
     miss = (7 / 8) ** 8
     intra, inter = moe_step.dispatch_split(T, h, limited, 64, 8, 1, 2, "deepep")
-    assert inter == pytest.approx((3 + miss) * per_copy, rel=1e-12)
+    assert inter == pytest.approx(3.5 * per_copy, rel=1e-12)
     # every copy bound for another GPU goes somewhere: 8 x 63/64 per token in all
     assert intra + inter == pytest.approx(8 * 63 / 64 * per_copy, rel=1e-12)
     assert moe_step.dispatch_split(T, h, free, 64, 8, 1, 2, "deepep")[1] == pytest.approx(7 * (1 - miss) * per_copy,
                                                                                         rel=1e-12)
+    # without groups the limit is on the EP group's nodes: the same 4 of 8 here
+    assert moe_step.dispatch_split(T, h, replace(limited, router_groups=None), 64, 8, 1, 2, "deepep") == \
+        pytest.approx((intra, inter), rel=1e-12)
     # a limit no routing reaches changes nothing
     assert moe_step.dispatch_split(T, h, replace(limited, node_limit=8), 64, 8, 1, 2, "deepep") == \
         pytest.approx(moe_step.dispatch_split(T, h, free, 64, 8, 1, 2, "deepep"), rel=1e-12)
+
+
+def test_node_limited_groups_laid_over_more_or_fewer_nodes_by_hand():
+    """The router's 8 groups keep their experts whatever the EP degree. EP128 over 16 nodes: each
+    group spans 2 nodes, the 4 picked groups hold 2 of the token's experts each, which touch
+    2 x (1 - (1/2)^2) = 1.5 of a group's 2 nodes: 6 nodes, 6 x 15/16 = 5.625 others (a limit
+    read as '4 of the EP group's nodes' would say 3.75). EP32 over 4 nodes of 64 experts (2 groups
+    each): a node is missed when all 4 picked groups are among the other 6, C(6,4)/C(8,4) = 15/70,
+    so 4 x 55/70 nodes are touched, 3/4 of them others."""
+    T, h = 4096, 7168
+    limited = moe_step.MoEConfig(256, 8, 2048, node_limit=4, router_groups=8)
+    per_copy = h * (1 + 2) * 2 * T
+    assert moe_step.dispatch_split(T, h, limited, 128, 8, 1, 2, "deepep")[1] == \
+        pytest.approx(6 * 15 / 16 * per_copy, rel=1e-12)
+    assert moe_step.dispatch_split(T, h, limited, 32, 8, 1, 2, "deepep")[1] == \
+        pytest.approx(4 * 55 / 70 * 3 / 4 * per_copy, rel=1e-12)
+    # the architecture carries its groups to the planner
+    assert S.shape_of(facts.MOE_ARCHITECTURES["DeepSeek-V3"]).moe.router_groups == 8
+    for bad, match in ((dict(router_groups=7), "router_groups must divide the experts"),
+                       (dict(node_limit=None), "router_groups needs a node_limit"),
+                       (dict(node_limit=9), "router_groups needs a node_limit")):
+        with pytest.raises(ValueError, match=match):
+            replace(limited, **bad)
 
 
 def test_expert_state_is_split_over_ep_and_sharded_over_the_expert_data_parallel_ranks():
