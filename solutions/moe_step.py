@@ -90,8 +90,8 @@ class MoEConfig:
         if self.router_groups is not None:
             positive_integer("router_groups", self.router_groups)
             if self.experts % self.router_groups:
-                raise ValueError(f"router_groups must divide the experts, got {self.experts} experts and "
-                                 f"router_groups={self.router_groups}")
+                raise ValueError(f"experts must split evenly into the router's {self.router_groups} groups (its "
+                                 f"node-limited routing picks {self.node_limit} of them), got {self.experts} experts")
             if self.node_limit is None or self.node_limit > self.router_groups:
                 raise ValueError(f"router_groups needs a node_limit of at most {self.router_groups} (the groups a "
                                  f"token's experts may lie in), got {self.node_limit!r}")

@@ -606,7 +606,7 @@ def test_node_limited_groups_laid_over_more_or_fewer_nodes_by_hand():
         pytest.approx(4 * 55 / 70 * 3 / 4 * per_copy, rel=1e-12)
     # the architecture carries its groups to the planner
     assert S.shape_of(facts.MOE_ARCHITECTURES["DeepSeek-V3"]).moe.router_groups == 8
-    for bad, match in ((dict(router_groups=7), "router_groups must divide the experts"),
+    for bad, match in ((dict(router_groups=7), "must split evenly into the router's 7 groups"),
                        (dict(node_limit=None), "router_groups needs a node_limit"),
                        (dict(node_limit=9), "router_groups needs a node_limit")):
         with pytest.raises(ValueError, match=match):
