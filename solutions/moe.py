@@ -539,7 +539,7 @@ def cross_group_copies_per_token(num_experts, groups, top_k, group_limit=None, d
     if not dedup:
         return float(k * (g - 1) / g)
     touched = expected_groups_per_token(E, g, k)
-    if group_limit is not None:
+    if group_limit is not None and positive_integer("group_limit", group_limit) < g:  # (else it limits nothing)
         touched = min(touched, group_limited_domains_per_token(g, k, g, group_limit))
     return float(touched * (g - 1) / g)
 

@@ -137,6 +137,8 @@ def test_cross_node_copies_for_deepseek_v3_by_hand():
     assert moe.cross_group_copies_per_token(256, 8, 8, dedup=False) == pytest.approx(8 * 7 / 8)
     assert moe.cross_group_copies_per_token(256, 8, 8) == pytest.approx(nodes * 7 / 8)
     assert moe.cross_group_copies_per_token(256, 8, 8, group_limit=4) == pytest.approx(4 * 7 / 8)
+    # a limit of more nodes than there are changes nothing
+    assert moe.cross_group_copies_per_token(256, 8, 8, group_limit=9) == pytest.approx(nodes * 7 / 8)
 
 
 @pytest.mark.parametrize("D, G, M", [(8, 8, 4), (4, 8, 4), (2, 8, 3), (4, 4, 2)])
